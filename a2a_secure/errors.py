@@ -1,0 +1,265 @@
+"""The one exception tree of ``a2a_secure``.
+
+Every error the SDK raises on purpose is an :class:`A2AError`. Each class carries the
+JSON-RPC code and the HTTP status of PROTOCOL.md §7, so an adapter turns any of them into the
+right answer without a lookup table of its own::
+
+    A2AError                         -32603  500
+    ├── ParseError                   -32700  400   not JSON / not I-JSON
+    ├── InvalidRequest               -32600  400   envelope, id, batch
+    │   ├── PayloadTooLarge          -32600  413
+    │   └── UnsupportedMediaType     -32600  415
+    ├── MethodNotFound               -32601  404   method or intent handler
+    ├── InvalidParams                -32602  400   shapes, lengths, base64url, DID syntax
+    ├── InternalError                -32603  500
+    ├── AuthenticationFailed         -32040  401   signature, typ, kid, payload, DID <-> key
+    ├── HandshakeUnknown             -32041  401   unknown, expired, unproven or used handshake
+    ├── PolicyViolation              -32042  403
+    ├── SessionUnknown               -32043  401   unknown, expired or closed session
+    ├── SequenceError                -32044  409   replayed or out of order
+    ├── StaleTimestamp               -32045  401
+    ├── UnsupportedVersion           -32046  400
+    ├── DIDResolutionError           -32047  401
+    ├── Unavailable                  -32048  503   rate limited, full, store down (Retry-After)
+    └── IntentTimeout                -32049  504
+
+Messages are short and never carry a secret, a key or a stack trace: they are sent to the
+peer as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "A2AError",
+    "AuthenticationFailed",
+    "DIDResolutionError",
+    "HandshakeUnknown",
+    "IntentTimeout",
+    "InternalError",
+    "InvalidParams",
+    "InvalidRequest",
+    "MethodNotFound",
+    "ParseError",
+    "PayloadTooLarge",
+    "PolicyViolation",
+    "SequenceError",
+    "SessionUnknown",
+    "StaleTimestamp",
+    "Unavailable",
+    "UnsupportedMediaType",
+    "UnsupportedVersion",
+    "error_for_code",
+]
+
+
+class A2AError(Exception):
+    """Root of every error the SDK raises; knows its JSON-RPC code and HTTP status."""
+
+    code: ClassVar[int] = -32603
+    http_status: ClassVar[int] = 500
+    default_message: ClassVar[str] = "internal error"
+
+    def __init__(self, message: str | None = None, *, data: dict[str, Any] | None = None) -> None:
+        self.message = message or self.default_message
+        self.data = data
+        super().__init__(self.message)
+
+    def to_error_object(self) -> dict[str, Any]:
+        """The JSON-RPC ``error`` member for this error."""
+        obj: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            obj["data"] = self.data
+        return obj
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, code={self.code})"
+
+
+class ParseError(A2AError):
+    """The body is not JSON, or not I-JSON (depth, duplicates, NaN, lone surrogates)."""
+
+    code = -32700
+    http_status = 400
+    default_message = "parse error"
+
+
+class InvalidRequest(A2AError):
+    """The JSON-RPC envelope is wrong (batch, missing or bad id, extra members)."""
+
+    code = -32600
+    http_status = 400
+    default_message = "invalid request"
+
+
+class PayloadTooLarge(InvalidRequest):
+    """The body exceeds the server's limit."""
+
+    http_status = 413
+    default_message = "request body too large"
+
+
+class UnsupportedMediaType(InvalidRequest):
+    """The request's Content-Type is not application/json."""
+
+    http_status = 415
+    default_message = "Content-Type must be application/json"
+
+
+class MethodNotFound(A2AError):
+    """The method is not served on this endpoint, or no handler serves the goal."""
+
+    code = -32601
+    http_status = 404
+    default_message = "method not found"
+
+
+class InvalidParams(A2AError):
+    """A member is missing, extra, of the wrong type or length, or not canonical."""
+
+    code = -32602
+    http_status = 400
+    default_message = "invalid params"
+
+
+class InternalError(A2AError):
+    """Something failed inside the agent; the message stays generic."""
+
+    code = -32603
+    http_status = 500
+    default_message = "internal error"
+
+
+class AuthenticationFailed(A2AError):
+    """A signature, header, payload member or DID <-> key binding did not verify."""
+
+    code = -32040
+    http_status = 401
+    default_message = "authentication failed"
+
+
+class HandshakeUnknown(A2AError):
+    """The pending handshake is unknown, expired, not yet proven or already used."""
+
+    code = -32041
+    http_status = 401
+    default_message = "unknown or expired handshake"
+
+
+class PolicyViolation(A2AError):
+    """The agreed policy does not allow this intent."""
+
+    code = -32042
+    http_status = 403
+    default_message = "intent not allowed by policy"
+
+
+class SessionUnknown(A2AError):
+    """The session is unknown, expired or closed."""
+
+    code = -32043
+    http_status = 401
+    default_message = "unknown, expired or closed session"
+
+
+class SequenceError(A2AError):
+    """The sequence number was replayed or is out of order."""
+
+    code = -32044
+    http_status = 409
+    default_message = "sequence replayed or out of order"
+
+
+class StaleTimestamp(A2AError):
+    """A timestamp is outside the ±300 s freshness window."""
+
+    code = -32045
+    http_status = 401
+    default_message = "timestamp not fresh"
+
+
+class UnsupportedVersion(A2AError):
+    """The peer speaks a protocol version this implementation does not."""
+
+    code = -32046
+    http_status = 400
+    default_message = "unsupported protocol version"
+
+
+class DIDResolutionError(A2AError):
+    """The DID is well formed but cannot be resolved to a usable Ed25519 key."""
+
+    code = -32047
+    http_status = 401
+    default_message = "DID could not be resolved"
+
+
+class Unavailable(A2AError):
+    """Rate limited, server full, or shared store unavailable; retry after ``retry_after``."""
+
+    code = -32048
+    http_status = 503
+    default_message = "service unavailable"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        retry_after: int = 1,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        self.retry_after = max(1, int(retry_after))
+        merged = {"retry_after": self.retry_after}
+        if data:
+            merged.update(data)
+        super().__init__(message, data=merged)
+
+
+class IntentTimeout(A2AError):
+    """The handler did not finish in time; the intent may still have taken effect."""
+
+    code = -32049
+    http_status = 504
+    default_message = "intent timed out"
+
+
+_BY_CODE: dict[int, type[A2AError]] = {
+    cls.code: cls
+    for cls in (
+        ParseError,
+        InvalidRequest,
+        MethodNotFound,
+        InvalidParams,
+        InternalError,
+        AuthenticationFailed,
+        HandshakeUnknown,
+        PolicyViolation,
+        SessionUnknown,
+        SequenceError,
+        StaleTimestamp,
+        UnsupportedVersion,
+        DIDResolutionError,
+        Unavailable,
+        IntentTimeout,
+    )
+}
+
+
+def error_for_code(code: int, message: str, data: dict[str, Any] | None = None) -> A2AError:
+    """Rebuild the SDK error for a JSON-RPC error received from a peer.
+
+    Codes outside PROTOCOL.md §7 (A2A errors -32001…-32009, say) become a plain
+    :class:`A2AError` that keeps the peer's code.
+    """
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        err = A2AError(message, data=data)
+        err.code = code  # type: ignore[misc]
+        return err
+    if cls is Unavailable:
+        retry = 1
+        if data and type(data.get("retry_after")) is int:
+            retry = data["retry_after"]
+        return Unavailable(message, retry_after=retry)
+    return cls(message, data=data)

@@ -1,0 +1,201 @@
+"""Strict encodings of PROTOCOL.md §1: base64url, I-JSON parsing, JCS hashing.
+
+Python's own decoders are lax in ways an attacker can use: ``base64.urlsafe_b64decode``
+drops unknown characters and accepts padding and non-canonical trailing bits (so two
+different strings decode to the same bytes and a replay cache keyed on the text is
+bypassed); ``json.loads`` keeps the last of duplicate members, accepts ``NaN`` and lone
+surrogates and recurses until ``RecursionError``. Everything here refuses those inputs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import rfc8785
+
+from a2a_secure.errors import InvalidParams, ParseError
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_SAFE_INT",
+    "b64u_decode",
+    "b64u_encode",
+    "dumps",
+    "hash_bytes",
+    "hash_of",
+    "is_hash_string",
+    "jcs",
+    "loads",
+]
+
+MAX_SAFE_INT = 2**53 - 1
+MAX_DEPTH = 32
+
+_B64U_RE = re.compile(r"[A-Za-z0-9_-]*")
+_HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
+# A lone surrogate can only enter a decoded str through a \uD800-\uDFFF escape.
+_SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def b64u_encode(data: bytes) -> str:
+    """Base64url without padding (RFC 4648 §5)."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64u_decode(text: str, *, error: type[Exception] = InvalidParams) -> bytes:
+    """Decode strict base64url: no padding, only ``[A-Za-z0-9_-]``, canonical trailing bits.
+
+    Raises ``error`` (``InvalidParams`` unless told otherwise) on any deviation.
+    """
+    if not isinstance(text, str) or len(text) % 4 == 1 or not _B64U_RE.fullmatch(text):
+        raise error("not canonical base64url")
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raise error("not canonical base64url") from None
+    # Non-zero trailing bits decode to the same bytes as the canonical form: refuse them.
+    if b64u_encode(raw) != text:
+        raise error("not canonical base64url")
+    return raw
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _parse_int(text: str) -> int:
+    value = int(text)
+    if -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+        return value
+    raise ValueError("integer out of the I-JSON range")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("non-finite number")
+    return value
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("duplicate member name")
+    return obj
+
+
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_pairs,
+    parse_int=_parse_int,
+    parse_float=_parse_float,
+    parse_constant=_reject_constant,
+    strict=True,
+)
+
+
+def _depth_ok(value: Any, limit: int) -> bool:
+    # Iterative, so a hostile depth cannot exhaust the Python stack here.
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth > limit:
+                return False
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            if depth > limit:
+                return False
+            stack.extend((v, depth + 1) for v in item)
+    return True
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE_RE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def loads(
+    data: bytes | str,
+    *,
+    max_depth: int = MAX_DEPTH,
+    error: type[Exception] = ParseError,
+) -> Any:
+    """Parse one I-JSON text (RFC 7493) or raise ``error`` (``ParseError`` by default).
+
+    Refused: invalid UTF-8, a BOM, duplicate member names, ``NaN``/``Infinity`` and numbers
+    that overflow to them, integers outside ±(2^53−1), lone surrogates, nesting deeper
+    than ``max_depth`` (containers, the outermost being 1), trailing data.
+    """
+    if isinstance(data, bytes | bytearray | memoryview):
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError:
+            raise error("body is not valid UTF-8") from None
+    else:
+        text = data
+    if text.startswith("\ufeff"):
+        raise error("byte order mark not allowed")
+    try:
+        value = _DECODER.decode(text)
+    except RecursionError:
+        raise error("JSON nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError is a ValueError, and so are the hooks'
+        raise error(f"not I-JSON: {_short(exc)}") from None
+    if not _depth_ok(value, max_depth):
+        raise error(f"JSON nested deeper than {max_depth}")
+    if _SURROGATE_ESCAPE_RE.search(text) and _has_lone_surrogate(value):
+        raise error("lone surrogate in string")
+    return value
+
+
+def _short(exc: Exception) -> str:
+    msg = str(exc).split(":", 1)[0] if isinstance(exc, json.JSONDecodeError) else str(exc)
+    return msg[:80]
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact UTF-8 JSON for the wire (not canonical; hashes use :func:`jcs`)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def jcs(obj: Any) -> bytes:
+    """RFC 8785 canonical JSON bytes."""
+    try:
+        return rfc8785.dumps(obj)
+    except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
+        raise InvalidParams(f"value cannot be canonicalized: {exc}"[:120]) from None
+
+
+def hash_bytes(data: bytes) -> str:
+    """``"sha256:" + hex(SHA-256(data))``."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def hash_of(obj: Any) -> str:
+    """``hash_of(obj)`` of PROTOCOL.md §1: SHA-256 over the JCS form, as a hash string."""
+    if isinstance(obj, Mapping) and not isinstance(obj, dict):
+        obj = dict(obj)
+    return hash_bytes(jcs(obj))
+
+
+def is_hash_string(value: object) -> bool:
+    """True for ``"sha256:"`` followed by exactly 64 lowercase hex digits."""
+    return isinstance(value, str) and _HASH_RE.fullmatch(value) is not None

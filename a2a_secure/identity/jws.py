@@ -1,0 +1,84 @@
+"""Strict compact JWS with EdDSA/Ed25519 (RFC 7515, RFC 8037) as PROTOCOL.md §3 profiles it.
+
+The verifier is an allow-list, not a JOSE library: the protected header has exactly the
+members ``alg`` (``"EdDSA"``), ``typ`` and ``kid``; the key is the one the caller resolved
+from the peer's DID and is never taken from the token (no ``jwk``/``jku``/``x5u``/``x5c``);
+``typ`` separates the signature of every step from every other; the signature is checked
+over the exact bytes received. Error codes follow §3: a token that is not three canonical
+base64url segments whose first two decode to JSON objects is ``InvalidParams`` (-32602),
+every other failure ``AuthenticationFailed`` (-32040).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from a2a_secure.errors import AuthenticationFailed, InvalidParams
+from a2a_secure.identity import encoding
+from a2a_secure.identity.keys import verify_signature
+
+if TYPE_CHECKING:
+    from a2a_secure.identity.keys import Identity
+
+__all__ = ["MAX_TOKEN_LENGTH", "jws_decode_unverified", "jws_sign", "jws_verify"]
+
+# A token carries an intent's inputs, and bodies are capped at 1 MiB; 4/3 of that plus headroom.
+MAX_TOKEN_LENGTH = 1_500_000
+_HEADER_MEMBERS = frozenset(("alg", "typ", "kid"))
+
+
+def jws_sign(payload: Mapping[str, Any], identity: Identity, typ: str) -> str:
+    """Sign ``payload`` (a JSON object) as a compact JWS with header ``{alg, typ, kid}``."""
+    header = encoding.b64u_encode(
+        encoding.dumps({"alg": "EdDSA", "typ": typ, "kid": identity.kid})
+    )
+    body = encoding.b64u_encode(encoding.dumps(dict(payload)))
+    signing_input = f"{header}.{body}"
+    signature = identity.sign(signing_input.encode("ascii"))
+    return f"{signing_input}.{encoding.b64u_encode(signature)}"
+
+
+def jws_decode_unverified(token: object) -> tuple[dict[str, Any], dict[str, Any], bytes, bytes]:
+    """Split and decode a token without checking anything but its form.
+
+    Returns (header, payload, signing input, signature). Raises ``InvalidParams`` unless the
+    token is three canonical base64url segments whose first two decode to JSON objects.
+    """
+    if not isinstance(token, str):
+        raise InvalidParams("JWS must be a string")
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise InvalidParams("JWS too long")
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise InvalidParams("JWS must have three segments")
+    h_text, p_text, s_text = parts
+    header = encoding.loads(encoding.b64u_decode(h_text), error=InvalidParams)
+    payload = encoding.loads(encoding.b64u_decode(p_text), error=InvalidParams)
+    signature = encoding.b64u_decode(s_text)
+    if not isinstance(header, dict) or not isinstance(payload, dict):
+        raise InvalidParams("JWS header and payload must be JSON objects")
+    signing_input = token[: len(h_text) + 1 + len(p_text)].encode("ascii")
+    return header, payload, signing_input, signature
+
+
+def jws_verify(token: str, public_key: bytes, *, typ: str, kid: str) -> dict[str, Any]:
+    """Verify ``token`` against the resolved ``public_key`` and return its payload.
+
+    ``typ`` and ``kid`` are what the receiver expects at this step; both must match the
+    header exactly. The caller then checks the payload's members against its own state.
+    """
+    header, payload, signing_input, signature = jws_decode_unverified(token)
+    if header.keys() != _HEADER_MEMBERS:
+        raise AuthenticationFailed("JWS header must have exactly alg, typ and kid")
+    if header["alg"] != "EdDSA":
+        raise AuthenticationFailed("JWS alg must be EdDSA")
+    if header["typ"] != typ:
+        raise AuthenticationFailed(f"JWS typ must be {typ}")
+    if header["kid"] != kid:
+        raise AuthenticationFailed("JWS kid is not the signer's resolved key id")
+    if len(signature) != 64:
+        raise AuthenticationFailed("JWS signature must be 64 bytes")
+    if not verify_signature(public_key, signing_input, signature):
+        raise AuthenticationFailed("JWS signature does not verify")
+    return payload

@@ -1,0 +1,256 @@
+"""Ed25519 identity keys (RFC 8032) through libsodium (PyNaCl).
+
+libsodium is the engine on purpose: it signs and verifies faster here than OpenSSL, and its
+verification is strict where OpenSSL is lax (it refuses small-order and non-canonical keys
+and R values, and S >= L). Nothing here implements a primitive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import nacl.bindings
+import nacl.exceptions
+import nacl.signing
+
+from a2a_secure.errors import A2AError, DIDResolutionError, InvalidParams
+from a2a_secure.identity import encoding
+from a2a_secure.identity.did import did_key_from_public_key, key_id_for_did_key
+
+__all__ = [
+    "KeyFileError",
+    "Identity",
+    "check_public_key",
+    "public_key_entry",
+    "verify_signature",
+]
+
+_log = logging.getLogger(__name__)
+
+PUBLIC_KEY_LEN = 32
+SIGNATURE_LEN = 64
+SEED_LEN = 32
+KEY_FILE_VERSION = 1
+
+
+class KeyFileError(A2AError):
+    """A key file or key variable could not be used (missing, unsafe permissions, malformed)."""
+
+    default_message = "key file cannot be used"
+
+
+def check_public_key(public_key: bytes) -> bytes:
+    """Return ``public_key`` if it is a usable Ed25519 key, else raise ``DIDResolutionError``.
+
+    Usable means 32 bytes, canonically encoded, on the curve and in the prime-order subgroup
+    (libsodium's ``crypto_core_ed25519_is_valid_point``). That refuses the small-order keys
+    for which OpenSSL accepts one signature for every message (ATTACKS.md A3), non-canonical
+    encodings (A4) and keys with a torsion component, which no honest key generator makes.
+    """
+    if type(public_key) is not bytes or len(public_key) != PUBLIC_KEY_LEN:
+        raise DIDResolutionError("Ed25519 public key must be 32 bytes")
+    if not nacl.bindings.crypto_core_ed25519_is_valid_point(public_key):
+        raise DIDResolutionError("Ed25519 public key is not a valid prime-order point")
+    return public_key
+
+
+def verify_signature(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    """True only if ``signature`` is a valid strict Ed25519 signature of ``message``.
+
+    Never raises: wrong types, wrong lengths, small-order or non-canonical keys and R
+    values, and S >= L all give False.
+    """
+    if (
+        type(public_key) is not bytes
+        or type(signature) is not bytes
+        or not isinstance(message, bytes | bytearray | memoryview)
+        or len(public_key) != PUBLIC_KEY_LEN
+        or len(signature) != SIGNATURE_LEN
+    ):
+        return False
+    try:
+        nacl.bindings.crypto_sign_open(signature + bytes(message), public_key)
+    except (nacl.exceptions.BadSignatureError, nacl.exceptions.CryptoError, ValueError, TypeError):
+        return False
+    return True
+
+
+def public_key_entry(kid: str, public_key: bytes) -> dict[str, str]:
+    """The public key entry of PROTOCOL.md §2 for ``kid`` and a raw 32-byte key."""
+    return {
+        "kid": kid,
+        "kty": "OKP",
+        "crv": "Ed25519",
+        "alg": "EdDSA",
+        "key": encoding.b64u_encode(public_key),
+    }
+
+
+class Identity:
+    """An agent's Ed25519 signing identity: its DID, key id and private key.
+
+    The private key never appears in ``repr``, ``str`` or a log record; ``sign`` takes only
+    the message, so the public key used in the signature is always the one derived from the
+    private key (no double-public-key oracle, ATTACKS.md A8).
+    """
+
+    __slots__ = ("__weakref__", "_did", "_kid", "_public", "_signing", "agent_id")
+
+    def __init__(
+        self,
+        signing_key: nacl.signing.SigningKey,
+        agent_id: str,
+        *,
+        did: str | None = None,
+        kid: str | None = None,
+    ) -> None:
+        if not isinstance(agent_id, str) or not 1 <= len(agent_id) <= 128:
+            raise InvalidParams("agent_id must be 1-128 characters")
+        self._signing = signing_key
+        self._public = bytes(signing_key.verify_key)
+        self.agent_id = agent_id
+        if did is None:
+            did = did_key_from_public_key(self._public)
+            kid = key_id_for_did_key(did)
+        elif kid is None:
+            raise InvalidParams("a did:web identity needs the key id from its DID document")
+        self._did = did
+        self._kid = kid
+
+    # -- constructors -------------------------------------------------------------------
+    @classmethod
+    def generate(cls, agent_id: str) -> Identity:
+        """A new identity with a key from the operating system's CSPRNG."""
+        return cls(nacl.signing.SigningKey.generate(), agent_id)
+
+    @classmethod
+    def from_seed(cls, seed: bytes, agent_id: str, **kw: Any) -> Identity:
+        """An identity from a raw 32-byte Ed25519 seed (the RFC 8032 private key)."""
+        if type(seed) is not bytes or len(seed) != SEED_LEN:
+            raise KeyFileError("Ed25519 private key must be 32 bytes")
+        return cls(nacl.signing.SigningKey(seed), agent_id, **kw)
+
+    @classmethod
+    def from_private_key(cls, b64u_seed: str, agent_id: str, **kw: Any) -> Identity:
+        """An identity from the base64url (no padding) of a 32-byte seed."""
+        try:
+            seed = encoding.b64u_decode(b64u_seed.strip(), error=KeyFileError)
+        except AttributeError:
+            raise KeyFileError("private key must be a base64url string") from None
+        return cls.from_seed(seed, agent_id, **kw)
+
+    @classmethod
+    def from_env(cls, var: str = "A2A_PRIVATE_KEY", *, agent_id: str) -> Identity:
+        """An identity from the environment variable ``var`` (base64url seed)."""
+        value = os.environ.get(var)
+        if not value:
+            raise KeyFileError(f"environment variable {var} is not set")
+        return cls.from_private_key(value, agent_id)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, check_permissions: bool = True) -> Identity:
+        """Load a key file written by :meth:`save`.
+
+        A file that group or others can read is refused (a key that others could read must
+        be treated as stolen).
+        """
+        p = Path(path)
+        try:
+            st = p.stat()
+        except OSError:
+            raise KeyFileError(f"key file not found: {p}") from None
+        if check_permissions and os.name == "posix" and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise KeyFileError(
+                f"key file {p} is accessible by group or others (mode {stat.S_IMODE(st.st_mode):o});"
+                " run: chmod 600"
+            )
+        if st.st_size > 64 * 1024:
+            raise KeyFileError("key file too large")
+        try:
+            data = encoding.loads(p.read_bytes(), error=KeyFileError)
+        except OSError:
+            raise KeyFileError(f"key file cannot be read: {p}") from None
+        if not isinstance(data, dict) or data.get("version") != KEY_FILE_VERSION:
+            raise KeyFileError("not an a2a-secure key file")
+        seed = data.get("private_key")
+        agent_id = data.get("agent_id")
+        if not isinstance(seed, str) or not isinstance(agent_id, str):
+            raise KeyFileError("key file lacks private_key or agent_id")
+        did = data.get("did")
+        kid = data.get("kid")
+        ident = cls.from_private_key(seed, agent_id)
+        if isinstance(did, str) and did.startswith("did:web:"):
+            if not isinstance(kid, str):
+                raise KeyFileError("did:web key file lacks kid")
+            ident = cls.from_private_key(seed, agent_id, did=did, kid=kid)
+        elif did is not None and did != ident.did:
+            raise KeyFileError("key file DID does not match its private key")
+        return ident
+
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+        """Write the key file, created with mode 0600; refuses to replace a file unless told."""
+        p = Path(path)
+        body = encoding.dumps(
+            {
+                "version": KEY_FILE_VERSION,
+                "agent_id": self.agent_id,
+                "did": self._did,
+                "kid": self._kid,
+                "private_key": encoding.b64u_encode(bytes(self._signing)),
+            }
+        )
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+        try:
+            fd = os.open(p, flags, 0o600)
+        except FileExistsError:
+            raise KeyFileError(f"{p} exists; pass overwrite=True (--force) to replace it") from None
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, body + b"\n")
+        finally:
+            os.close(fd)
+
+    def with_did_web(self, did: str, kid: str) -> Identity:
+        """The same key presented under a did:web DID whose document lists it as ``kid``."""
+        return Identity(self._signing, self.agent_id, did=did, kid=kid)
+
+    # -- public view ---------------------------------------------------------------------
+    @property
+    def did(self) -> str:
+        """The agent's DID."""
+        return self._did
+
+    @property
+    def kid(self) -> str:
+        """The key id (a DID URL) of the signing key."""
+        return self._kid
+
+    @property
+    def public_key(self) -> bytes:
+        """The raw 32-byte Ed25519 public key."""
+        return self._public
+
+    def public_key_entry(self) -> dict[str, str]:
+        """The public key entry of PROTOCOL.md §2 for this identity."""
+        return public_key_entry(self._kid, self._public)
+
+    def private_key_b64u(self) -> str:
+        """The base64url seed, for export (``A2A_PRIVATE_KEY``). Handle with care."""
+        return encoding.b64u_encode(bytes(self._signing))
+
+    def sign(self, data: bytes) -> bytes:
+        """The 64-byte Ed25519 signature of ``data``."""
+        return nacl.bindings.crypto_sign(bytes(data), self._signing._signing_key)[:SIGNATURE_LEN]
+
+    def __repr__(self) -> str:
+        return f"Identity(agent_id={self.agent_id!r}, did={self._did!r})"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("Identity objects are not picklable (they hold a private key)")
