@@ -64,6 +64,9 @@ class A2AError(Exception):
     def __init__(self, message: str | None = None, *, data: dict[str, Any] | None = None) -> None:
         self.message = message or self.default_message
         self.data = data
+        # True when a peer's error came with a valid signature over the request it answers
+        # (PROTOCOL.md §6.2); an unsigned error may come from anyone on the path.
+        self.signed = False
         super().__init__(self.message)
 
     def to_error_object(self) -> dict[str, Any]:

@@ -33,7 +33,8 @@ ED25519_MULTICODEC = b"\xed\x01"
 
 # DID Core ABNF: "did:" method-name ":" method-specific-id, with idchar = ALPHA / DIGIT /
 # "." / "-" / "_" / pct-encoded. Linear-time pattern, applied only after the length cap.
-_DID_RE = re.compile(r"did:[a-z0-9]+:(?:(?:[A-Za-z0-9._-]|%[0-9A-Fa-f]{2})*:)*(?:[A-Za-z0-9._-]|%[0-9A-Fa-f]{2})+")
+_IDCHAR = r"(?:[A-Za-z0-9._-]|%[0-9A-Fa-f]{2})"
+_DID_RE = re.compile(rf"did:[a-z0-9]+:(?:{_IDCHAR}*:)*{_IDCHAR}+")
 _FRAGMENT_RE = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/?-]+|(?:%[0-9A-Fa-f]{2})+")
 _LABEL_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9._-]+")
@@ -111,7 +112,8 @@ def public_key_from_multibase(value: str) -> bytes:
 
 @functools.lru_cache(maxsize=4096)
 def _did_key_cached(did: str) -> bytes:
-    from a2a_secure.identity.keys import check_public_key
+    # keys.py imports this module; the point check lives there with the other key rules.
+    from a2a_secure.identity.keys import check_public_key  # noqa: PLC0415
 
     method_specific = did[len("did:key:") :]
     if ":" in method_specific:

@@ -1,0 +1,494 @@
+"""The client side of the protocol (PROTOCOL.md §5, §6): no sockets, no HTTP.
+
+``ClientHandshake`` is a small state machine in the manner of h11: each ``receive_*``
+method takes the peer's reply, checks all of it, and returns the next message to send;
+calling a method out of order, or after any failure, raises (errors are sticky: a failed
+handshake is never resumed). It hands over to a ``ClientSession`` that allocates sequence
+numbers, signs requests and verifies every response.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from a2a_secure.errors import (
+    A2AError,
+    AuthenticationFailed,
+    InvalidParams,
+    InvalidRequest,
+    PolicyViolation,
+    SessionUnknown,
+    StaleTimestamp,
+    UnsupportedVersion,
+    error_for_code,
+)
+from a2a_secure.identity import encoding
+from a2a_secure.identity.jws import jws_decode_unverified, jws_sign, jws_verify
+from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.resolver import ResolvedDID
+from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.server import parse_intent
+from a2a_secure.protocol.validate import (
+    MAX_SAFE_INT,
+    check_payload_matches,
+    exact_members,
+    is_fresh,
+    json_equal,
+    require_b64u_bytes,
+    require_hash,
+    require_int,
+)
+
+__all__ = ["ClientHandshake", "ClientSession", "HandshakeState", "IntentResult", "PreparedRequest"]
+
+Clock = Callable[[], float]
+RandomSource = Callable[[int], bytes]
+
+
+class HandshakeState(enum.Enum):
+    """Where a client handshake stands. Any failure moves it to ``FAILED`` for good."""
+
+    START = "start"
+    SENT_HELLO = "sent_hello"
+    SENT_PROOF = "sent_proof"
+    SENT_ACCEPT = "sent_accept"
+    DONE = "done"
+    FAILED = "failed"
+
+
+# Rule: every transition of the client handshake is listed here; anything else is an error.
+_TRANSITIONS: dict[tuple[HandshakeState, str], HandshakeState] = {
+    (HandshakeState.START, "hello"): HandshakeState.SENT_HELLO,
+    (HandshakeState.SENT_HELLO, "challenge"): HandshakeState.SENT_PROOF,
+    (HandshakeState.SENT_PROOF, "policy"): HandshakeState.SENT_ACCEPT,
+    (HandshakeState.SENT_ACCEPT, "session"): HandshakeState.DONE,
+}
+
+
+class ClientHandshake:
+    """The client's half of one handshake with one server DID.
+
+    ``server`` is the resolution of the DID the client means to reach, done by the adapter
+    before the handshake starts: the server's key is pinned from it, never from a message.
+    """
+
+    def __init__(
+        self,
+        identity: Identity,
+        server: ResolvedDID,
+        *,
+        manifest_hash: str | None = None,
+        clock: Clock = time.time,
+        random_bytes: RandomSource = os.urandom,
+    ) -> None:
+        self.identity = identity
+        self.server = server
+        self.manifest_hash = manifest_hash or m.client_manifest_hash(identity.agent_id, identity.did)
+        self._clock = clock
+        self._random = random_bytes
+        self.state = HandshakeState.START
+        self._hello: dict[str, Any] | None = None
+        self._challenge: dict[str, Any] | None = None
+        self._server_kid = ""
+        self._server_key = b""
+        self._policy: Policy | None = None
+        self.nonce_a = ""
+        self.nonce_b = ""
+
+    def _advance(self, event: str) -> None:
+        nxt = _TRANSITIONS.get((self.state, event))
+        if nxt is None:
+            previous = self.state
+            self.state = HandshakeState.FAILED
+            raise InvalidRequest(f"{event} is not expected in state {previous.value}")
+        self.state = nxt
+
+    def _guard(self, event: str, step: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        self._advance(event)
+        try:
+            return step()
+        except A2AError:
+            self.state = HandshakeState.FAILED
+            raise
+        except Exception:
+            self.state = HandshakeState.FAILED
+            raise AuthenticationFailed("malformed handshake reply") from None
+
+    # -- HELLO ----------------------------------------------------------------------------
+    def hello(self) -> dict[str, Any]:
+        """The HELLO params to send (method ``hello``)."""
+        return self._guard("hello", self._make_hello)
+
+    def _make_hello(self) -> dict[str, Any]:
+        if self.server.did == self.identity.did:
+            raise AuthenticationFailed("refusing a handshake with this agent's own DID")
+        self.nonce_a = encoding.b64u_encode(self._random(m.NONCE_BYTES))
+        self._hello = {
+            "type": "hello",
+            "protocol_version": m.PROTOCOL_VERSION,
+            "agent_did": self.identity.did,
+            "agent_id": self.identity.agent_id,
+            "manifest_hash": self.manifest_hash,
+            "nonce": self.nonce_a,
+            "public_keys": [self.identity.public_key_entry()],
+            "timestamp": int(self._clock()),
+        }
+        return self._hello
+
+    # -- CHALLENGE → PROOF --------------------------------------------------------------------
+    def receive_challenge(self, challenge: Any) -> dict[str, Any]:
+        """Check the CHALLENGE (§5.2) and return the PROOF params (method ``proof``)."""
+        return self._guard("challenge", lambda: self._on_challenge(challenge))
+
+    def _on_challenge(self, c: Any) -> dict[str, Any]:
+        assert self._hello is not None
+        err = AuthenticationFailed
+        exact_members(c, m.CHALLENGE_MEMBERS, "challenge", err)
+        if c["type"] != "challenge":
+            raise err("reply is not a challenge")
+        if c["protocol_version"] != m.PROTOCOL_VERSION:
+            raise UnsupportedVersion("server chose a protocol version that was not offered")
+        if c["server_did"] != self.server.did:
+            raise err("challenge comes from another DID than the one meant")
+        nonce_b = c["nonce_b"]
+        require_b64u_bytes(nonce_b, "nonce_b", m.NONCE_BYTES, err)
+        require_hash(c["manifest_hash"], "manifest_hash", err)
+        require_hash(c["policy_hash"], "policy_hash", err)
+        ts = require_int(c["timestamp"], "timestamp", error=err)
+        bound = m.bind_public_keys(m.parse_public_keys(c["public_keys"], err), self.server)
+        header, *_ = jws_decode_unverified(c["policy_signature"])
+        kid = header.get("kid")
+        if not isinstance(kid, str) or kid not in bound:
+            raise err("policy signature kid is not a bound server key")
+        payload = jws_verify(c["policy_signature"], bound[kid], typ=m.Typ.POLICY, kid=kid)
+        exact_members(payload, m.POLICY_PAYLOAD, "policy signature payload", err)
+        check_payload_matches(
+            payload,
+            {
+                "protocol_version": m.PROTOCOL_VERSION,
+                "hello_hash": encoding.hash_of(self._hello),
+                "client_did": self.identity.did,
+                "server_did": self.server.did,
+                "nonce_a": self.nonce_a,
+                "nonce_b": nonce_b,
+                "client_manifest_hash": self.manifest_hash,
+                "server_manifest_hash": c["manifest_hash"],
+                "policy_hash": c["policy_hash"],
+                "timestamp": ts,
+            },
+            err,
+        )
+        now = self._clock()
+        if not is_fresh(ts, now):
+            raise StaleTimestamp("challenge timestamp is not fresh")
+        self._challenge = c
+        self._server_kid, self._server_key = kid, bound[kid]
+        self.nonce_b = nonce_b
+        payload = {
+            "nonce_a": self.nonce_a,
+            "nonce_b": nonce_b,
+            "client_did": self.identity.did,
+            "server_did": self.server.did,
+            "client_manifest_hash": self.manifest_hash,
+            "server_manifest_hash": c["manifest_hash"],
+            "challenge_hash": encoding.hash_of(c),
+            "timestamp": int(now),
+        }
+        return {
+            "type": "proof",
+            "nonce_b": nonce_b,
+            "proof_jws": jws_sign(payload, self.identity, m.Typ.PROOF),
+        }
+
+    # -- POLICY → ACCEPT_POLICY -----------------------------------------------------------
+    def receive_policy(self, msg: Any, *, accept: Callable[[Policy], bool] | None = None) -> dict[str, Any]:
+        """Check the POLICY (§5.4) and return the ACCEPT_POLICY params.
+
+        ``accept`` may refuse a policy the caller does not want (``PolicyViolation``).
+        """
+        return self._guard("policy", lambda: self._on_policy(msg, accept))
+
+    def _on_policy(self, msg: Any, accept: Callable[[Policy], bool] | None) -> dict[str, Any]:
+        assert self._challenge is not None
+        err = AuthenticationFailed
+        exact_members(msg, m.POLICY_MSG_MEMBERS, "policy message", err)
+        if msg["type"] != "policy":
+            raise err("reply is not a policy")
+        policy = Policy.from_dict(msg["policy"], error=err)
+        if not json_equal(msg["policy_hash"], self._challenge["policy_hash"]):
+            raise err("policy_hash differs from the signed one")
+        if not json_equal(encoding.hash_of(msg["policy"]), msg["policy_hash"]):
+            raise err("policy does not hash to policy_hash")
+        if not json_equal(msg["policy_signature"], self._challenge["policy_signature"]):
+            raise err("policy_signature is not the challenge's")
+        if accept is not None and not accept(policy):
+            raise PolicyViolation("the offered policy was refused by this client")
+        self._policy = policy
+        policy_hash = msg["policy_hash"]
+        payload = {
+            "policy_hash": policy_hash,
+            "session_commitment": m.session_commitment(self.nonce_a, self.nonce_b, policy_hash),
+            "nonce_a": self.nonce_a,
+            "nonce_b": self.nonce_b,
+            "client_did": self.identity.did,
+            "server_did": self.server.did,
+            "timestamp": int(self._clock()),
+        }
+        return {
+            "type": "accept_policy",
+            "nonce_b": self.nonce_b,
+            "accept_jws": jws_sign(payload, self.identity, m.Typ.ACCEPT),
+        }
+
+    # -- SESSION ------------------------------------------------------------------------------
+    def receive_session(self, msg: Any) -> ClientSession:
+        """Check the SESSION (§5.6) and return the open session."""
+        holder: dict[str, ClientSession] = {}
+
+        def step() -> dict[str, Any]:
+            holder["s"] = self._on_session(msg)
+            return {}
+
+        self._guard("session", step)
+        return holder["s"]
+
+    def _on_session(self, s: Any) -> ClientSession:
+        assert self._policy is not None and self._challenge is not None
+        err = AuthenticationFailed
+        exact_members(s, m.SESSION_MEMBERS, "session", err)
+        if s["type"] != "session":
+            raise err("reply is not a session")
+        require_b64u_bytes(s["session_id"], "session_id", m.SESSION_ID_BYTES, err)
+        created = require_int(s["created_at"], "created_at", error=err)
+        expires = require_int(s["expires_at"], "expires_at", error=err)
+        commitment = m.session_commitment(self.nonce_a, self.nonce_b, self._challenge["policy_hash"])
+        m.bind_public_keys(m.parse_public_keys(s["public_keys"], err), self.server)
+        payload = jws_verify(s["session_jws"], self._server_key, typ=m.Typ.SESSION, kid=self._server_kid)
+        exact_members(payload, m.SESSION_PAYLOAD, "session payload", err)
+        expected = {
+            "session_id": s["session_id"],
+            "session_commitment": commitment,
+            "client_did": self.identity.did,
+            "server_did": self.server.did,
+            "created_at": created,
+            "expires_at": expires,
+        }
+        check_payload_matches(payload, expected, err)
+        check_payload_matches(s, {k: v for k, v in expected.items() if k != "session_id"}, err)
+        if expires != created + self._policy.session_timeout:
+            raise err("expires_at is not created_at + session_timeout")
+        if not is_fresh(created, self._clock()):
+            raise StaleTimestamp("session created_at is not fresh")
+        return ClientSession(
+            identity=self.identity,
+            server_did=self.server.did,
+            server_kid=self._server_kid,
+            server_key=self._server_key,
+            session_id=s["session_id"],
+            session_commitment=commitment,
+            policy=self._policy,
+            created_at=created,
+            expires_at=expires,
+            server_manifest_hash=self._challenge["manifest_hash"],
+            clock=self._clock,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A signed request ready to send; resend it byte for byte to retry it."""
+
+    method: str
+    params: dict[str, Any]
+    sequence: int
+    request_hash: str
+    timestamp: int
+    goal: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IntentResult:
+    """A verified intent result: ``status``, ``sequence``, ``result`` (and its proof)."""
+
+    status: str
+    sequence: int
+    result: Any
+    response_jws: str
+
+    def __getitem__(self, name: str) -> Any:
+        return {"status": self.status, "sequence": self.sequence, "result": self.result}[name]
+
+
+class ClientSession:
+    """An open session seen from the client: sequence allocation, signing, verification."""
+
+    def __init__(
+        self,
+        *,
+        identity: Identity,
+        server_did: str,
+        server_kid: str,
+        server_key: bytes,
+        session_id: str,
+        session_commitment: str,
+        policy: Policy,
+        created_at: int,
+        expires_at: int,
+        server_manifest_hash: str = "",
+        clock: Clock = time.time,
+    ) -> None:
+        self.identity = identity
+        self.server_did = server_did
+        self.server_kid = server_kid
+        self.server_key = server_key
+        self.session_id = session_id
+        self.session_commitment = session_commitment
+        self.policy = policy
+        self.created_at = created_at
+        self.expires_at = expires_at
+        self.server_manifest_hash = server_manifest_hash
+        self.last_sequence = 0
+        self.closed = False
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"ClientSession(server_did={self.server_did!r}, expires_at={self.expires_at})"
+
+    def expired(self, now: float | None = None) -> bool:
+        """True once ``now >= expires_at`` (or after close)."""
+        return self.closed or (self._clock() if now is None else now) >= self.expires_at
+
+    def _next_sequence(self) -> int:
+        if self.expired():
+            raise SessionUnknown("session expired or closed")
+        if self.last_sequence >= MAX_SAFE_INT:
+            raise SessionUnknown("sequence space exhausted; open a new session")
+        self.last_sequence += 1
+        return self.last_sequence
+
+    def prepare_intent(self, intent: Mapping[str, Any]) -> PreparedRequest:
+        """Check ``intent`` against its shape and the session policy, then sign it."""
+        body = parse_intent(dict(intent))
+        if not self.policy.allows(body["goal"]):
+            raise PolicyViolation(f"intent {body['goal'][:64]!r} is not allowed by the session policy")
+        sequence = self._next_sequence()
+        ts = int(self._clock())
+        payload = {
+            "session_id": self.session_id,
+            "session_commitment": self.session_commitment,
+            "sequence": sequence,
+            "timestamp": ts,
+            "intent": body,
+        }
+        token = jws_sign(payload, self.identity, m.Typ.REQUEST)
+        params = {
+            "session_id": self.session_id,
+            "session_commitment": self.session_commitment,
+            "sequence": sequence,
+            "intent": body,
+            "request_jws": token,
+        }
+        return PreparedRequest("intent", params, sequence, m.request_hash(token), ts, body["goal"])
+
+    def prepare_close(self) -> PreparedRequest:
+        """Sign a close request (§6.3)."""
+        sequence = self._next_sequence()
+        ts = int(self._clock())
+        payload = {
+            "session_id": self.session_id,
+            "session_commitment": self.session_commitment,
+            "sequence": sequence,
+            "timestamp": ts,
+            "close": True,
+        }
+        token = jws_sign(payload, self.identity, m.Typ.CLOSE)
+        params = {
+            "session_id": self.session_id,
+            "session_commitment": self.session_commitment,
+            "sequence": sequence,
+            "request_jws": token,
+        }
+        return PreparedRequest("close", params, sequence, m.request_hash(token), ts)
+
+    def _verify_response(self, token: Any, req: PreparedRequest, members: frozenset[str]) -> dict[str, Any]:
+        if not isinstance(token, str):
+            raise AuthenticationFailed("response_jws missing")
+        payload = jws_verify(token, self.server_key, typ=m.Typ.RESPONSE, kid=self.server_kid)
+        exact_members(payload, members, "response payload", AuthenticationFailed)
+        check_payload_matches(
+            payload,
+            {"session_id": self.session_id, "sequence": req.sequence, "request_hash": req.request_hash},
+            AuthenticationFailed,
+        )
+        ts = require_int(payload["timestamp"], "response timestamp", error=AuthenticationFailed)
+        if not is_fresh(ts, self._clock()):
+            raise StaleTimestamp("response timestamp is not fresh")
+        return payload
+
+    def verify_result(self, req: PreparedRequest, result: Any) -> IntentResult:
+        """Verify a JSON-RPC ``result`` for ``req`` (§6.2) and return it."""
+        try:
+            exact_members(result, m.RESULT_MEMBERS, "intent result", AuthenticationFailed)
+            payload = self._verify_response(result["response_jws"], req, m.RESPONSE_PAYLOAD)
+            if payload["status"] != "success" or result["status"] != "success":
+                raise AuthenticationFailed("result status is not the signed success")
+            if result["sequence"] != req.sequence or type(result["sequence"]) is not int:
+                raise AuthenticationFailed("result sequence differs from the request's")
+            if not json_equal(payload["result"], result["result"]):
+                raise AuthenticationFailed("result differs from the signed result")
+        except InvalidParams as exc:  # a malformed token in a reply is the server's fault
+            raise AuthenticationFailed(exc.message) from None
+        return IntentResult("success", req.sequence, result["result"], result["response_jws"])
+
+    def verify_closed(self, req: PreparedRequest, result: Any) -> None:
+        """Verify the result of a close (§6.3) and mark the session closed."""
+        try:
+            exact_members(result, m.CLOSED_MEMBERS, "close result", AuthenticationFailed)
+            payload = self._verify_response(result["response_jws"], req, m.RESPONSE_PAYLOAD)
+            expected = {"type": "closed", "session_id": self.session_id}
+            if payload["status"] != "success" or not json_equal(payload["result"], expected):
+                raise AuthenticationFailed("close result is not the signed one")
+            if result["type"] != "closed" or result["session_id"] != self.session_id:
+                raise AuthenticationFailed("close result differs from the signed one")
+        except InvalidParams as exc:
+            raise AuthenticationFailed(exc.message) from None
+        self.closed = True
+
+    def error_from_reply(self, req: PreparedRequest, error: Any) -> A2AError:
+        """The SDK error for a JSON-RPC ``error`` answering ``req``.
+
+        A signed error (valid ``data.response_jws`` over this request) comes back with
+        ``signed = True``; anything else is unauthenticated (it may come from anyone on the
+        path) and comes back with ``signed = False``.
+        """
+        code = error.get("code") if isinstance(error, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        if type(code) is not int or not isinstance(message, str):
+            return AuthenticationFailed("malformed error reply")
+        data = error.get("data")
+        token = data.get("response_jws") if isinstance(data, dict) else None
+        signed = False
+        if token is not None:
+            try:
+                payload = self._verify_response(token, req, m.ERROR_PAYLOAD)
+                signed_error = payload["error"]
+                exact_members(
+                    signed_error, frozenset(("code", "message")), "signed error", AuthenticationFailed
+                )
+                signed = (
+                    payload["status"] == "error"
+                    and json_equal(signed_error["code"], code)
+                    and json_equal(signed_error["message"], message)
+                )
+            except A2AError:
+                signed = False
+        plain = {k: v for k, v in data.items() if k != "response_jws"} if isinstance(data, dict) else None
+        exc = error_for_code(code, message[:512], plain)
+        exc.signed = signed
+        return exc

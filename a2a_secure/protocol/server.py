@@ -1,0 +1,682 @@
+"""The server side of the protocol (PROTOCOL.md §5, §6): no sockets, no HTTP.
+
+``ServerProtocol`` takes a method name and its decoded ``params`` and returns the reply to
+send, or raises an :class:`A2AError` that the adapter turns into the JSON-RPC error of §7.
+State lives behind the :class:`Store` interface, the peer's DID resolution behind a
+:class:`DIDResolver`, and time and randomness are parameters, so the whole protocol runs in
+memory in tests and behind any transport in production.
+
+Checks run in the order of the specification, cheap before expensive: shapes, then state
+look-ups, then signatures, and a did:web fetch only for a HELLO that passed every check
+that needs no network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from a2a_secure.errors import (
+    A2AError,
+    AuthenticationFailed,
+    HandshakeUnknown,
+    IntentTimeout,
+    InternalError,
+    InvalidParams,
+    MethodNotFound,
+    PolicyViolation,
+    SequenceError,
+    SessionUnknown,
+    StaleTimestamp,
+    Unavailable,
+    UnsupportedVersion,
+)
+from a2a_secure.identity import encoding
+from a2a_secure.identity.jws import jws_decode_unverified, jws_sign, jws_verify
+from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
+from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.validate import (
+    check_payload_matches,
+    ct_equal,
+    exact_members,
+    is_fresh,
+    require_b64u_bytes,
+    require_bool,
+    require_did,
+    require_hash,
+    require_int,
+    require_object,
+    require_str,
+)
+from a2a_secure.store.base import BeginKind, OpenResult, PendingHandshake, SessionRecord, Store, StoredReply
+
+__all__ = [
+    "AuditHook",
+    "IntentContext",
+    "IntentDispatcher",
+    "Reply",
+    "ServerLimits",
+    "ServerProtocol",
+    "parse_intent",
+]
+
+HANDSHAKE_METHODS = frozenset(("hello", "proof", "accept_policy"))
+INTENT_METHODS = frozenset(("intent", "close"))
+
+AuditHook = Callable[..., None]
+Clock = Callable[[], float]
+RandomSource = Callable[[int], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """Capacity and timing bounds; the defaults are those of PROTOCOL.md §9."""
+
+    max_pending_per_source: int = 256
+    max_pending_total: int = 10_000
+    max_sessions: int = 100_000
+    max_handler_timeout_ms: int = 30_000
+    replay_wait_seconds: float = 5.0
+    allow_self_handshake: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IntentContext:
+    """What a handler learns about the request besides its inputs (all authenticated)."""
+
+    caller_did: str
+    session_id: str
+    sequence: int
+    goal: str
+    domain: str | None
+    constraints: Mapping[str, Any]
+    client_agent_id: str = ""
+
+
+class IntentDispatcher:
+    """Maps goals to handlers. Adapters subclass or fill it; the core only calls it."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Callable[[Any, IntentContext], Awaitable[Any]]] = {}
+
+    def add(self, goal: str, handler: Callable[[Any, IntentContext], Awaitable[Any]]) -> None:
+        """Serve ``goal`` with the async ``handler(inputs, context)``."""
+        self._handlers[goal] = handler
+
+    def has(self, goal: str) -> bool:
+        """Whether a handler serves ``goal``."""
+        return goal in self._handlers
+
+    @property
+    def goals(self) -> list[str]:
+        """The goals served, sorted."""
+        return sorted(self._handlers)
+
+    async def run(self, goal: str, inputs: Any, context: IntentContext) -> Any:
+        """Run the handler for ``goal``."""
+        return await self._handlers[goal](inputs, context)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What to send back: a JSON-RPC ``result`` or ``error`` member and the HTTP status."""
+
+    http_status: int
+    result: Any = None
+    error: Mapping[str, Any] | None = None
+    retry_after: int | None = None
+
+    @property
+    def is_error(self) -> bool:
+        """True for an error reply."""
+        return self.error is not None
+
+
+@dataclass(slots=True)
+class _Audit:
+    """Audit fields gathered while a request is processed (PROTOCOL.md §8)."""
+
+    event: str
+    started: float
+    session_id: str | None = None
+    client_did: str | None = None
+    intent_goal: str | None = None
+    sequence: int | None = None
+    verified: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _stale(what: str, ts: int, now: float) -> StaleTimestamp:
+    return StaleTimestamp(f"{what} timestamp {ts} is not within 300 s of {int(now)}")
+
+
+def parse_intent(value: Any) -> dict[str, Any]:
+    """Shape of the ``intent`` object of §6.1 (-32602 for any deviation)."""
+    intent = require_object(value, "intent")
+    extra = intent.keys() - m.INTENT_MEMBERS
+    if extra:
+        raise InvalidParams(f"intent: unexpected member {sorted(extra)[0][:64]!r}")
+    if "goal" not in intent or "inputs" not in intent:
+        raise InvalidParams("intent needs goal and inputs")
+    require_str(intent["goal"], "intent goal", min_len=1, max_len=128)
+    require_object(intent["inputs"], "intent inputs")
+    if "domain" in intent:
+        require_str(intent["domain"], "intent domain", max_len=128)
+    if "constraints" in intent:
+        constraints = require_object(intent["constraints"], "intent constraints")
+        unknown = constraints.keys() - m.CONSTRAINT_MEMBERS
+        if unknown:
+            raise InvalidParams(f"unknown constraint {sorted(unknown)[0][:64]!r}")
+        for name in ("timeout_ms", "max_tokens"):
+            if name in constraints:
+                require_int(constraints[name], f"constraints {name}", minimum=1)
+        if "stream" in constraints:
+            require_bool(constraints["stream"], "constraints stream")
+    return intent
+
+
+class ServerProtocol:
+    """One agent's server side of the handshake and intent protocol."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        policy: Policy,
+        *,
+        store: Store,
+        resolver: DIDResolver,
+        dispatcher: IntentDispatcher,
+        manifest_hash: str,
+        limits: ServerLimits | None = None,
+        audit: AuditHook | None = None,
+        clock: Clock = time.time,
+        random_bytes: RandomSource = os.urandom,
+    ) -> None:
+        self.identity = identity
+        self.policy = policy
+        self.store = store
+        self.resolver = resolver
+        self.dispatcher = dispatcher
+        self.manifest_hash = manifest_hash
+        self.limits = limits or ServerLimits()
+        self._audit_hook = audit
+        self._clock = clock
+        self._random = random_bytes
+        self._public_keys = [identity.public_key_entry()]
+
+    # -- entry points ---------------------------------------------------------------------
+    async def handle(self, method: str, params: Any, *, source: str = "") -> Reply:
+        """Process one JSON-RPC call whose envelope is already valid; never raises."""
+        audit = _Audit(event=method, started=self._clock())
+        try:
+            if method == "hello":
+                reply = Reply(200, await self._hello(params, source, audit))
+            elif method == "proof":
+                reply = Reply(200, await self._proof(params, audit))
+            elif method == "accept_policy":
+                reply = Reply(200, await self._accept(params, audit))
+            elif method in INTENT_METHODS:
+                reply = await self._intent_or_close(method, params, audit)
+            else:
+                raise MethodNotFound(f"unknown method {method[:64]!r}")
+        except A2AError as exc:
+            reply = self._unsigned_error(exc)
+        except Exception:  # a bug must not leak a stack trace or kill the server
+            reply = self._unsigned_error(InternalError())
+        self._audit(audit, reply)
+        return reply
+
+    def reject(self, exc: A2AError, *, event: str = "reject") -> Reply:
+        """The reply (and audit record) for a request refused before ``handle``."""
+        reply = self._unsigned_error(exc)
+        self._audit(_Audit(event=event, started=self._clock()), reply)
+        return reply
+
+    # -- audit ------------------------------------------------------------------------------
+    def _audit(self, a: _Audit, reply: Reply) -> None:
+        if self._audit_hook is None:
+            return
+        code = reply.error.get("code") if reply.error is not None else None
+        self._audit_hook(
+            event=a.event,
+            role="server",
+            session_id=a.session_id,
+            client_did=a.client_did,
+            server_did=self.identity.did,
+            intent_goal=a.intent_goal,
+            sequence=a.sequence,
+            status="error" if reply.is_error else "success",
+            duration_ms=round((self._clock() - a.started) * 1000, 3),
+            error_code=code,
+            verified=a.verified,
+        )
+
+    @staticmethod
+    def _unsigned_error(exc: A2AError) -> Reply:
+        retry = exc.retry_after if isinstance(exc, Unavailable) else None
+        return Reply(exc.http_status, error=exc.to_error_object(), retry_after=retry)
+
+    def _now(self) -> tuple[float, int]:
+        now = self._clock()
+        return now, int(now)
+
+    # -- §5.1 HELLO → §5.2 CHALLENGE ------------------------------------------------------
+    async def _hello(self, params: Any, source: str, audit: _Audit) -> dict[str, Any]:
+        now, now_i = self._now()
+        p = require_object(params, "params")
+        if not isinstance(p.get("type"), str) or not isinstance(p.get("protocol_version"), str):
+            raise InvalidParams("hello needs string type and protocol_version")
+        if p["type"] != "hello":
+            raise InvalidParams("params type must be 'hello'")
+        if p["protocol_version"] not in m.SUPPORTED_VERSIONS:
+            raise UnsupportedVersion(
+                "unsupported protocol version", data={"supported": list(m.SUPPORTED_VERSIONS)}
+            )
+        exact_members(p, m.HELLO_MEMBERS, "hello")
+        agent_did = require_str(p["agent_did"], "agent_did", min_len=1, max_len=2048)
+        audit.client_did = agent_did[:256]
+        agent_id = require_str(p["agent_id"], "agent_id", min_len=1, max_len=128)
+        client_manifest = require_hash(p["manifest_hash"], "manifest_hash")
+        nonce_a_raw = require_b64u_bytes(p["nonce"], "nonce", m.NONCE_BYTES)
+        if not any(nonce_a_raw):
+            raise InvalidParams("nonce must be random")
+        entries = m.parse_public_keys(p["public_keys"])
+        ts = require_int(p["timestamp"], "timestamp")
+        if not is_fresh(ts, now):
+            raise _stale("hello", ts, now)
+        require_did(agent_did, "agent_did")
+        if agent_did == self.identity.did and not self.limits.allow_self_handshake:
+            raise AuthenticationFailed("refusing a handshake with this agent's own DID")
+        resolved: ResolvedDID = await self.resolver.resolve(agent_did)
+        client_keys = m.bind_public_keys(entries, resolved)
+
+        nonce_b = encoding.b64u_encode(self._random(m.NONCE_BYTES))
+        hello_hash = encoding.hash_of(p)
+        policy = self.policy
+        policy_hash = policy.hash
+        payload = {
+            "protocol_version": m.PROTOCOL_VERSION,
+            "hello_hash": hello_hash,
+            "client_did": agent_did,
+            "server_did": self.identity.did,
+            "nonce_a": p["nonce"],
+            "nonce_b": nonce_b,
+            "client_manifest_hash": client_manifest,
+            "server_manifest_hash": self.manifest_hash,
+            "policy_hash": policy_hash,
+            "timestamp": now_i,
+        }
+        policy_signature = jws_sign(payload, self.identity, m.Typ.POLICY)
+        challenge = {
+            "type": "challenge",
+            "protocol_version": m.PROTOCOL_VERSION,
+            "nonce_b": nonce_b,
+            "server_did": self.identity.did,
+            "manifest_hash": self.manifest_hash,
+            "public_keys": self._public_keys,
+            "policy_hash": policy_hash,
+            "policy_signature": policy_signature,
+            "timestamp": now_i,
+        }
+        pending = PendingHandshake(
+            nonce_b=nonce_b,
+            nonce_a=p["nonce"],
+            client_did=agent_did,
+            client_agent_id=agent_id,
+            client_keys=client_keys,
+            client_manifest_hash=client_manifest,
+            server_manifest_hash=self.manifest_hash,
+            hello_hash=hello_hash,
+            challenge_hash=encoding.hash_of(challenge),
+            policy=policy,
+            policy_hash=policy_hash,
+            policy_signature=policy_signature,
+            created_at=now_i,
+            expires_at=now_i + m.PENDING_LIFETIME,
+            source=source,
+        )
+        added = await self.store.add_pending(
+            pending,
+            max_per_source=self.limits.max_pending_per_source,
+            max_total=self.limits.max_pending_total,
+            now=now,
+        )
+        if not added:
+            raise Unavailable("too many pending handshakes", retry_after=5)
+        return challenge
+
+    # -- §5.3 PROOF → §5.4 POLICY ---------------------------------------------------------
+    async def _pending_for(
+        self, p: Any, method: str, members: frozenset[str], jws_member: str
+    ) -> tuple[dict[str, Any], str, dict[str, Any], PendingHandshake]:
+        now = self._clock()
+        p = require_object(p, "params")
+        if p.get("type") != method:
+            raise InvalidParams(f"params type must be {method!r}")
+        exact_members(p, members, method)
+        require_b64u_bytes(p["nonce_b"], "nonce_b", m.NONCE_BYTES)
+        header, *_ = jws_decode_unverified(p[jws_member])
+        pending = await self.store.get_pending(p["nonce_b"], now)
+        if pending is None:
+            raise HandshakeUnknown("unknown or expired handshake")
+        return p, p[jws_member], header, pending
+
+    async def _proof(self, params: Any, audit: _Audit) -> dict[str, Any]:
+        _p, token, header, pending = await self._pending_for(params, "proof", m.PROOF_MEMBERS, "proof_jws")
+        audit.client_did = pending.client_did
+        if pending.proven_kid is not None:
+            raise HandshakeUnknown("handshake already proven")
+        kid = header.get("kid")
+        key = pending.client_keys.get(kid) if isinstance(kid, str) else None
+        if key is None or not isinstance(kid, str):
+            raise AuthenticationFailed("proof kid is not a key the client's DID resolved to")
+        payload = jws_verify(token, key, typ=m.Typ.PROOF, kid=kid)
+        exact_members(payload, m.PROOF_PAYLOAD, "proof payload", AuthenticationFailed)
+        ts = require_int(payload["timestamp"], "proof timestamp", error=AuthenticationFailed)
+        check_payload_matches(
+            payload,
+            {
+                "nonce_a": pending.nonce_a,
+                "nonce_b": pending.nonce_b,
+                "client_did": pending.client_did,
+                "server_did": self.identity.did,
+                "client_manifest_hash": pending.client_manifest_hash,
+                "server_manifest_hash": pending.server_manifest_hash,
+                "challenge_hash": pending.challenge_hash,
+            },
+            AuthenticationFailed,
+        )
+        now = self._clock()
+        if not is_fresh(ts, now):
+            raise _stale("proof", ts, now)
+        if not await self.store.mark_proven(pending.nonce_b, kid, now):
+            raise HandshakeUnknown("handshake already proven or expired")
+        audit.verified = True
+        return {
+            "type": "policy",
+            "policy": pending.policy.to_dict(),
+            "policy_hash": pending.policy_hash,
+            "policy_signature": pending.policy_signature,
+        }
+
+    # -- §5.5 ACCEPT_POLICY → §5.6 SESSION ------------------------------------------------
+    async def _accept(self, params: Any, audit: _Audit) -> dict[str, Any]:
+        _p, token, _header, pending = await self._pending_for(
+            params, "accept_policy", m.ACCEPT_MEMBERS, "accept_jws"
+        )
+        audit.client_did = pending.client_did
+        kid = pending.proven_kid
+        if kid is None:
+            raise HandshakeUnknown("handshake not proven")
+        payload = jws_verify(token, pending.client_keys[kid], typ=m.Typ.ACCEPT, kid=kid)
+        exact_members(payload, m.ACCEPT_PAYLOAD, "accept payload", AuthenticationFailed)
+        ts = require_int(payload["timestamp"], "accept timestamp", error=AuthenticationFailed)
+        commitment = m.session_commitment(pending.nonce_a, pending.nonce_b, pending.policy_hash)
+        check_payload_matches(
+            payload,
+            {
+                "policy_hash": pending.policy_hash,
+                "session_commitment": commitment,
+                "nonce_a": pending.nonce_a,
+                "nonce_b": pending.nonce_b,
+                "client_did": pending.client_did,
+                "server_did": self.identity.did,
+            },
+            AuthenticationFailed,
+        )
+        now, now_i = self._now()
+        if not is_fresh(ts, now):
+            raise _stale("accept_policy", ts, now)
+        audit.verified = True
+        session_id = encoding.b64u_encode(self._random(m.SESSION_ID_BYTES))
+        expires_at = now_i + pending.policy.session_timeout
+        record = SessionRecord(
+            session_id=session_id,
+            session_commitment=commitment,
+            client_did=pending.client_did,
+            server_did=self.identity.did,
+            client_kid=kid,
+            client_key=pending.client_keys[kid],
+            policy=pending.policy,
+            created_at=now_i,
+            expires_at=expires_at,
+            client_agent_id=pending.client_agent_id,
+        )
+        opened = await self.store.open_session(
+            pending.nonce_b, record, max_sessions=self.limits.max_sessions, now=now
+        )
+        if opened is OpenResult.HANDSHAKE_GONE:
+            raise HandshakeUnknown("handshake already used or expired")
+        if opened is OpenResult.FULL:
+            raise Unavailable("too many open sessions", retry_after=30)
+        audit.session_id = session_id
+        session_payload = {
+            "session_id": session_id,
+            "session_commitment": commitment,
+            "client_did": pending.client_did,
+            "server_did": self.identity.did,
+            "created_at": now_i,
+            "expires_at": expires_at,
+        }
+        return {
+            "type": "session",
+            "session_id": session_id,
+            "server_did": self.identity.did,
+            "client_did": pending.client_did,
+            "session_commitment": commitment,
+            "created_at": now_i,
+            "expires_at": expires_at,
+            "public_keys": self._public_keys,
+            "session_jws": jws_sign(session_payload, self.identity, m.Typ.SESSION),
+        }
+
+    # -- §6.1 / §6.3 intents and close --------------------------------------------------------
+    def _signed_error(
+        self, exc: A2AError, session_id: str, sequence: int, req_hash: str, now_i: int
+    ) -> Reply:
+        error = {"code": exc.code, "message": exc.message}
+        payload = {
+            "session_id": session_id,
+            "sequence": sequence,
+            "request_hash": req_hash,
+            "status": "error",
+            "error": error,
+            "timestamp": now_i,
+        }
+        data: dict[str, Any] = dict(exc.data or {})
+        data["response_jws"] = jws_sign(payload, self.identity, m.Typ.RESPONSE)
+        retry = exc.retry_after if isinstance(exc, Unavailable) else None
+        return Reply(exc.http_status, error={**error, "data": data}, retry_after=retry)
+
+    def _signed_result(self, session_id: str, sequence: int, req_hash: str, result: Any, now_i: int) -> Any:
+        payload = {
+            "session_id": session_id,
+            "sequence": sequence,
+            "request_hash": req_hash,
+            "status": "success",
+            "result": result,
+            "timestamp": now_i,
+        }
+        return jws_sign(payload, self.identity, m.Typ.RESPONSE)
+
+    async def _intent_or_close(self, method: str, params: Any, audit: _Audit) -> Reply:
+        is_close = method == "close"
+        # Step 1: shapes.
+        p = require_object(params, "params")
+        exact_members(p, m.CLOSE_PARAMS if is_close else m.INTENT_PARAMS, method)
+        session_id = p["session_id"]
+        require_b64u_bytes(session_id, "session_id", m.SESSION_ID_BYTES)
+        require_hash(p["session_commitment"], "session_commitment")
+        params_seq = require_int(p["sequence"], "sequence", minimum=1)
+        intent = None if is_close else parse_intent(p["intent"])
+        token = p["request_jws"]
+        jws_decode_unverified(token)
+        if intent is not None:
+            audit.intent_goal = intent["goal"][:256]
+        audit.sequence = params_seq
+        # Step 2: the session.
+        now = self._clock()
+        session = await self.store.get_session(session_id, now)
+        if session is None:
+            raise SessionUnknown("unknown, expired or closed session")
+        audit.session_id = session_id
+        audit.client_did = session.client_did
+        # Step 3: commitment (not a secret, compared in constant time all the same).
+        if not ct_equal(p["session_commitment"], session.session_commitment):
+            raise AuthenticationFailed("session_commitment does not match the session")
+        # Step 4: signature with the client key pinned by the handshake.
+        typ = m.Typ.CLOSE if is_close else m.Typ.REQUEST
+        payload = jws_verify(token, session.client_key, typ=typ, kid=session.client_kid)
+        audit.verified = True
+        req_hash = m.request_hash(token)
+        now_i = int(now)
+        # Step 5: payload exact and equal to params; from here on errors are signed.
+        try:
+            exact_members(
+                payload,
+                m.CLOSE_PAYLOAD if is_close else m.REQUEST_PAYLOAD,
+                "request payload",
+                AuthenticationFailed,
+            )
+            sequence = require_int(
+                payload["sequence"], "signed sequence", minimum=1, error=AuthenticationFailed
+            )
+            ts = require_int(payload["timestamp"], "signed timestamp", error=AuthenticationFailed)
+            expected: dict[str, Any] = {
+                "session_id": session_id,
+                "session_commitment": session.session_commitment,
+                "sequence": params_seq,
+            }
+            if is_close:
+                if payload["close"] is not True:
+                    raise AuthenticationFailed("signed close must be true")
+            else:
+                expected["intent"] = intent
+            check_payload_matches(payload, expected, AuthenticationFailed)
+        except A2AError as exc:
+            return self._signed_error(exc, session_id, params_seq, req_hash, now_i)
+        audit.sequence = sequence
+        try:
+            # Step 6: freshness.
+            if not is_fresh(ts, now):
+                raise _stale("request", ts, now)
+            # Steps 7-8, one atomic check-and-update.
+            begin = await self.store.begin_request(
+                session_id,
+                session.client_did,
+                sequence,
+                req_hash,
+                rate_limit=None if is_close else session.policy.rate_limit,
+                rate_period=session.policy.rate_period,
+                now=now,
+            )
+            if begin.kind is BeginKind.GONE:
+                raise SessionUnknown("unknown, expired or closed session")
+            if begin.kind is BeginKind.STALE:
+                raise SequenceError(f"sequence {sequence} is not greater than {begin.last_sequence}")
+            if begin.kind is BeginKind.RATE_LIMITED:
+                raise Unavailable("rate limit reached", retry_after=begin.retry_after)
+            if begin.kind in (BeginKind.REPLAY, BeginKind.IN_PROGRESS):
+                return await self._replay(session_id, sequence, req_hash, begin.reply, now)
+        except A2AError as exc:
+            return self._signed_error(exc, session_id, sequence, req_hash, now_i)
+        # The sequence is consumed: whatever happens now is the stored answer.
+        try:
+            if is_close:
+                reply = await self._close(session, sequence, req_hash)
+            else:
+                assert intent is not None
+                reply = await self._run_intent(session, sequence, req_hash, intent)
+        except A2AError as exc:
+            reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
+        except Exception:
+            reply = self._signed_error(InternalError(), session_id, sequence, req_hash, int(self._clock()))
+        if not is_close:
+            await self.store.finish_request(
+                session_id, sequence, StoredReply(reply.http_status, reply.result, reply.error)
+            )
+        return reply
+
+    async def _replay(
+        self, session_id: str, sequence: int, req_hash: str, stored: StoredReply | None, now: float
+    ) -> Reply:
+        deadline = self._clock() + self.limits.replay_wait_seconds
+        while stored is None:
+            if self._clock() >= deadline:
+                raise Unavailable("the original request is still running", retry_after=1)
+            await asyncio.sleep(0.01)
+            begin = await self.store.begin_request(
+                session_id, "", sequence, req_hash, rate_limit=None, rate_period=1, now=self._clock()
+            )
+            if begin.kind is BeginKind.REPLAY:
+                stored = begin.reply
+            elif begin.kind is not BeginKind.IN_PROGRESS:
+                raise SequenceError(f"sequence {sequence} is no longer the last accepted")
+        return Reply(stored.http_status, stored.result, stored.error)
+
+    async def _close(self, session: SessionRecord, sequence: int, req_hash: str) -> Reply:
+        await self.store.close_session(session.session_id)
+        result = {"type": "closed", "session_id": session.session_id}
+        token = self._signed_result(session.session_id, sequence, req_hash, result, int(self._clock()))
+        return Reply(200, {**result, "response_jws": token})
+
+    async def _run_intent(
+        self, session: SessionRecord, sequence: int, req_hash: str, intent: dict[str, Any]
+    ) -> Reply:
+        goal = intent["goal"]
+        # Step 9: the policy agreed in the handshake, not today's configuration.
+        if not session.policy.allows(goal):
+            raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
+        # Step 10: a handler.
+        if not self.dispatcher.has(goal):
+            raise MethodNotFound(f"no handler for intent {goal[:64]!r}")
+        # Step 11: run within min(timeout_ms, server maximum).
+        constraints = intent.get("constraints", {})
+        timeout_ms = min(
+            constraints.get("timeout_ms", self.limits.max_handler_timeout_ms),
+            self.limits.max_handler_timeout_ms,
+        )
+        context = IntentContext(
+            caller_did=session.client_did,
+            session_id=session.session_id,
+            sequence=sequence,
+            goal=goal,
+            domain=intent.get("domain"),
+            constraints=constraints,
+            client_agent_id=session.client_agent_id,
+        )
+        try:
+            result = await asyncio.wait_for(
+                self.dispatcher.run(goal, intent["inputs"], context), timeout_ms / 1000
+            )
+        except TimeoutError:
+            raise IntentTimeout(f"intent did not finish within {timeout_ms} ms") from None
+        except InvalidParams as exc:
+            raise InvalidParams(exc.message[:200]) from None
+        except A2AError:
+            raise
+        except Exception:
+            raise InternalError("the intent handler failed") from None
+        try:
+            encoding.loads(encoding.dumps(result))
+        except (A2AError, TypeError, ValueError):
+            raise InternalError("the intent handler returned a value that is not I-JSON") from None
+        token = self._signed_result(session.session_id, sequence, req_hash, result, int(self._clock()))
+        return Reply(
+            200, {"status": "success", "sequence": sequence, "result": result, "response_jws": token}
+        )
+
+
+def endpoint_of(method: str) -> Literal["handshake", "intent"] | None:
+    """Which endpoint serves ``method`` (PROTOCOL.md §4), or None."""
+    if method in HANDSHAKE_METHODS:
+        return "handshake"
+    if method in INTENT_METHODS:
+        return "intent"
+    return None

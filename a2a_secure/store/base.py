@@ -1,0 +1,231 @@
+"""The store interface of the protocol core.
+
+Everything the server must remember between requests goes through one ``Store``: pending
+handshakes, sessions, each session's last accepted sequence with its stored answer, and
+rate counters. Each method is one atomic check-and-update, so that a shared store (Redis)
+can implement it as one script and several workers stay correct: a nonce is consumed once,
+a sequence is accepted once, a rate counter is spent once.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, runtime_checkable
+
+from a2a_secure.identity import encoding
+from a2a_secure.protocol.policy import Policy
+
+__all__ = [
+    "Begin",
+    "BeginKind",
+    "OpenResult",
+    "PendingHandshake",
+    "SessionRecord",
+    "Store",
+    "StoredReply",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingHandshake:
+    """A handshake between CHALLENGE and SESSION, found by the server's nonce ``nonce_b``."""
+
+    nonce_b: str
+    nonce_a: str
+    client_did: str
+    client_agent_id: str
+    client_keys: Mapping[str, bytes]
+    client_manifest_hash: str
+    server_manifest_hash: str
+    hello_hash: str
+    challenge_hash: str
+    policy: Policy
+    policy_hash: str
+    policy_signature: str
+    created_at: int
+    expires_at: int
+    source: str = ""
+    proven_kid: str | None = None
+
+    def proven(self, kid: str) -> PendingHandshake:
+        """The same handshake, proven with the client key ``kid``."""
+        return replace(self, proven_kid=kid)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form for shared stores."""
+        return {
+            "nonce_b": self.nonce_b,
+            "nonce_a": self.nonce_a,
+            "client_did": self.client_did,
+            "client_agent_id": self.client_agent_id,
+            "client_keys": {k: encoding.b64u_encode(v) for k, v in self.client_keys.items()},
+            "client_manifest_hash": self.client_manifest_hash,
+            "server_manifest_hash": self.server_manifest_hash,
+            "hello_hash": self.hello_hash,
+            "challenge_hash": self.challenge_hash,
+            "policy": self.policy.to_dict(),
+            "policy_hash": self.policy_hash,
+            "policy_signature": self.policy_signature,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "source": self.source,
+            "proven_kid": self.proven_kid,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> PendingHandshake:
+        """Inverse of :meth:`to_dict`."""
+        data = dict(obj)
+        data["client_keys"] = {k: encoding.b64u_decode(v) for k, v in data["client_keys"].items()}
+        data["policy"] = Policy.from_dict(data["policy"])
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """An open session: the keys and policy pinned by its handshake."""
+
+    session_id: str
+    session_commitment: str
+    client_did: str
+    server_did: str
+    client_kid: str
+    client_key: bytes
+    policy: Policy
+    created_at: int
+    expires_at: int
+    client_agent_id: str = ""
+
+    def expired(self, now: float) -> bool:
+        """PROTOCOL.md §5.6: expired when ``now >= expires_at`` (absolute lifetime)."""
+        return now >= self.expires_at
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form for shared stores."""
+        return {
+            "session_id": self.session_id,
+            "session_commitment": self.session_commitment,
+            "client_did": self.client_did,
+            "server_did": self.server_did,
+            "client_kid": self.client_kid,
+            "client_key": encoding.b64u_encode(self.client_key),
+            "policy": self.policy.to_dict(),
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "client_agent_id": self.client_agent_id,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> SessionRecord:
+        """Inverse of :meth:`to_dict`."""
+        data = dict(obj)
+        data["client_key"] = encoding.b64u_decode(data["client_key"])
+        data["policy"] = Policy.from_dict(data["policy"])
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredReply:
+    """The answer to an accepted request, kept for a byte-identical retry (§6.1 step 7)."""
+
+    http_status: int
+    result: Any = None
+    error: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form for shared stores."""
+        return {"http_status": self.http_status, "result": self.result, "error": self.error}
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> StoredReply:
+        """Inverse of :meth:`to_dict`."""
+        return cls(obj["http_status"], obj.get("result"), obj.get("error"))
+
+
+class BeginKind(enum.Enum):
+    """The decision of :meth:`Store.begin_request` (§6.1 steps 7 and 8, atomically)."""
+
+    NEW = "new"  # sequence accepted and consumed, rate counted: run the intent
+    REPLAY = "replay"  # byte-identical retry of the last request: answer with ``reply``
+    IN_PROGRESS = "in_progress"  # byte-identical retry while the original still runs
+    STALE = "stale"  # replayed or out of order (-32044)
+    RATE_LIMITED = "rate_limited"  # over the limit: nothing consumed (-32048)
+    GONE = "gone"  # the session closed or expired meanwhile (-32043)
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """What :meth:`Store.begin_request` decided, with what the engine needs to answer."""
+
+    kind: BeginKind
+    last_sequence: int = 0
+    reply: StoredReply | None = None
+    retry_after: int = 0
+
+
+class OpenResult(enum.Enum):
+    """The outcome of :meth:`Store.open_session`."""
+
+    OPENED = "opened"
+    HANDSHAKE_GONE = "handshake_gone"  # unknown, expired, unproven or already used (-32041)
+    FULL = "full"  # too many open sessions (-32048)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Server state, one atomic operation per method. ``now`` is Unix seconds."""
+
+    async def add_pending(
+        self, pending: PendingHandshake, *, max_per_source: int, max_total: int, now: float
+    ) -> bool:
+        """Store a new pending handshake; False (nothing stored) when a bound is reached.
+
+        Entries still inside their 60 s window are never evicted to make room.
+        """
+        ...
+
+    async def get_pending(self, nonce_b: str, now: float) -> PendingHandshake | None:
+        """The pending handshake for ``nonce_b`` if it exists and has not expired."""
+        ...
+
+    async def mark_proven(self, nonce_b: str, kid: str, now: float) -> bool:
+        """Mark the handshake proven with ``kid``; False if unknown, expired or already proven."""
+        ...
+
+    async def open_session(
+        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float
+    ) -> OpenResult:
+        """Consume the proven pending handshake and create ``session``, atomically."""
+        ...
+
+    async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
+        """The open, unexpired session, or None."""
+        ...
+
+    async def begin_request(
+        self,
+        session_id: str,
+        client_did: str,
+        sequence: int,
+        request_hash: str,
+        *,
+        rate_limit: int | None,
+        rate_period: int,
+        now: float,
+    ) -> Begin:
+        """§6.1 steps 7-8 as one atomic check-and-update (``rate_limit`` None: not counted)."""
+        ...
+
+    async def finish_request(self, session_id: str, sequence: int, reply: StoredReply) -> None:
+        """Store the answer to the accepted ``sequence`` (if it is still the last one)."""
+        ...
+
+    async def close_session(self, session_id: str) -> None:
+        """Forget the session: it is unknown from now on."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...

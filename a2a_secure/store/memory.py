@@ -1,0 +1,175 @@
+"""The embedded in-memory store: one process, no I/O, every method atomic.
+
+Atomicity comes from the event loop: no method awaits before it has finished its
+check-and-update. Expired entries are dropped lazily, and when a bound is reached only
+expired entries are swept; an entry still inside its window is never evicted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from a2a_secure.store.base import (
+    Begin,
+    BeginKind,
+    OpenResult,
+    PendingHandshake,
+    SessionRecord,
+    StoredReply,
+)
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass(slots=True)
+class _SeqState:
+    last: int = 0
+    request_hash: str = ""
+    reply: StoredReply | None = None
+
+
+class MemoryStore:
+    """In-process implementation of :class:`a2a_secure.store.base.Store`."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, PendingHandshake] = {}
+        self._pending_by_source: dict[str, int] = {}
+        self._sessions: dict[str, SessionRecord] = {}
+        self._seq: dict[str, _SeqState] = {}
+        # (client DID, period) -> (window start, count): a fixed window per DID.
+        self._rates: dict[tuple[str, int], tuple[int, int]] = {}
+
+    # -- pending handshakes ---------------------------------------------------------------
+    def _drop_pending(self, nonce_b: str) -> None:
+        p = self._pending.pop(nonce_b, None)
+        if p is not None:
+            left = self._pending_by_source.get(p.source, 0) - 1
+            if left > 0:
+                self._pending_by_source[p.source] = left
+            else:
+                self._pending_by_source.pop(p.source, None)
+
+    def _sweep_pending(self, now: float) -> None:
+        for nonce_b in [n for n, p in self._pending.items() if p.expires_at <= now]:
+            self._drop_pending(nonce_b)
+
+    async def add_pending(
+        self, pending: PendingHandshake, *, max_per_source: int, max_total: int, now: float
+    ) -> bool:
+        """See :meth:`Store.add_pending`."""
+        full = (
+            len(self._pending) >= max_total
+            or self._pending_by_source.get(pending.source, 0) >= max_per_source
+        )
+        if full:
+            self._sweep_pending(now)
+            full = (
+                len(self._pending) >= max_total
+                or self._pending_by_source.get(pending.source, 0) >= max_per_source
+            )
+        if full or pending.nonce_b in self._pending:
+            return False
+        self._pending[pending.nonce_b] = pending
+        self._pending_by_source[pending.source] = self._pending_by_source.get(pending.source, 0) + 1
+        return True
+
+    async def get_pending(self, nonce_b: str, now: float) -> PendingHandshake | None:
+        """See :meth:`Store.get_pending`."""
+        p = self._pending.get(nonce_b)
+        if p is None:
+            return None
+        if p.expires_at <= now:
+            self._drop_pending(nonce_b)
+            return None
+        return p
+
+    async def mark_proven(self, nonce_b: str, kid: str, now: float) -> bool:
+        """See :meth:`Store.mark_proven`."""
+        p = await self.get_pending(nonce_b, now)
+        if p is None or p.proven_kid is not None:
+            return False
+        self._pending[nonce_b] = p.proven(kid)
+        return True
+
+    async def open_session(
+        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float
+    ) -> OpenResult:
+        """See :meth:`Store.open_session`."""
+        p = await self.get_pending(nonce_b, now)
+        if p is None or p.proven_kid is None:
+            return OpenResult.HANDSHAKE_GONE
+        if len(self._sessions) >= max_sessions:
+            for sid in [s for s, rec in self._sessions.items() if rec.expired(now)]:
+                self._forget(sid)
+            if len(self._sessions) >= max_sessions:
+                return OpenResult.FULL
+        self._drop_pending(nonce_b)
+        self._sessions[session.session_id] = session
+        self._seq[session.session_id] = _SeqState()
+        return OpenResult.OPENED
+
+    # -- sessions -------------------------------------------------------------------------
+    def _forget(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+        self._seq.pop(session_id, None)
+
+    async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
+        """See :meth:`Store.get_session`."""
+        s = self._sessions.get(session_id)
+        if s is None:
+            return None
+        if s.expired(now):
+            self._forget(session_id)
+            return None
+        return s
+
+    async def begin_request(
+        self,
+        session_id: str,
+        client_did: str,
+        sequence: int,
+        request_hash: str,
+        *,
+        rate_limit: int | None,
+        rate_period: int,
+        now: float,
+    ) -> Begin:
+        """See :meth:`Store.begin_request`."""
+        if await self.get_session(session_id, now) is None:
+            return Begin(BeginKind.GONE)
+        st = self._seq[session_id]
+        if sequence == st.last and st.last > 0 and st.request_hash == request_hash:
+            if st.reply is None:
+                return Begin(BeginKind.IN_PROGRESS, st.last)
+            return Begin(BeginKind.REPLAY, st.last, st.reply)
+        if sequence <= st.last:
+            return Begin(BeginKind.STALE, st.last)
+        if rate_limit is not None:
+            key = (client_did, rate_period)
+            t = int(now)
+            start, count = self._rates.get(key, (t - t % rate_period, 0))
+            if t >= start + rate_period:
+                start, count = t - t % rate_period, 0
+            if count >= rate_limit:
+                return Begin(BeginKind.RATE_LIMITED, st.last, retry_after=max(1, start + rate_period - t))
+            self._rates[key] = (start, count + 1)
+        st.last, st.request_hash, st.reply = sequence, request_hash, None
+        return Begin(BeginKind.NEW, sequence)
+
+    async def finish_request(self, session_id: str, sequence: int, reply: StoredReply) -> None:
+        """See :meth:`Store.finish_request`."""
+        st = self._seq.get(session_id)
+        if st is not None and st.last == sequence:
+            st.reply = reply
+
+    async def close_session(self, session_id: str) -> None:
+        """See :meth:`Store.close_session`."""
+        self._forget(session_id)
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+    # -- introspection (tests, metrics) ---------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        """How many pending handshakes, sessions and rate windows are held."""
+        return {"pending": len(self._pending), "sessions": len(self._sessions), "rates": len(self._rates)}
