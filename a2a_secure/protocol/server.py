@@ -69,7 +69,7 @@ __all__ = [
 HANDSHAKE_METHODS = frozenset(("hello", "proof", "accept_policy"))
 INTENT_METHODS = frozenset(("intent", "close"))
 
-AuditHook = Callable[..., None]
+AuditHook = Callable[..., object]
 Clock = Callable[[], float]
 RandomSource = Callable[[int], bytes]
 

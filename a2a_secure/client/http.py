@@ -1,0 +1,367 @@
+"""The HTTP adapter of the client side: httpx around ``ClientHandshake``/``ClientSession``.
+
+It resolves the server's DID once per handshake, drives the four-step handshake, sends
+signed requests and verifies every answer through the core. A retry re-sends the
+byte-identical request, which the server answers from its stored response, so an intent is
+never run twice under two sequence numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import itertools
+import random
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+
+from a2a_secure.errors import (
+    A2AError,
+    AuthenticationFailed,
+    InternalError,
+    InvalidParams,
+    SessionUnknown,
+    Unavailable,
+)
+from a2a_secure.identity import encoding
+from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.client import ClientHandshake, ClientSession, IntentResult, PreparedRequest
+from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.server import AuditHook
+
+__all__ = ["A2AClient", "RetryPolicy", "check_endpoint"]
+
+MAX_TIMEOUT = 30.0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_endpoint(url: str) -> str:
+    """Return the base URL if it is https, or http to a loopback host (PROTOCOL.md §4)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return url.rstrip("/")
+    if parts.scheme == "http" and parts.hostname and _is_loopback(parts.hostname):
+        return url.rstrip("/")
+    raise InvalidParams("endpoint must be https (plain http only to loopback)")
+
+
+class RetryPolicy:
+    """Exponential backoff with full jitter, honouring ``Retry-After`` up to ``max_wait``."""
+
+    def __init__(
+        self, attempts: int = 3, base: float = 0.1, cap: float = 5.0, max_wait: float = 30.0
+    ) -> None:
+        self.attempts = attempts
+        self.base = base
+        self.cap = cap
+        self.max_wait = max_wait
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before retry number ``attempt`` (1-based)."""
+        backoff = random.uniform(0, min(self.cap, self.base * 2 ** (attempt - 1)))  # noqa: S311 - jitter, not security
+        if retry_after is not None:
+            return max(retry_after, backoff)
+        return backoff
+
+
+class _Peer:
+    """One server: its endpoint and its open session, with a lock keeping sequences ordered."""
+
+    def __init__(self, did: str, endpoint: str) -> None:
+        self.did = did
+        self.endpoint = endpoint
+        self.session: ClientSession | None = None
+        self.lock = asyncio.Lock()
+
+
+class A2AClient:
+    """Calls agents: handshakes, signed intents, close. One instance serves many peers."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        *,
+        resolver: DIDResolver | None = None,
+        http: httpx.AsyncClient | None = None,
+        verify: Any = True,
+        timeout: float = MAX_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        manifest_hash: str | None = None,
+        accept_policy: Callable[[Policy], bool] | None = None,
+        audit: AuditHook | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.identity = identity
+        self.resolver = resolver or DIDResolver()
+        self._own_http = http is None
+        timeout = min(timeout, MAX_TIMEOUT)
+        self.http = http or httpx.AsyncClient(
+            verify=verify,
+            timeout=httpx.Timeout(timeout),
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=16, max_keepalive_connections=8),
+        )
+        self.retry = retry or RetryPolicy()
+        self.manifest_hash = manifest_hash
+        self.accept_policy = accept_policy
+        self._audit = audit
+        self._clock = clock
+        self._peers: dict[str, _Peer] = {}
+        self._ids = itertools.count(1)
+
+    async def __aenter__(self) -> A2AClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self, *, close_sessions: bool = True) -> None:
+        """Close open sessions (best effort) and the HTTP client."""
+        if close_sessions:
+            for peer in list(self._peers.values()):
+                if peer.session is not None and not peer.session.expired():
+                    with contextlib.suppress(A2AError, httpx.HTTPError):
+                        await self.close_session(peer.did)
+        if self._own_http:
+            await self.http.aclose()
+
+    # -- audit ---------------------------------------------------------------------------------
+    def _record(
+        self,
+        event: str,
+        started: float,
+        peer: _Peer,
+        *,
+        error: A2AError | None = None,
+        goal: str | None = None,
+        sequence: int | None = None,
+        verified: bool = True,
+    ) -> None:
+        if self._audit is None:
+            return
+        session = peer.session
+        self._audit(
+            event=event,
+            role="client",
+            session_id=session.session_id if session is not None else None,
+            client_did=self.identity.did,
+            server_did=peer.did,
+            intent_goal=goal,
+            sequence=sequence,
+            status="error" if error is not None else "success",
+            duration_ms=round((self._clock() - started) * 1000, 3),
+            error_code=error.code if error is not None else None,
+            verified=verified if error is None else bool(error.signed),
+        )
+
+    # -- transport -----------------------------------------------------------------------------
+    async def _post(
+        self, url: str, method: str, params: Mapping[str, Any]
+    ) -> tuple[int, Any, Any, float | None]:
+        """One JSON-RPC call; returns (HTTP status, result, error, Retry-After)."""
+        rid = next(self._ids)
+        body = encoding.dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": rid})
+        resp = await self.http.post(url, content=body, headers={"Content-Type": "application/json"})
+        retry_after: float | None = None
+        header = resp.headers.get("retry-after")
+        if header is not None and header.isdigit():
+            retry_after = float(header)
+        try:
+            obj = encoding.loads(resp.content)
+        except A2AError:
+            raise InternalError(f"HTTP {resp.status_code} with a body that is not JSON") from None
+        if not isinstance(obj, dict) or obj.get("jsonrpc") != "2.0" or obj.get("id") not in (rid, None):
+            raise AuthenticationFailed("reply is not a JSON-RPC response to this request")
+        if "error" in obj:
+            return resp.status_code, None, obj["error"], retry_after
+        if resp.status_code != 200 or "result" not in obj or obj.get("id") != rid:
+            raise AuthenticationFailed("malformed JSON-RPC result")
+        return resp.status_code, obj["result"], None, retry_after
+
+    @staticmethod
+    def _plain_error(error: Any) -> A2AError:
+        from a2a_secure.errors import error_for_code  # noqa: PLC0415 - keeps the import list short
+
+        if (
+            isinstance(error, dict)
+            and type(error.get("code")) is int
+            and isinstance(error.get("message"), str)
+        ):
+            data = error.get("data") if isinstance(error.get("data"), dict) else None
+            return error_for_code(error["code"], error["message"][:512], data)
+        return AuthenticationFailed("malformed error reply")
+
+    # -- handshake -----------------------------------------------------------------------------
+    def _peer(self, did: str, endpoint: str | None) -> _Peer:
+        peer = self._peers.get(did)
+        if peer is None:
+            if endpoint is None:
+                raise InvalidParams(f"no endpoint known for {did}")
+            peer = _Peer(did, check_endpoint(endpoint))
+            self._peers[did] = peer
+        elif endpoint is not None:
+            peer.endpoint = check_endpoint(endpoint)
+        return peer
+
+    async def handshake(self, server_did: str, endpoint: str | None = None) -> ClientSession:
+        """Run the handshake with ``server_did`` at ``endpoint`` and keep the session."""
+        peer = self._peer(server_did, endpoint)
+        async with peer.lock:
+            return await self._handshake(peer)
+
+    async def _handshake(self, peer: _Peer) -> ClientSession:
+        resolved = await self.resolver.resolve(peer.did)
+        hs = ClientHandshake(self.identity, resolved, manifest_hash=self.manifest_hash, clock=self._clock)
+        url = peer.endpoint + "/a2a/handshake"
+        msg = hs.hello()
+        steps = (
+            ("hello", hs.receive_challenge),
+            ("proof", lambda r: hs.receive_policy(r, accept=self.accept_policy)),
+            ("accept_policy", None),
+        )
+        session: ClientSession | None = None
+        for method, nxt in steps:
+            started = self._clock()
+            try:
+                _status, result, error, _ra = await self._with_retries(url, method, msg, signed=False)
+                if error is not None:
+                    raise self._plain_error(error)
+                if nxt is not None:
+                    msg = nxt(result)
+                else:
+                    session = hs.receive_session(result)
+            except A2AError as exc:
+                self._record(method, started, peer, error=exc)
+                raise
+            if session is not None:
+                peer.session = session
+            self._record(method, started, peer, verified=True)
+        assert session is not None
+        peer.session = session
+        return session
+
+    async def _with_retries(
+        self,
+        url: str,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        signed: bool,
+        session: ClientSession | None = None,
+        req: PreparedRequest | None = None,
+    ) -> tuple[int, Any, Any, float | None]:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                status, result, error, retry_after = await self._post(url, method, params)
+            except (httpx.TimeoutException, httpx.TransportError):
+                if attempt >= self.retry.attempts:
+                    raise Unavailable("peer unreachable or timed out", retry_after=1) from None
+                await asyncio.sleep(self.retry.delay(attempt, None))
+                continue
+            retryable = status in (500, 502, 503, 504) and error is not None
+            if retryable and status == 503 and retry_after is not None and retry_after > self.retry.max_wait:
+                retryable = False
+            if retryable and status != 503 and signed and session is not None and req is not None:
+                # A signed 500/504 is the stored, final answer for this sequence.
+                retryable = not session.error_from_reply(req, error).signed
+            if not retryable or attempt >= self.retry.attempts:
+                return status, result, error, retry_after
+            await asyncio.sleep(self.retry.delay(attempt, retry_after))
+
+    # -- intents ---------------------------------------------------------------------------------
+    async def session_for(self, server_did: str, endpoint: str | None = None) -> ClientSession:
+        """The open session with ``server_did``, handshaking if there is none or it expired."""
+        peer = self._peer(server_did, endpoint)
+        async with peer.lock:
+            if peer.session is None or peer.session.expired():
+                await self._handshake(peer)
+            assert peer.session is not None
+            return peer.session
+
+    async def request(
+        self, server_did: str, intent: Mapping[str, Any], *, endpoint: str | None = None
+    ) -> IntentResult:
+        """Send ``intent`` to ``server_did`` on a (re)used session; return the verified result.
+
+        A session that expired, or that the server no longer knows, is replaced by a new
+        handshake once.
+        """
+        peer = self._peer(server_did, endpoint)
+        async with peer.lock:
+            for attempt in (1, 2):
+                if peer.session is None or peer.session.expired():
+                    await self._handshake(peer)
+                assert peer.session is not None
+                try:
+                    return await self._send(peer, peer.session, intent)
+                except SessionUnknown:
+                    peer.session = None
+                    if attempt == 2:
+                        raise
+        raise SessionUnknown()  # pragma: no cover
+
+    async def send_intent(self, session: ClientSession, intent: Mapping[str, Any]) -> IntentResult:
+        """Send ``intent`` on an explicit ``session``."""
+        peer = self._peers.get(session.server_did)
+        if peer is None:
+            raise InvalidParams("unknown session")
+        async with peer.lock:
+            return await self._send(peer, session, intent)
+
+    async def _send(self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any]) -> IntentResult:
+        req = session.prepare_intent(intent)
+        started = self._clock()
+        try:
+            _status, result, error, _ra = await self._with_retries(
+                peer.endpoint + "/a2a/intent", "intent", req.params, signed=True, session=session, req=req
+            )
+            if error is not None:
+                raise session.error_from_reply(req, error)
+            verified = session.verify_result(req, result)
+        except A2AError as exc:
+            self._record("intent", started, peer, error=exc, goal=req.goal, sequence=req.sequence)
+            raise
+        self._record("intent", started, peer, goal=req.goal, sequence=req.sequence)
+        return verified
+
+    async def close_session(self, server_did: str) -> None:
+        """Close the session with ``server_did`` (authenticated close, §6.3)."""
+        peer = self._peers.get(server_did)
+        if peer is None or peer.session is None:
+            return
+        async with peer.lock:
+            session = peer.session
+            if session is None or session.expired():
+                peer.session = None
+                return
+            req = session.prepare_close()
+            started = self._clock()
+            try:
+                _s, result, error, _ra = await self._with_retries(
+                    peer.endpoint + "/a2a/intent", "close", req.params, signed=True, session=session, req=req
+                )
+                if error is not None:
+                    raise session.error_from_reply(req, error)
+                session.verify_closed(req, result)
+            except A2AError as exc:
+                self._record("close", started, peer, error=exc, sequence=req.sequence)
+                peer.session = None
+                raise
+            self._record("close", started, peer, sequence=req.sequence)
+            peer.session = None

@@ -1,0 +1,86 @@
+"""JSON-RPC 2.0 envelopes as PROTOCOL.md §4 and §9 restrict them (pure functions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from a2a_secure.errors import A2AError, InvalidParams, InvalidRequest, MethodNotFound
+from a2a_secure.identity import encoding
+
+__all__ = ["ENDPOINT_METHODS", "Envelope", "EnvelopeError", "encode_error", "encode_result", "parse_request"]
+
+ENDPOINT_METHODS: dict[str, frozenset[str]] = {
+    "handshake": frozenset(("hello", "proof", "accept_policy")),
+    "intent": frozenset(("intent", "close")),
+}
+_ENVELOPE = frozenset(("jsonrpc", "method", "params", "id"))
+JsonRpcId = str | int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A valid request envelope."""
+
+    id: str | int
+    method: str
+    params: dict[str, Any]
+
+
+class EnvelopeError(Exception):
+    """An envelope failure, with the id to answer under and the event to audit."""
+
+    def __init__(self, error: A2AError, request_id: JsonRpcId, event: str) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.request_id = request_id
+        self.event = event
+
+
+def _valid_id(value: Any) -> bool:
+    if type(value) is int:
+        return True
+    return isinstance(value, str) and len(value) <= 128
+
+
+def parse_request(body: bytes, endpoint: str) -> Envelope:
+    """Parse and check one request body for ``endpoint`` ("handshake" or "intent").
+
+    Raises :class:`EnvelopeError` carrying -32700 (not I-JSON), -32600 (envelope, batch,
+    id), -32601 (method not on this endpoint) or -32602 (``params`` not an object).
+    """
+    try:
+        obj = encoding.loads(body)
+    except A2AError as exc:
+        raise EnvelopeError(exc, None, "reject") from None
+    if isinstance(obj, list):
+        raise EnvelopeError(InvalidRequest("batches are not supported"), None, "reject")
+    if not isinstance(obj, dict):
+        raise EnvelopeError(InvalidRequest("request must be a JSON object"), None, "reject")
+    rid = obj.get("id")
+    if "id" not in obj or not _valid_id(rid):
+        raise EnvelopeError(InvalidRequest("id must be a string (<= 128) or an integer"), None, "reject")
+    if obj.get("jsonrpc") != "2.0":
+        raise EnvelopeError(InvalidRequest("jsonrpc must be '2.0'"), rid, "reject")
+    method = obj.get("method")
+    if not isinstance(method, str):
+        raise EnvelopeError(InvalidRequest("method must be a string"), rid, "reject")
+    if obj.keys() - _ENVELOPE:
+        raise EnvelopeError(InvalidRequest("unexpected member in the request envelope"), rid, "reject")
+    if method not in ENDPOINT_METHODS[endpoint]:
+        raise EnvelopeError(MethodNotFound(f"method {method[:64]!r} is not served here"), rid, "reject")
+    params = obj.get("params")
+    if not isinstance(params, dict):
+        raise EnvelopeError(InvalidParams("params must be an object"), rid, method)
+    assert rid is not None
+    return Envelope(rid, method, params)
+
+
+def encode_result(request_id: JsonRpcId, result: Any) -> bytes:
+    """A JSON-RPC success response body."""
+    return encoding.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def encode_error(request_id: JsonRpcId, error: Any) -> bytes:
+    """A JSON-RPC error response body."""
+    return encoding.dumps({"jsonrpc": "2.0", "id": request_id, "error": error})

@@ -1,0 +1,276 @@
+"""The HTTP adapter of the server side: FastAPI routes around ``ServerProtocol``.
+
+Everything protocol-shaped lives in the core; this module only reads bodies (with the size
+limit enforced while reading), checks the content type, parses the JSON-RPC envelope and
+writes the reply with the HTTP status of PROTOCOL.md §7. The two hot endpoints take the raw
+``Request`` and return a raw ``Response``: FastAPI's validation would cost as much as the
+signature work and could answer with shapes the protocol does not allow.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+from fastapi import APIRouter, FastAPI
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+
+from a2a_secure.errors import A2AError, InternalError, PayloadTooLarge, UnsupportedMediaType
+from a2a_secure.identity import did as did_module
+from a2a_secure.identity import encoding
+from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.jsonrpc import EnvelopeError, encode_error, encode_result, parse_request
+from a2a_secure.protocol.messages import PROTOCOL_NAME
+from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
+from a2a_secure.protocol.server import (
+    AuditHook,
+    IntentContext,
+    IntentDispatcher,
+    Reply,
+    ServerLimits,
+    ServerProtocol,
+)
+from a2a_secure.store.base import Store
+from a2a_secure.store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from a2a_secure.audit import Auditor
+
+__all__ = ["AgentServer", "create_app"]
+
+DEFAULT_MAX_BODY = 1024 * 1024
+_JSON_TYPES = frozenset(("application/json", "application/json;charset=utf-8"))
+Handler = Callable[..., Any]
+
+
+def _content_type_ok(value: str | None) -> bool:
+    if value is None:
+        return False
+    return value.replace(" ", "").lower() in _JSON_TYPES
+
+
+class AgentServer(IntentDispatcher):
+    """An agent's server: its identity, policy, intent handlers, store and routes.
+
+    Register handlers with the decorator; a handler takes ``(inputs)`` or
+    ``(inputs, context)``, may be sync (run in a worker thread) or async, and returns a
+    JSON value. Raise ``InvalidParams`` to reject its inputs (-32602).
+    """
+
+    def __init__(
+        self,
+        identity: Identity,
+        policy: Policy = DEFAULT_POLICY,
+        *,
+        name: str | None = None,
+        description: str = "",
+        version: str = "0.1.0",
+        url: str = "",
+        store: Store | None = None,
+        resolver: DIDResolver | None = None,
+        audit: Auditor | AuditHook | None = None,
+        limits: ServerLimits | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self.identity = identity
+        self.policy = policy
+        self.name = name or identity.agent_id
+        self.description = description
+        self.version = version
+        self.url = url
+        self.store: Store = store if store is not None else MemoryStore()
+        self.resolver = resolver or DIDResolver()
+        self.limits = limits or ServerLimits()
+        self.max_body = max_body
+        self._clock = clock
+        hook: AuditHook | None
+        hook = audit if audit is None or callable(audit) else audit.record
+        self._audit = hook
+        self._protocol: ServerProtocol | None = None
+        self._card: dict[str, Any] | None = None
+
+    # -- handlers -----------------------------------------------------------------------------
+    def intent(self, goal: str) -> Callable[[Handler], Handler]:
+        """Decorator: serve ``goal`` with the decorated function."""
+
+        def register(fn: Handler) -> Handler:
+            self.add_handler(goal, fn)
+            return fn
+
+        return register
+
+    def add_handler(self, goal: str, fn: Handler) -> None:
+        """Serve ``goal`` with ``fn(inputs)`` or ``fn(inputs, context)``, sync or async."""
+        if not isinstance(goal, str) or not 1 <= len(goal) <= 128:
+            raise ValueError("goal must be 1-128 characters")
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        wants_context = len(params) >= 2
+        is_async = inspect.iscoroutinefunction(fn)
+
+        async def call(inputs: Any, context: IntentContext) -> Any:
+            args = (inputs, context) if wants_context else (inputs,)
+            if is_async:
+                return await fn(*args)
+            return await anyio.to_thread.run_sync(lambda: fn(*args))
+
+        self.add(goal, call)
+        self._card = None
+        self._protocol = None
+
+    # -- card and core ------------------------------------------------------------------------
+    @property
+    def card(self) -> dict[str, Any]:
+        """The agent card served at ``/.well-known/agent-card.json`` (PROTOCOL.md §4)."""
+        if self._card is None:
+            self._card = {
+                "name": self.name,
+                "description": self.description,
+                "version": self.version,
+                "url": self.url,
+                "did": self.identity.did,
+                "protocol": PROTOCOL_NAME,
+                "endpoints": {"handshake": "/a2a/handshake", "intent": "/a2a/intent"},
+                "intents": self.goals,
+                "public_keys": [self.identity.public_key_entry()],
+            }
+        return self._card
+
+    @property
+    def manifest_hash(self) -> str:
+        """``hash_of`` the agent card."""
+        return encoding.hash_of(self.card)
+
+    @property
+    def protocol(self) -> ServerProtocol:
+        """The core this server wraps (built on first use, after handlers are registered)."""
+        if self._protocol is None:
+            self._protocol = ServerProtocol(
+                self.identity,
+                self.policy,
+                store=self.store,
+                resolver=self.resolver,
+                dispatcher=self,
+                manifest_hash=self.manifest_hash,
+                limits=self.limits,
+                audit=self._audit,
+                clock=self._clock,
+            )
+        return self._protocol
+
+    # -- HTTP ---------------------------------------------------------------------------------
+    async def _read_body(self, request: Request) -> bytes:
+        # Checked before the body is read (PROTOCOL.md §9), then the limit is enforced while
+        # reading, whatever Content-Length claims.
+        if not _content_type_ok(request.headers.get("content-type")):
+            raise UnsupportedMediaType()
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            raise PayloadTooLarge()
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body:
+                raise PayloadTooLarge()
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    @staticmethod
+    def _response(request_id: Any, reply: Reply) -> Response:
+        if reply.error is not None:
+            body = encode_error(request_id, reply.error)
+        else:
+            body = encode_result(request_id, reply.result)
+        headers = {"Retry-After": str(reply.retry_after)} if reply.retry_after is not None else None
+        return Response(body, status_code=reply.http_status, media_type="application/json", headers=headers)
+
+    async def _endpoint(self, request: Request, endpoint: str) -> Response:
+        protocol = self.protocol
+        try:
+            body = await self._read_body(request)
+            envelope = parse_request(body, endpoint)
+        except A2AError as exc:
+            return self._response(None, protocol.reject(exc))
+        except EnvelopeError as exc:
+            return self._response(exc.request_id, protocol.reject(exc.error, event=exc.event))
+        except ClientDisconnect:
+            return Response(status_code=400)
+        source = request.client.host if request.client else ""
+        reply = await protocol.handle(envelope.method, envelope.params, source=source)
+        return self._response(envelope.id, reply)
+
+    async def handshake_endpoint(self, request: Request) -> Response:
+        """POST /a2a/handshake."""
+        return await self._endpoint(request, "handshake")
+
+    async def intent_endpoint(self, request: Request) -> Response:
+        """POST /a2a/intent."""
+        return await self._endpoint(request, "intent")
+
+    async def card_endpoint(self, request: Request) -> Response:
+        """GET /.well-known/agent-card.json."""
+        return Response(encoding.dumps(self.card), media_type="application/json")
+
+    async def did_document_endpoint(self, request: Request) -> Response:
+        """GET /.well-known/did.json for a did:web identity."""
+        did = self.identity.did
+        if not did.startswith("did:web:"):
+            return JSONResponse({"error": "this agent does not use did:web"}, status_code=404)
+        fragment = self.identity.kid.split("#", 1)[1]
+        doc = did_module.did_web_document(did, self.identity.public_key, fragment=fragment)
+        return Response(encoding.dumps(doc), media_type="application/json")
+
+    async def health_endpoint(self, request: Request) -> Response:
+        """GET /health: liveness, and the DID served."""
+        return JSONResponse({"status": "ok", "did": self.identity.did})
+
+    def router(self) -> APIRouter:
+        """The routes, to mount into an existing FastAPI app."""
+        router = APIRouter()
+        router.add_route("/a2a/handshake", self.handshake_endpoint, methods=["POST"])
+        router.add_route("/a2a/intent", self.intent_endpoint, methods=["POST"])
+        router.add_route("/.well-known/agent-card.json", self.card_endpoint, methods=["GET"])
+        router.add_route("/.well-known/did.json", self.did_document_endpoint, methods=["GET"])
+        router.add_route("/health", self.health_endpoint, methods=["GET"])
+        return router
+
+    def app(self) -> FastAPI:
+        """A FastAPI application serving this agent."""
+        app = FastAPI(title=self.name, docs_url=None, redoc_url=None, openapi_url=None)
+        app.include_router(self.router())
+
+        @app.exception_handler(Exception)
+        async def _internal(request: Request, exc: Exception) -> Response:
+            # Last line of defence: never a stack trace on the wire.
+            return self._response(None, Reply(500, error=InternalError().to_error_object()))
+
+        return app
+
+
+def create_app(
+    identity: Identity,
+    policy: Policy = DEFAULT_POLICY,
+    handlers: Mapping[str, Handler] | None = None,
+    *,
+    store: Store | None = None,
+    audit: Auditor | AuditHook | None = None,
+    **kwargs: Any,
+) -> FastAPI:
+    """A FastAPI app serving ``handlers`` (goal → function) for ``identity`` under ``policy``."""
+    server = AgentServer(identity, policy, store=store, audit=audit, **kwargs)
+    for goal, fn in (handlers or {}).items():
+        server.add_handler(goal, fn)
+    app = server.app()
+    app.state.agent_server = server
+    return app
