@@ -4,6 +4,8 @@ Importing this package needs no server extras: the FastAPI adapter loads only wh
 ``a2a_secure.server`` (or ``A2AAgent.app``) is used.
 """
 
+from a2a_secure.agent import A2AAgent, AgentRegistry
+from a2a_secure.client.http import A2AClient
 from a2a_secure.errors import A2AError
 from a2a_secure.identity import (
     DIDResolver,
@@ -17,7 +19,10 @@ from a2a_secure.identity import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "A2AAgent",
+    "A2AClient",
     "A2AError",
+    "AgentRegistry",
     "DIDResolver",
     "Identity",
     "__version__",
