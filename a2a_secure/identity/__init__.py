@@ -7,6 +7,7 @@ from a2a_secure.identity.did import (
     key_id_for_did_key,
     public_key_from_did_key,
 )
+from a2a_secure.identity.didweb import DidWebResolver, make_resolver
 from a2a_secure.identity.encoding import b64u_decode, b64u_encode, hash_of
 from a2a_secure.identity.jws import jws_sign, jws_verify
 from a2a_secure.identity.keys import Identity, KeyFileError, check_public_key, verify_signature
@@ -14,6 +15,7 @@ from a2a_secure.identity.resolver import DIDResolver, ResolvedDID, resolve_did_k
 
 __all__ = [
     "DIDResolver",
+    "DidWebResolver",
     "Identity",
     "KeyFileError",
     "ResolvedDID",
@@ -27,6 +29,7 @@ __all__ = [
     "jws_sign",
     "jws_verify",
     "key_id_for_did_key",
+    "make_resolver",
     "public_key_from_did_key",
     "resolve_did_key",
     "verify_signature",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
+from typing import Any
 
 import base58
 
@@ -21,6 +22,7 @@ __all__ = [
     "check_did_syntax",
     "did_key_from_public_key",
     "did_method",
+    "did_web_document",
     "did_web_host_port",
     "did_web_to_url",
     "key_id_for_did_key",
@@ -191,3 +193,38 @@ def did_web_to_url(did: str) -> str:
     netloc = host if port is None else f"{host}:{port}"
     path = "/".join(segments) + "/did.json" if segments else ".well-known/did.json"
     return f"https://{netloc}/{path}"
+
+
+# -- did:web documents ---------------------------------------------------------------------
+
+DID_CONTEXT = "https://www.w3.org/ns/did/v1"
+MULTIKEY_CONTEXT = "https://w3id.org/security/multikey/v1"
+
+
+def did_web_document(did: str, public_key: bytes, fragment: str = "key-1") -> dict[str, Any]:
+    """The DID document to serve at ``did_web_to_url(did)`` for one Ed25519 key.
+
+    One ``Multikey`` verification method ``did#fragment`` (``publicKeyMultibase`` =
+    ``z`` + base58btc(0xed01 ‖ key)), listed under ``authentication`` and
+    ``assertionMethod``. Raises ``InvalidParams`` for a bad fragment or key, and what
+    :func:`did_web_host_port` raises for a DID that is not a usable did:web.
+    """
+    from a2a_secure.identity.keys import check_public_key  # noqa: PLC0415 (keys imports did)
+
+    did_web_host_port(did)
+    kid = f"{did}#{fragment}"
+    split_key_id(kid)
+    multibase = did_key_from_public_key(public_key)[len("did:key:") :]
+    try:
+        check_public_key(public_key)
+    except DIDResolutionError:
+        raise InvalidParams("not a usable Ed25519 public key") from None
+    return {
+        "@context": [DID_CONTEXT, MULTIKEY_CONTEXT],
+        "id": did,
+        "verificationMethod": [
+            {"id": kid, "type": "Multikey", "controller": did, "publicKeyMultibase": multibase}
+        ],
+        "authentication": [kid],
+        "assertionMethod": [kid],
+    }

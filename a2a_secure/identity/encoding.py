@@ -161,7 +161,8 @@ def loads(
         raise error(f"not I-JSON: {_short(exc)}") from None
     if not _depth_ok(value, max_depth):
         raise error(f"JSON nested deeper than {max_depth}")
-    if _SURROGATE_ESCAPE_RE.search(text) and _has_lone_surrogate(value):
+    # A str argument can also carry raw surrogates (bytes cannot: UTF-8 decoding refuses them).
+    if (_SURROGATE_ESCAPE_RE.search(text) or _SURROGATE_RE.search(text)) and _has_lone_surrogate(value):
         raise error("lone surrogate in string")
     return value
 

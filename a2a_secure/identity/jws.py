@@ -30,9 +30,7 @@ _HEADER_MEMBERS = frozenset(("alg", "typ", "kid"))
 
 def jws_sign(payload: Mapping[str, Any], identity: Identity, typ: str) -> str:
     """Sign ``payload`` (a JSON object) as a compact JWS with header ``{alg, typ, kid}``."""
-    header = encoding.b64u_encode(
-        encoding.dumps({"alg": "EdDSA", "typ": typ, "kid": identity.kid})
-    )
+    header = encoding.b64u_encode(encoding.dumps({"alg": "EdDSA", "typ": typ, "kid": identity.kid}))
     body = encoding.b64u_encode(encoding.dumps(dict(payload)))
     signing_input = f"{header}.{body}"
     signature = identity.sign(signing_input.encode("ascii"))

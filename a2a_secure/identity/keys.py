@@ -209,6 +209,8 @@ class Identity:
             fd = os.open(p, flags, 0o600)
         except FileExistsError:
             raise KeyFileError(f"{p} exists; pass overwrite=True (--force) to replace it") from None
+        except OSError as exc:  # missing directory, a symlink (O_NOFOLLOW), no permission
+            raise KeyFileError(f"key file cannot be written: {p} ({exc.strerror})") from None
         try:
             os.fchmod(fd, 0o600)
             os.write(fd, body + b"\n")

@@ -1,0 +1,737 @@
+"""did:web resolution over HTTPS, bounded against SSRF and hostile servers (PROTOCOL.md §2).
+
+Fetching a URL that a peer chose is a server-side request forgery by design, so every step
+here is a bound from ATTACKS.md section E:
+
+* before any I/O: the DID's syntax and URL rule (``did_web_host_port``: IP literals, ports,
+  percent-encoding, dot segments; E1, E11) and a name policy that refuses ``localhost``,
+  ``*.localhost``, single-label names and internal suffixes such as
+  ``metadata.google.internal`` (E2);
+* the host name is resolved here, every address it resolves to must be public (E3), and the
+  connection goes to that very address while TLS SNI, certificate verification and the
+  ``Host`` header use the name: a second DNS answer (DNS rebinding) is never consulted;
+* HTTPS with certificate validation only; plain ``http://`` only in an explicit development
+  mode and only to a loopback address (E5);
+* no redirects (E4), one overall deadline (E7), at most 64 KiB of body counted after
+  decompression while streaming (E6), strict I-JSON;
+* the document's ``id`` is the DID exactly (E8, E12), relative ids are resolved against the
+  DID, methods of other controllers are ignored, duplicate ids and published private keys
+  refuse the document (E9, E10), counts are capped (H8);
+* fetches run under a semaphore and concurrent resolutions of one DID share one fetch (H5).
+
+Caching is :class:`~a2a_secure.identity.resolver.DIDResolver`'s job: it keeps successes for
+its TTL and never stores a failure (E13). Every failure here is a ``DIDResolutionError``
+(-32047) with a short message; a string that is not a DID stays ``InvalidParams`` (-32602).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import socket
+import ssl
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final, TypeAlias
+
+import certifi
+import httpx
+
+from a2a_secure.errors import DIDResolutionError, InvalidParams
+from a2a_secure.identity import encoding
+from a2a_secure.identity.did import did_web_host_port, public_key_from_multibase, split_key_id
+from a2a_secure.identity.keys import check_public_key
+from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
+
+__all__ = [
+    "DEFAULT_MAX_CONCURRENCY",
+    "DEFAULT_MAX_DOCUMENT_BYTES",
+    "DEFAULT_TIMEOUT",
+    "MAX_SERVICES",
+    "MAX_VERIFICATION_METHODS",
+    "DidWebResolver",
+    "is_public_address",
+    "make_resolver",
+    "parse_did_document",
+]
+
+IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+DEFAULT_TIMEOUT: Final = 5.0
+DEFAULT_MAX_DOCUMENT_BYTES: Final = 64 * 1024
+DEFAULT_MAX_CONCURRENCY: Final = 16
+MAX_VERIFICATION_METHODS: Final = 64
+MAX_SERVICES: Final = 64
+# Every address a name resolves to is checked; only the first few are dialled.
+_MAX_ADDRESSES: Final = 16
+_MAX_CONNECT_ATTEMPTS: Final = 4
+
+_ACCEPTED_MEDIA_TYPES: Final = frozenset(
+    {"application/did+json", "application/did+ld+json", "application/json", "application/ld+json"}
+)
+_RELATIONSHIPS: Final = (
+    "authentication",
+    "assertionMethod",
+    "keyAgreement",
+    "capabilityInvocation",
+    "capabilityDelegation",
+)
+# Members that only a private key has (RFC 7517/7518): a document publishing one is broken.
+_PRIVATE_JWK_MEMBERS: Final = frozenset({"d", "p", "q", "dp", "dq", "qi", "k", "oth"})
+
+# Names that point inside the resolver's own network (E2). Refused before any DNS query
+# unless the operator allow-lists the exact name.
+_BLOCKED_NAMES: Final = frozenset(
+    {
+        "localhost",
+        "metadata",
+        "metadata.goog",
+        "metadata.google.internal",
+        "instance-data",
+        "instance-data.ec2.internal",
+    }
+)
+_BLOCKED_SUFFIXES: Final = (
+    ".localhost",  # RFC 6761: always loopback
+    ".localdomain",
+    ".internal",  # ICANN private-use TLD; cloud metadata lives here
+    ".local",  # mDNS
+    ".home.arpa",  # RFC 8375 home networks
+    ".lan",
+    ".home",
+    ".corp",
+    ".intranet",
+    ".metadata.goog",
+)
+
+# Non-public ranges refused even where a Python version's ``is_global`` says otherwise (E3).
+_BLOCKED_NETWORKS: Final[tuple[IPNetwork, ...]] = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",  # CGNAT
+        "127.0.0.0/8",
+        "169.254.0.0/16",  # link-local, cloud metadata 169.254.169.254
+        "172.16.0.0/12",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "192.88.99.0/24",
+        "192.168.0.0/16",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+        "::/96",  # unspecified, loopback and the deprecated IPv4-compatible form
+        "::ffff:0:0/96",  # IPv4-mapped (the embedded address is checked too)
+        "64:ff9b:1::/48",  # local-use NAT64
+        "100::/64",
+        "2001::/23",
+        "2001:db8::/32",
+        "fc00::/7",  # unique local
+        "fe80::/10",  # link-local
+        "fec0::/10",  # deprecated site-local
+        "ff00::/8",  # multicast
+    )
+)
+_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+_LOOPBACK_NETWORKS: Final[tuple[IPNetwork, ...]] = (
+    ipaddress.IPv4Network("127.0.0.0/8"),
+    ipaddress.IPv6Network("::1/128"),
+)
+
+
+# -- address policy ---------------------------------------------------------------------------
+
+
+def _embedded_ipv4(addr: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address that an IPv6 form carries and that a dual-stack socket may reach."""
+    if isinstance(addr, ipaddress.IPv4Address):
+        return None
+    if addr.ipv4_mapped is not None:  # ::ffff:127.0.0.1 reaches 127.0.0.1
+        return addr.ipv4_mapped
+    if addr.sixtofour is not None:
+        return addr.sixtofour
+    if addr in _NAT64:
+        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+    return None
+
+
+def _plainly_public(addr: IPAddress) -> bool:
+    return (
+        addr.is_global
+        and not addr.is_private
+        and not addr.is_loopback
+        and not addr.is_link_local
+        and not addr.is_multicast
+        and not addr.is_reserved
+        and not addr.is_unspecified
+        and not any(addr in net for net in _BLOCKED_NETWORKS)
+    )
+
+
+def is_public_address(addr: IPAddress) -> bool:
+    """True if ``addr`` is a public unicast address, and so is any IPv4 address it embeds.
+
+    Refused: private, loopback, link-local, CGNAT (100.64/10), 0/8, multicast, reserved,
+    documentation and benchmark ranges, unique-local fc00::/7, fe80::/10, and IPv6 forms
+    that carry such an IPv4 address (``::ffff:127.0.0.1``, NAT64, 6to4).
+    """
+    inner = _embedded_ipv4(addr)
+    if inner is not None and not _plainly_public(inner):
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return True  # decided by the embedded address alone
+    return _plainly_public(addr)
+
+
+def _parse_address(text: str) -> IPAddress:
+    # A scope id ("fe80::1%eth0") only exists for link-local addresses: refuse it outright.
+    if "%" in text:
+        raise DIDResolutionError("did:web host resolves to a scoped address")
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        raise DIDResolutionError("did:web host resolves to an unusable address") from None
+
+
+def _host_name_blocked(host: str) -> bool:
+    # Single-label names are completed with the resolver's search domains: intranet hosts.
+    return host in _BLOCKED_NAMES or "." not in host or host.endswith(_BLOCKED_SUFFIXES)
+
+
+# -- TLS -----------------------------------------------------------------------------------
+
+
+def _ssl_context(verify: ssl.SSLContext | str | os.PathLike[str] | None) -> ssl.SSLContext:
+    if verify is None:
+        return ssl.create_default_context(cafile=certifi.where())
+    if isinstance(verify, ssl.SSLContext):
+        # E5: a context that skips certificate or host name checks is never accepted.
+        if verify.verify_mode != ssl.CERT_REQUIRED or not verify.check_hostname:
+            raise ValueError("the SSL context must verify certificates and host names")
+        return verify
+    if isinstance(verify, str | os.PathLike):
+        return ssl.create_default_context(cafile=os.fspath(verify))
+    raise ValueError("verify must be an SSLContext or a CA bundle path (verify=False is not supported)")
+
+
+def _is_cert_error(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ssl.SSLError):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+class _ConnectFailed(Exception):
+    """The TCP connection to one address failed; the next checked address may be tried."""
+
+
+# -- document rules ------------------------------------------------------------------------
+
+
+def _absolute_id(did: str, value: object) -> str | None:
+    """A verification-method id as an absolute DID URL, or None if it is not one.
+
+    ``#key-1`` is resolved against the DID (PROTOCOL.md §2). Other relative forms
+    (``key-1``, ``/path``, ``?q``) are not ids of this DID and give None.
+    """
+    if not isinstance(value, str) or not value:
+        return None
+    absolute = did + value if value.startswith("#") else value
+    try:
+        split_key_id(absolute)
+    except InvalidParams:
+        return None
+    return absolute
+
+
+def _owned_by(did: str, kid: str, method: Mapping[str, Any]) -> bool:
+    # A key of another DID (by id or controller) is never a key of this DID (E9): a document
+    # may list it, but a signature under this DID may not use it.
+    if kid.split("#", 1)[0] != did:
+        return False
+    controller = method.get("controller", did)
+    return controller == did and isinstance(controller, str)
+
+
+def _key_of_method(did: str, kid: str, method: Mapping[str, Any]) -> bytes | None:
+    """The checked Ed25519 key of a usable method, None for a method of another kind.
+
+    Raises ``DIDResolutionError`` when the method is hostile rather than merely foreign:
+    private key material (E10) or an Ed25519 key that is not a valid prime-order point.
+    """
+    jwk = method.get("publicKeyJwk")
+    if isinstance(jwk, Mapping) and _PRIVATE_JWK_MEMBERS & set(jwk):
+        raise DIDResolutionError("DID document publishes private key material")
+    if "privateKeyJwk" in method or "privateKeyMultibase" in method:
+        raise DIDResolutionError("DID document publishes private key material")
+    if not _owned_by(did, kid, method):
+        return None
+    kind = method.get("type")
+    if kind in ("Multikey", "Ed25519VerificationKey2020"):
+        value = method.get("publicKeyMultibase")
+        if not isinstance(value, str):
+            return None
+        if kind == "Multikey":
+            # Multikey also carries P-256, X25519, ... keys: those are simply not usable here.
+            try:
+                raw = public_key_from_multibase(value)
+            except DIDResolutionError:
+                return None
+        else:
+            raw = public_key_from_multibase(value)
+        # Small-order and non-canonical keys accept forged signatures (ATTACKS.md A3, A4).
+        return check_public_key(raw)
+    if kind == "JsonWebKey2020":
+        if not isinstance(jwk, Mapping):
+            return None
+        # Only an Ed25519 signing key: X25519 (key agreement), EC or RSA keys are refused (E10).
+        if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
+            return None
+        if jwk.get("alg", "EdDSA") not in ("EdDSA", "Ed25519") or jwk.get("use", "sig") != "sig":
+            return None
+        x = jwk.get("x")
+        if not isinstance(x, str):
+            raise DIDResolutionError("JsonWebKey2020 lacks x")
+        raw = encoding.b64u_decode(x, error=DIDResolutionError)
+        return check_public_key(raw)
+    return None
+
+
+def _bounded_list(document: Mapping[str, Any], name: str, cap: int) -> list[Any]:
+    value = document.get(name, [])
+    if not isinstance(value, list):
+        raise DIDResolutionError(f"DID document member {name} is not an array")
+    if len(value) > cap:
+        # H8: a document with thousands of entries costs work on every resolution.
+        raise DIDResolutionError(f"DID document has more than {cap} entries in {name}")
+    return value
+
+
+def parse_did_document(did: str, document: Any) -> ResolvedDID:
+    """Check a parsed did:web document for ``did`` and extract its authentication keys.
+
+    Args:
+        did: The DID that was resolved (compared byte for byte with the document's ``id``).
+        document: The parsed JSON document.
+
+    Returns:
+        The DID's usable Ed25519 keys listed under ``authentication`` (key id → raw key),
+        its ``service`` entries and the document.
+
+    Raises:
+        DIDResolutionError: The document is not an object, its ``id`` is not ``did``
+            exactly, it has duplicate verification-method ids, too many entries, private
+            key material or an invalid Ed25519 key, or no usable authentication key.
+    """
+    if not isinstance(document, dict):
+        raise DIDResolutionError("DID document is not a JSON object")
+    # E8/E12: exact string equality, never after case folding or IDNA mapping.
+    if document.get("id") != did or not isinstance(document.get("id"), str):
+        raise DIDResolutionError("DID document id does not match the DID")
+
+    top_level = _bounded_list(document, "verificationMethod", MAX_VERIFICATION_METHODS)
+    relationships = {name: _bounded_list(document, name, MAX_VERIFICATION_METHODS) for name in _RELATIONSHIPS}
+    services = _bounded_list(document, "service", MAX_SERVICES)
+
+    # Every method object in the document: the top-level list and those embedded in a
+    # relationship. Ids must be unique across all of them (E9: two keys under one kid would
+    # let the signer pick whichever verifies).
+    seen_ids: set[str] = set()
+    usable_top: dict[str, bytes] = {}
+    usable_auth: dict[str, bytes] = {}
+    embedded = [
+        (name, m) for name, entries in relationships.items() for m in entries if not isinstance(m, str)
+    ]
+    for origin, method in [("verificationMethod", m) for m in top_level] + embedded:
+        if not isinstance(method, dict):
+            raise DIDResolutionError(f"DID document {origin} entry is not an object")
+        kid = _absolute_id(did, method.get("id"))
+        if kid is None:
+            continue  # no usable id: the method cannot be named by a kid
+        if kid in seen_ids:
+            raise DIDResolutionError("DID document has duplicate verification method ids")
+        seen_ids.add(kid)
+        key = _key_of_method(did, kid, method)
+        if key is None:
+            continue
+        if origin == "verificationMethod":
+            usable_top[kid] = key
+        elif origin == "authentication":
+            usable_auth[kid] = key
+
+    keys: dict[str, bytes] = {}
+    for entry in relationships["authentication"]:
+        if isinstance(entry, str):
+            kid = _absolute_id(did, entry)
+            if kid is not None and kid in usable_top:
+                keys[kid] = usable_top[kid]
+        else:
+            kid = _absolute_id(did, entry.get("id"))
+            if kid is not None and kid in usable_auth:
+                keys[kid] = usable_auth[kid]
+    if not keys:
+        raise DIDResolutionError("DID document has no usable Ed25519 authentication key")
+
+    if not all(isinstance(s, dict) for s in services):
+        raise DIDResolutionError("DID document service entry is not an object")
+    return ResolvedDID(
+        did=did,
+        keys=MappingProxyType(keys),
+        services=tuple(dict(s) for s in services),
+        document=document,
+    )
+
+
+# -- the resolver --------------------------------------------------------------------------
+
+
+class DidWebResolver:
+    """Resolves ``did:web`` DIDs; register it with ``DIDResolver.register("web", resolver)``.
+
+    Each call checks the DID and the host name before any I/O, resolves the name, refuses it
+    if any address is not public (unless allow-listed), connects to a checked address with
+    TLS verified against the name, and reads at most ``max_document_bytes`` within
+    ``timeout`` seconds. Concurrent calls for the same DID share one fetch; at most
+    ``max_concurrency`` fetches run at once.
+
+    Args:
+        timeout: Overall deadline in seconds for one resolution (queueing, DNS, connect,
+            TLS, headers and body).
+        max_document_bytes: Body cap, counted after decompression.
+        max_concurrency: Fetches in flight at once.
+        verify: CA trust: an ``ssl.SSLContext`` that verifies certificates and host names,
+            or the path of a CA bundle; None uses certifi's bundle.
+        allow_hosts: Exact host names exempt from the name policy (``localhost``,
+            ``*.internal``, single-label names); their addresses are still checked.
+        allow_addresses: Networks (``"10.1.2.0/24"``, ``"127.0.0.1"``) whose addresses may
+            be dialled although they are not public.
+        host_overrides: Test-only static name → address(es) table used instead of DNS (like
+            ``curl --resolve``); the addresses pass the same checks.
+        dev_allow_loopback: Development only: allow ``localhost``/``*.localhost`` and the
+            loopback addresses 127.0.0.0/8 and ::1.
+        dev_allow_http: Development only: fetch over plain ``http://`` when, and only when,
+            the checked address is a loopback address.
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        verify: ssl.SSLContext | str | os.PathLike[str] | None = None,
+        allow_hosts: Iterable[str] = (),
+        allow_addresses: Iterable[str | IPNetwork] = (),
+        host_overrides: Mapping[str, str | Sequence[str]] | None = None,
+        dev_allow_loopback: bool = False,
+        dev_allow_http: bool = False,
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError("timeout must be positive")
+        if max_document_bytes < 1 or max_concurrency < 1:
+            raise ValueError("max_document_bytes and max_concurrency must be at least 1")
+        self._timeout = float(timeout)
+        self._max_bytes = int(max_document_bytes)
+        self._ssl = _ssl_context(verify)
+        self._allow_hosts = frozenset(allow_hosts)
+        networks = [ipaddress.ip_network(n, strict=False) for n in allow_addresses]
+        if dev_allow_loopback:
+            networks.extend(_LOOPBACK_NETWORKS)
+        self._allow_networks: tuple[IPNetwork, ...] = tuple(networks)
+        self._dev_allow_loopback = dev_allow_loopback
+        self._dev_allow_http = dev_allow_http
+        self._overrides: dict[str, tuple[str, ...]] = {
+            name: (value,) if isinstance(value, str) else tuple(value)
+            for name, value in (host_overrides or {}).items()
+        }
+        self._semaphore = asyncio.Semaphore(max_concurrency)
+        self._inflight: dict[str, asyncio.Task[ResolvedDID]] = {}
+
+    # -- pre-I/O checks ---------------------------------------------------------------------
+    def _check_host_name(self, host: str) -> None:
+        if host in self._allow_hosts:
+            return
+        if self._dev_allow_loopback and (host == "localhost" or host.endswith(".localhost")):
+            return
+        if _host_name_blocked(host):
+            raise DIDResolutionError("did:web host name is local or internal")
+
+    def _plan(self, did: str) -> tuple[str, int | None, str]:
+        host, port, segments = did_web_host_port(did)
+        self._check_host_name(host)
+        path = "/" + "/".join(segments) + "/did.json" if segments else "/.well-known/did.json"
+        return host, port, path
+
+    def request_url(self, did: str) -> str:
+        """The HTTPS URL that resolving ``did`` fetches, after every check made before I/O.
+
+        Raises:
+            InvalidParams: ``did`` is not a DID.
+            DIDResolutionError: It is not a did:web DID this resolver may fetch (IP literal,
+                bad port or path, local or internal host name).
+        """
+        host, port, path = self._plan(did)
+        netloc = host if port is None else f"{host}:{port}"
+        return f"https://{netloc}{path}"
+
+    def address_allowed(self, addr: IPAddress) -> bool:
+        """True if ``addr`` may be dialled: public, or inside an allow-listed network."""
+        candidates = [addr]
+        inner = _embedded_ipv4(addr)
+        if inner is not None:
+            candidates.append(inner)
+        if any(c in net for net in self._allow_networks for c in candidates):
+            return True
+        return is_public_address(addr)
+
+    # -- resolution -------------------------------------------------------------------------
+    async def __call__(self, did: str) -> ResolvedDID:
+        """Resolve ``did``.
+
+        Raises:
+            InvalidParams: ``did`` is not a DID.
+            DIDResolutionError: Anything else went wrong (policy, network, TLS, HTTP, size,
+                time, JSON, document rules).
+        """
+        host, port, path = self._plan(did)
+        task = self._inflight.get(did)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._resolve(did, host, port, path))
+            self._inflight[did] = task
+            task.add_done_callback(self._forget)
+        try:
+            # Shielded: one caller giving up does not cancel the fetch the others wait for.
+            return await asyncio.shield(task)
+        except DIDResolutionError as exc:
+            raise DIDResolutionError(exc.message) from None
+
+    def _forget(self, task: asyncio.Task[ResolvedDID]) -> None:
+        for did, running in list(self._inflight.items()):
+            if running is task:
+                del self._inflight[did]
+        if not task.cancelled():
+            task.exception()  # retrieved: no "never retrieved" noise when every waiter left
+
+    async def _resolve(self, did: str, host: str, port: int | None, path: str) -> ResolvedDID:
+        try:
+            # E7 / H5: one deadline covers the wait for a fetch slot, DNS, connect, TLS,
+            # headers and the whole body, so a slow or silent server costs at most `timeout`.
+            deadline = asyncio.get_running_loop().time() + self._timeout
+            async with asyncio.timeout_at(deadline), self._semaphore:
+                body = await self._fetch(host, port, path, deadline)
+            document = encoding.loads(body, error=DIDResolutionError)
+            return parse_did_document(did, document)
+        except TimeoutError:
+            raise DIDResolutionError("did:web resolution timed out") from None
+        except DIDResolutionError:
+            raise
+        except Exception:  # anything unforeseen is still only a resolution failure
+            raise DIDResolutionError("did:web resolution failed") from None
+
+    async def _lookup(self, host: str, port: int) -> list[IPAddress]:
+        override = self._overrides.get(host)
+        if override is not None:
+            texts: list[str] = list(override)
+        else:
+            loop = asyncio.get_running_loop()
+            try:
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+            except (OSError, UnicodeError):
+                raise DIDResolutionError("did:web host name does not resolve") from None
+            texts = [str(info[4][0]) for info in infos]
+        addresses: list[IPAddress] = []
+        for text in texts:
+            addr = _parse_address(text)
+            if addr not in addresses:
+                addresses.append(addr)
+        if not addresses:
+            raise DIDResolutionError("did:web host name does not resolve")
+        if len(addresses) > _MAX_ADDRESSES:
+            raise DIDResolutionError("did:web host name resolves to too many addresses")
+        return addresses
+
+    async def _fetch(self, host: str, port: int | None, path: str, deadline: float) -> bytes:
+        addresses = await self._lookup(host, port or 443)
+        # E3: ANY non-public answer refuses the name; a rebinding attacker mixes a public
+        # address with 127.0.0.1 and hopes the client picks the second.
+        if not all(self.address_allowed(a) for a in addresses):
+            raise DIDResolutionError("did:web host resolves to a non-public address")
+        for addr in addresses[:_MAX_CONNECT_ATTEMPTS]:
+            try:
+                return await self._fetch_from(addr, host, port, path, deadline)
+            except _ConnectFailed:
+                continue
+        raise DIDResolutionError("did:web host cannot be reached")
+
+    def _scheme_for(self, addr: IPAddress) -> str:
+        # E5: plain HTTP only in explicit development mode and only to this machine.
+        inner = _embedded_ipv4(addr)
+        loopback = addr.is_loopback or (inner is not None and inner.is_loopback)
+        return "http" if self._dev_allow_http and loopback else "https"
+
+    def _phase_timeouts(self, deadline: float) -> httpx.Timeout:
+        # httpx's own timeouts end each phase slightly before the overall deadline, so the
+        # deadline's cancellation (a backstop) rarely lands inside httpcore's TLS handshake,
+        # which leaks its socket when cancelled there. Connecting and the TLS handshake are
+        # two phases that each get the connect timeout, hence half of what is left.
+        remaining = deadline - asyncio.get_running_loop().time() - min(0.1, 0.1 * self._timeout)
+        if remaining <= 0:
+            raise DIDResolutionError("did:web resolution timed out")
+        return httpx.Timeout(remaining, connect=remaining / 2)
+
+    async def _fetch_from(
+        self, addr: IPAddress, host: str, port: int | None, path: str, deadline: float
+    ) -> bytes:
+        scheme = self._scheme_for(addr)
+        url = httpx.URL(scheme=scheme, host=str(addr), port=port, path=path)
+        headers = {
+            "Host": host if port is None else f"{host}:{port}",
+            "Accept": "application/did+json, application/did+ld+json;q=0.9, application/json;q=0.8",
+            "Accept-Encoding": "gzip",
+            "User-Agent": "a2a-secure-didweb",
+        }
+        # The URL names the checked address, so httpx dials exactly it (no second DNS query:
+        # DNS rebinding); "sni_hostname" makes httpcore send SNI for the name and verify the
+        # certificate against the name. A fresh client per fetch means a pooled connection
+        # verified for one name is never reused for another name on the same address, and
+        # trust_env=False keeps proxy variables from routing the request elsewhere.
+        async with httpx.AsyncClient(
+            verify=self._ssl,
+            trust_env=False,
+            follow_redirects=False,
+            timeout=self._phase_timeouts(deadline),
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=0),
+        ) as client:
+            request = client.build_request("GET", url, headers=headers, extensions={"sni_hostname": host})
+            try:
+                response = await client.send(request, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if scheme == "https" and _is_cert_error(exc):
+                    raise DIDResolutionError(
+                        "did:web TLS handshake or certificate verification failed"
+                    ) from None
+                raise _ConnectFailed from None
+            except httpx.TimeoutException:
+                raise DIDResolutionError("did:web resolution timed out") from None
+            except httpx.HTTPError:
+                raise DIDResolutionError("did:web request failed") from None
+            try:
+                self._check_response(response)
+                return await self._read_body(response)
+            except httpx.TimeoutException:
+                raise DIDResolutionError("did:web resolution timed out") from None
+            except httpx.HTTPError:
+                raise DIDResolutionError("did:web response could not be read") from None
+            finally:
+                await response.aclose()
+
+    def _check_response(self, response: httpx.Response) -> None:
+        status = response.status_code
+        if 300 <= status < 400:
+            # E4: a redirect could lead anywhere (a private address, http://); never followed.
+            raise DIDResolutionError("did:web server answered with a redirect (refused)")
+        if status != 200:
+            raise DIDResolutionError(f"did:web server answered HTTP {status}")
+        media = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media not in _ACCEPTED_MEDIA_TYPES:
+            raise DIDResolutionError("did:web document has an unexpected Content-Type")
+
+    async def _read_body(self, response: httpx.Response) -> bytes:
+        encodings = [
+            e.strip().lower() for e in response.headers.get_list("content-encoding", split_commas=True)
+        ]
+        encodings = [e for e in encodings if e and e != "identity"]
+        if not encodings:
+            inflater = None
+        elif encodings in (["gzip"], ["x-gzip"]):
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        else:
+            raise DIDResolutionError("did:web document has an unsupported Content-Encoding")
+        # E6: both the bytes on the wire and the bytes after decompression are capped while
+        # streaming, whatever Content-Length says; a gzip bomb stops at the cap.
+        wire_cap = self._max_bytes if inflater is None else 2 * self._max_bytes
+        length = response.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > wire_cap):
+            raise DIDResolutionError(f"did:web document larger than {self._max_bytes} bytes")
+        wire = 0
+        body = bytearray()
+        async for chunk in response.aiter_raw():
+            wire += len(chunk)
+            if wire > wire_cap:
+                raise DIDResolutionError(f"did:web document larger than {self._max_bytes} bytes")
+            if inflater is None:
+                body += chunk
+            else:
+                self._inflate(inflater, chunk, body)
+            if len(body) > self._max_bytes:
+                raise DIDResolutionError(f"did:web document larger than {self._max_bytes} bytes")
+        if inflater is not None and not inflater.eof:
+            raise DIDResolutionError("did:web document is truncated gzip")
+        return bytes(body)
+
+    def _inflate(self, inflater: zlib._Decompress, chunk: bytes, body: bytearray) -> None:
+        data = chunk
+        try:
+            while data:
+                if inflater.eof:
+                    raise DIDResolutionError("did:web document has data after the gzip stream")
+                # max_length bounds the memory of each step: never more than the cap + 1.
+                piece = inflater.decompress(data, self._max_bytes - len(body) + 1)
+                body += piece
+                if len(body) > self._max_bytes:
+                    raise DIDResolutionError(f"did:web document larger than {self._max_bytes} bytes")
+                data = inflater.unconsumed_tail
+            if inflater.unused_data:
+                raise DIDResolutionError("did:web document has data after the gzip stream")
+        except zlib.error:
+            raise DIDResolutionError("did:web document is not valid gzip") from None
+
+
+def make_resolver(
+    *,
+    cache_ttl: float = 300.0,
+    max_cache_entries: int = 10_000,
+    clock: Callable[[], float] = time.monotonic,
+    timeout: float = DEFAULT_TIMEOUT,
+    max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    verify: ssl.SSLContext | str | os.PathLike[str] | None = None,
+    allow_hosts: Iterable[str] = (),
+    allow_addresses: Iterable[str | IPNetwork] = (),
+    host_overrides: Mapping[str, str | Sequence[str]] | None = None,
+    dev_allow_loopback: bool = False,
+    dev_allow_http: bool = False,
+) -> DIDResolver:
+    """A caching :class:`DIDResolver` for ``did:key`` and ``did:web``.
+
+    ``cache_ttl``, ``max_cache_entries`` and ``clock`` go to :class:`DIDResolver` (successes
+    are cached, failures are not); the other arguments are those of
+    :class:`DidWebResolver`.
+    """
+    resolver = DIDResolver(cache_ttl=cache_ttl, max_cache_entries=max_cache_entries, clock=clock)
+    resolver.register(
+        "web",
+        DidWebResolver(
+            timeout=timeout,
+            max_document_bytes=max_document_bytes,
+            max_concurrency=max_concurrency,
+            verify=verify,
+            allow_hosts=allow_hosts,
+            allow_addresses=allow_addresses,
+            host_overrides=host_overrides,
+            dev_allow_loopback=dev_allow_loopback,
+            dev_allow_http=dev_allow_http,
+        ),
+    )
+    return resolver
