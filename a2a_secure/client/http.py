@@ -13,6 +13,8 @@ import contextlib
 import ipaddress
 import itertools
 import random
+import socket
+import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -47,6 +49,18 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _tls_verify_error(exc: BaseException) -> str | None:
+    """The reason a TLS certificate did not verify, if that is what caused ``exc``."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return str(cause.verify_message or "certificate not trusted")[:200]
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def check_endpoint(url: str) -> str:
@@ -109,11 +123,15 @@ class A2AClient:
         self.resolver = resolver or DIDResolver()
         self._own_http = http is None
         timeout = min(timeout, MAX_TIMEOUT)
-        self.http = http or httpx.AsyncClient(
+        # TCP_NODELAY: httpcore writes headers and body separately, and Nagle's algorithm
+        # with delayed ACKs would then add ~40 ms to the first requests on a connection.
+        transport = httpx.AsyncHTTPTransport(
             verify=verify,
-            timeout=httpx.Timeout(timeout),
-            follow_redirects=False,
             limits=httpx.Limits(max_connections=16, max_keepalive_connections=8),
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        )
+        self.http = http or httpx.AsyncClient(
+            transport=transport, timeout=httpx.Timeout(timeout), follow_redirects=False
         )
         self.retry = retry or RetryPolicy()
         self.manifest_hash = manifest_hash
@@ -169,12 +187,8 @@ class A2AClient:
         )
 
     # -- transport -----------------------------------------------------------------------------
-    async def _post(
-        self, url: str, method: str, params: Mapping[str, Any]
-    ) -> tuple[int, Any, Any, float | None]:
+    async def _post(self, url: str, body: bytes, rid: int) -> tuple[int, Any, Any, float | None]:
         """One JSON-RPC call; returns (HTTP status, result, error, Retry-After)."""
-        rid = next(self._ids)
-        body = encoding.dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": rid})
         resp = await self.http.post(url, content=body, headers={"Content-Type": "application/json"})
         retry_after: float | None = None
         header = resp.headers.get("retry-after")
@@ -264,12 +278,20 @@ class A2AClient:
         session: ClientSession | None = None,
         req: PreparedRequest | None = None,
     ) -> tuple[int, Any, Any, float | None]:
+        # One id and one body for all attempts: a retry is the byte-identical request.
+        rid = next(self._ids)
+        body = encoding.dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": rid})
         attempt = 0
         while True:
             attempt += 1
             try:
-                status, result, error, retry_after = await self._post(url, method, params)
-            except (httpx.TimeoutException, httpx.TransportError):
+                status, result, error, retry_after = await self._post(url, body, rid)
+            except httpx.RequestError as exc:
+                # Every transport failure becomes an A2AError (never a raw httpx/ssl error).
+                # A certificate that does not verify will not verify on a retry either.
+                tls = _tls_verify_error(exc)
+                if tls is not None:
+                    raise Unavailable(f"TLS certificate verification failed: {tls}", retry_after=1) from None
                 if attempt >= self.retry.attempts:
                     raise Unavailable("peer unreachable or timed out", retry_after=1) from None
                 await asyncio.sleep(self.retry.delay(attempt, None))

@@ -1,0 +1,355 @@
+"""The ``a2a-secure`` command.
+
+Subcommands live in a registry: a builder adds its parser to the top-level subparsers and
+sets ``handler`` (a function of the parsed arguments returning the exit code). A new
+subcommand is one decorated builder (``add_command_group`` makes a command with
+subcommands of its own, like ``did show``)::
+
+    @subcommand("serve")
+    def _build_serve(subparsers: Subparsers) -> None:
+        parser = subparsers.add_parser("serve", help="...")
+        parser.set_defaults(handler=_serve)
+
+Exit codes: 0 success, 1 a user error (an :class:`~a2a_secure.errors.A2AError` or an
+unusable file: one line on stderr, never a traceback), 2 a usage error (argparse), 130
+interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias
+
+from a2a_secure import __version__
+from a2a_secure.errors import A2AError
+from a2a_secure.identity.did import did_web_document, did_web_to_url
+from a2a_secure.identity.keys import Identity, public_key_entry
+from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
+
+__all__ = ["Handler", "Subparsers", "add_command_group", "build_parser", "main", "print_json", "subcommand"]
+
+PROG = "a2a-secure"
+DEFAULT_AGENT_ID = "a2a-agent"
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Handler: TypeAlias = Callable[[argparse.Namespace], int]
+Builder: TypeAlias = Callable[[Subparsers], None]
+
+# name -> builder, in the order the help lists them.
+_SUBCOMMANDS: dict[str, Builder] = {}
+
+
+def subcommand(name: str) -> Callable[[Builder], Builder]:
+    """Register ``builder`` as the builder of the top-level subcommand ``name``."""
+
+    def register(builder: Builder) -> Builder:
+        if name in _SUBCOMMANDS:
+            raise ValueError(f"subcommand {name!r} registered twice")
+        _SUBCOMMANDS[name] = builder
+        return builder
+
+    return register
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="DID-authenticated handshakes and signed intents between agents."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for builder in _SUBCOMMANDS.values():
+        builder(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(None if argv is None else list(argv))
+    except SystemExit as exc:  # --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        # A command group without its subcommand ("a2a-secure did"): show its usage.
+        usage_parser: argparse.ArgumentParser = getattr(args, "usage_parser", parser)
+        usage_parser.print_help(sys.stderr)
+        return 2
+    try:
+        return handler(args)
+    except A2AError as exc:
+        _fail(exc.message)
+    except OSError as exc:
+        _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+    except KeyboardInterrupt:
+        return 130
+    return 1
+
+
+def _fail(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def print_json(obj: Any) -> None:
+    """Print ``obj`` as indented JSON on stdout."""
+    print(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+def add_command_group(subparsers: Subparsers, name: str, help_text: str) -> Subparsers:
+    """Add a command ``name`` with subcommands of its own (``did show``, ``audit verify``).
+
+    Returns the subparsers to add those subcommands to; the group alone prints its help.
+    """
+    parser = subparsers.add_parser(name, help=help_text, description=help_text)
+    parser.set_defaults(usage_parser=parser)
+    return parser.add_subparsers(title="commands", metavar="COMMAND")
+
+
+# -- keygen ---------------------------------------------------------------------------------------
+
+
+@subcommand("keygen")
+def _build_keygen(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "keygen",
+        help="generate an Ed25519 identity (did:key)",
+        description=(
+            "Generate an Ed25519 identity. With --out, write a key file (mode 0600); without it,"
+            " print an A2A_PRIVATE_KEY=... line. The DID is always the last line of output."
+        ),
+    )
+    parser.add_argument("--out", metavar="FILE", help="key file to write (mode 0600)")
+    parser.add_argument(
+        "--agent-id",
+        default=DEFAULT_AGENT_ID,
+        help=f"agent id stored in the key file (default {DEFAULT_AGENT_ID})",
+    )
+    parser.add_argument("--force", action="store_true", help="replace an existing key file")
+    parser.set_defaults(handler=_keygen)
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    identity = Identity.generate(args.agent_id)
+    if args.out is None:
+        print("a2a-secure: keep A2A_PRIVATE_KEY secret; anyone who has it is this agent", file=sys.stderr)
+        print(f"A2A_PRIVATE_KEY={identity.private_key_b64u()}")
+    else:
+        identity.save(args.out, overwrite=args.force)
+        print(f"key file: {args.out} (mode 0600)")
+        print(f"kid: {identity.kid}")
+    print(identity.did)
+    return 0
+
+
+# -- did show / document / resolve ----------------------------------------------------------------
+
+
+@subcommand("did")
+def _build_did(subparsers: Subparsers) -> None:
+    did = add_command_group(subparsers, "did", "show, publish and resolve DIDs")
+
+    show = did.add_parser("show", help="print the DID, key id and public key entry of a key file")
+    show.add_argument("--key-file", required=True, metavar="FILE")
+    show.set_defaults(handler=_did_show)
+
+    document = did.add_parser(
+        "document", help="print the did:web DID document (did.json) for a key file's key"
+    )
+    document.add_argument("--key-file", required=True, metavar="FILE")
+    document.add_argument("--did-web", required=True, metavar="DID", help="the did:web DID to publish")
+    document.add_argument("--fragment", default="key-1", help="fragment of the key id (default key-1)")
+    document.set_defaults(handler=_did_document)
+
+    resolve = did.add_parser("resolve", help="resolve a DID and print its authentication keys")
+    resolve.add_argument("did", metavar="DID")
+    resolve.add_argument(
+        "--allow-loopback-dev",
+        action="store_true",
+        help="development only: allow did:web on localhost/loopback, over plain HTTP",
+    )
+    resolve.add_argument("--ca-bundle", metavar="FILE", help="CA bundle for did:web (default: certifi)")
+    resolve.add_argument("--timeout", type=float, default=5.0, help="did:web deadline in seconds (default 5)")
+    resolve.set_defaults(handler=_did_resolve)
+
+
+def _did_show(args: argparse.Namespace) -> int:
+    identity = Identity.load(args.key_file)
+    print_json(
+        {
+            "agent_id": identity.agent_id,
+            "did": identity.did,
+            "kid": identity.kid,
+            "public_key_entry": identity.public_key_entry(),
+        }
+    )
+    return 0
+
+
+def _did_document(args: argparse.Namespace) -> int:
+    identity = Identity.load(args.key_file)
+    document = did_web_document(args.did_web, identity.public_key, args.fragment)
+    print(f"a2a-secure: serve this at {did_web_to_url(args.did_web)}", file=sys.stderr)
+    print_json(document)
+    return 0
+
+
+def _make_resolver(args: argparse.Namespace) -> DIDResolver:
+    if not args.did.startswith("did:web:"):
+        return DIDResolver()
+    # Imported here: did:web pulls in httpx and TLS setup that did:key never needs.
+    from a2a_secure.identity.didweb import make_resolver  # noqa: PLC0415
+
+    return make_resolver(
+        timeout=args.timeout,
+        verify=args.ca_bundle,
+        dev_allow_loopback=args.allow_loopback_dev,
+        dev_allow_http=args.allow_loopback_dev,
+    )
+
+
+def _did_resolve(args: argparse.Namespace) -> int:
+    resolver = _make_resolver(args)
+    resolved: ResolvedDID = asyncio.run(resolver.resolve(args.did))
+    out: dict[str, Any] = {
+        "did": resolved.did,
+        "public_keys": [public_key_entry(kid, key) for kid, key in resolved.keys.items()],
+    }
+    if resolved.services:
+        out["services"] = [dict(service) for service in resolved.services]
+    print_json(out)
+    return 0
+
+
+# -- serve / call / demo / audit ----------------------------------------------------------------
+
+
+@subcommand("serve")
+def _build_serve(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve an agent over HTTP(S)",
+        description=(
+            "Serve an agent. With no --app it serves the test agent of PROTOCOL.md §11 (an 'echo'"
+            " intent) under the given policy (default: all intents, 1000 per hour, one-hour sessions)."
+        ),
+    )
+    parser.add_argument("--key-file", required=True, metavar="FILE")
+    parser.add_argument("--policy", metavar="FILE", help="policy JSON (missing members take defaults)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--app", metavar="MODULE:ATTR", help="an AgentServer/A2AAgent, or a callable(server)")
+    parser.add_argument("--audit-log", metavar="FILE", help="hash-chained JSON Lines audit log")
+    parser.add_argument("--tls-cert", metavar="FILE")
+    parser.add_argument("--tls-key", metavar="FILE")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes (more than 1 needs --redis-url)"
+    )
+    parser.add_argument("--redis-url", metavar="URL", help="shared store for sessions and sequences")
+    parser.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from a2a_secure.server.run import serve  # noqa: PLC0415 - server extra
+
+    try:
+        serve(
+            args.key_file,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            redis_url=args.redis_url,
+            policy_path=args.policy,
+            audit_log=args.audit_log,
+            app=args.app,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+        )
+    except ValueError as exc:
+        _fail(str(exc))
+        return 1
+    return 0
+
+
+@subcommand("call")
+def _build_call(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser("call", help="send one signed intent and print the verified result")
+    parser.add_argument("--key-file", required=True, metavar="FILE")
+    parser.add_argument("--to", required=True, metavar="DID|NAME", help="the agent's DID or registry name")
+    parser.add_argument("--endpoint", metavar="URL", help="the agent's base URL")
+    parser.add_argument("--registry", metavar="FILE", help="agent_registry.json")
+    parser.add_argument("--goal", required=True)
+    parser.add_argument("--domain")
+    parser.add_argument("--inputs", default="{}", metavar="JSON", help="intent inputs (a JSON object)")
+    parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agent's certificate")
+    parser.set_defaults(handler=_call)
+
+
+def _call(args: argparse.Namespace) -> int:
+    import asyncio  # noqa: PLC0415
+
+    from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry  # noqa: PLC0415
+    from a2a_secure.identity import encoding  # noqa: PLC0415
+
+    identity = Identity.load(args.key_file)
+    inputs = encoding.loads(args.inputs.encode())
+    if not isinstance(inputs, dict):
+        _fail("--inputs must be a JSON object")
+        return 1
+    intent: dict[str, Any] = {"goal": args.goal, "inputs": inputs}
+    if args.domain:
+        intent["domain"] = args.domain
+    registry = AgentRegistry.load(args.registry) if args.registry else AgentRegistry()
+    target = args.to
+    if args.endpoint:
+        did = target if target.startswith("did:") else registry.find(target).did
+        registry.add(RegistryEntry(target if not target.startswith("did:") else "target", did, args.endpoint))
+        target = did
+
+    async def run() -> Any:
+        async with A2AAgent(
+            identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True
+        ) as a:
+            return await a.request(target, intent)
+
+    print_json(asyncio.run(run()))
+    return 0
+
+
+@subcommand("demo")
+def _build_demo(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="run three example agents and an orchestrator on loopback, then verify the audit logs"
+    )
+    parser.add_argument(
+        "--keep-logs", metavar="DIR", help="write the audit logs to DIR (default: a temp dir)"
+    )
+    parser.set_defaults(handler=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from a2a_secure.demo import main as demo_main  # noqa: PLC0415 - server extra
+
+    return demo_main(args.keep_logs)
+
+
+@subcommand("audit")
+def _build_audit(subparsers: Subparsers) -> None:
+    audit = add_command_group(subparsers, "audit", "check audit logs")
+    verify = audit.add_parser("verify", help="re-compute an audit log's hash chain and checkpoints")
+    verify.add_argument("file", metavar="FILE")
+    verify.add_argument("--did", help="the writing agent's did:key, to verify checkpoint signatures")
+    verify.add_argument("--checkpoint", metavar="TOKEN", help="a checkpoint token kept elsewhere")
+    verify.set_defaults(handler=_audit_verify)
+
+
+def _audit_verify(args: argparse.Namespace) -> int:
+    from a2a_secure.audit import run_audit_verify  # noqa: PLC0415
+
+    code, message = run_audit_verify(args.file, args.did, anchor=args.checkpoint)
+    print(message, file=sys.stdout if code == 0 else sys.stderr)
+    return code

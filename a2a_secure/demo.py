@@ -1,0 +1,168 @@
+"""``a2a-secure demo``: four agents on loopback, handshakes, signed intents, the audit trail.
+
+The translator, summarizer and sentiment example agents are served by real uvicorn servers
+on 127.0.0.1 (ephemeral ports); an orchestrator finds them through a registry, runs a
+handshake with each, sends signed intents, shows that a tampered request is refused, closes
+its sessions, and finally verifies every agent's hash-chained audit log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
+from a2a_secure.audit import AuditEvent, Auditor, JsonlAuditLog, run_audit_verify
+from a2a_secure.errors import A2AError
+from a2a_secure.examples import sentiment, summarizer, translator
+from a2a_secure.identity import encoding
+from a2a_secure.identity.keys import Identity
+from a2a_secure.testing import serve_app
+
+__all__ = ["main", "run_demo"]
+
+_STEP = {
+    "hello": "HELLO         -> CHALLENGE",
+    "proof": "PROOF         -> POLICY",
+    "accept_policy": "ACCEPT_POLICY -> SESSION",
+    "intent": "INTENT",
+    "close": "CLOSE",
+}
+
+
+class _PrintSink:
+    """Prints the client's audit records as they happen (no inputs: the records have none)."""
+
+    def __init__(self, out: TextIO, names: dict[str, str]) -> None:
+        self.out = out
+        self.names = names
+
+    def write(self, event: AuditEvent) -> None:
+        rec = event.to_dict()
+        peer = self.names.get(rec["server_did"] or "", "?")
+        step = _STEP.get(rec["event"], rec["event"])
+        status = "ok" if rec["status"] == "success" else f"refused {rec['error_code']}"
+        extra = f" seq={rec['sequence']}" if rec["sequence"] is not None else ""
+        sid = rec["session_id"]
+        if rec["event"] == "accept_policy" and sid:
+            extra += f" session={sid[:10]}…"
+        self.out.write(f"    [{peer:<10}] {step:<26} {status:<8}{extra} ({rec['duration_ms']:.1f} ms)\n")
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _short(value: Any) -> str:
+    text = encoding.dumps(value).decode()
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+async def run_demo(out: TextIO, workdir: Path) -> int:
+    """Run the whole demo, writing to ``out``; audit logs go under ``workdir``."""
+    builders = {"translator": translator, "summarizer": summarizer, "sentiment": sentiment}
+    hosts: dict[str, A2AAgent] = {}
+    logs: dict[str, Path] = {}
+    auditors: list[Auditor] = []
+    for name, module in builders.items():
+        identity = Identity.generate(name)
+        logs[name] = workdir / f"{name}.audit.jsonl"
+        auditor = Auditor([JsonlAuditLog(logs[name], identity)], role="server")
+        auditors.append(auditor)
+        agent = module.build_agent(identity)
+        agent.server._audit = auditor.record  # the example builders take no audit argument
+        hosts[name] = agent
+
+    out.write("a2a-secure demo: three agents and an orchestrator on loopback\n\n")
+    async with contextlib.AsyncExitStack() as stack:
+        registry = AgentRegistry()
+        session_urls: dict[str, str] = {}
+        for name, agent in hosts.items():
+            url = await stack.enter_async_context(serve_app(agent.app))
+            registry.add(RegistryEntry(name, agent.did, url, tuple(agent.server.goals)))
+            session_urls[name] = url
+            out.write(f"  {name:<11} {agent.did[:32]}…  {url}  intents={agent.server.goals}\n")
+
+        orch_identity = Identity.generate("orchestrator")
+        logs["orchestrator"] = workdir / "orchestrator.audit.jsonl"
+        names = {a.did: n for n, a in hosts.items()}
+        orch_audit = Auditor(
+            [JsonlAuditLog(logs["orchestrator"], orch_identity), _PrintSink(out, names)], role="client"
+        )
+        auditors.append(orch_audit)
+        out.write(f"  orchestrator {orch_identity.did[:32]}…  (client)\n\n")
+
+        async with A2AAgent(
+            "orchestrator", orch_identity, registry=registry, audit=orch_audit.record
+        ) as orchestrator:
+            text = (
+                "Hello world. Good morning agents. The agents talk safely because every request is "
+                "signed and every answer is signed too. The report is ready."
+            )
+            calls = [
+                ("summarizer", {"goal": "summarize", "inputs": {"text": text, "max_sentences": 2}}),
+                (
+                    "translator",
+                    {"goal": "translate", "inputs": {"text": "Hello world", "target_language": "es"}},
+                ),
+                ("sentiment", {"goal": "sentiment", "inputs": {"text": "The report is ready and safe"}}),
+                (
+                    "translator",
+                    {"goal": "translate", "inputs": {"text": "The report is ready", "target_language": "fr"}},
+                ),
+            ]
+            for target, intent in calls:
+                out.write(f"  orchestrator -> {target}: {intent['goal']} {_short(intent['inputs'])}\n")
+                result = await orchestrator.request(target, intent)
+                out.write(f"    verified result: {_short(result)}\n\n")
+
+            out.write("  an attacker on the path edits a signed request (inputs changed, signature kept):\n")
+            session = await orchestrator.client.session_for(hosts["translator"].did)
+            honest = {"goal": "translate", "inputs": {"text": "hi", "target_language": "es"}}
+            req = session.prepare_intent(honest)
+            forged = dict(req.params, intent={**honest, "inputs": {"text": "evil", "target_language": "es"}})
+            body = encoding.dumps({"jsonrpc": "2.0", "method": "intent", "params": forged, "id": 1})
+            url = f"{session_urls['translator']}/a2a/intent"
+            async with httpx.AsyncClient() as raw:
+                resp = await raw.post(url, content=body, headers={"Content-Type": "application/json"})
+            err = resp.json()["error"]
+            out.write(
+                f"    server answered HTTP {resp.status_code}, code {err['code']}: {err['message']}\n\n"
+            )
+            out.write("  closing sessions\n")
+        # leaving the context closed every session with an authenticated close
+        for auditor in auditors:
+            auditor.close()
+
+    out.write("\naudit trail (hash-chained JSON Lines, checkpoints signed by each agent's key):\n")
+    ok = True
+    dids = {n: a.did for n, a in hosts.items()} | {"orchestrator": orch_identity.did}
+    for name, path in logs.items():
+        code, message = run_audit_verify(str(path), dids[name])
+        ok = ok and code == 0
+        lines = path.read_text().splitlines()
+        events = [encoding.loads(line)["event"] for line in lines]
+        out.write(f"  {name:<12} {message}\n               events: {' '.join(events)}\n")
+    verdict = "all handshakes, intents and audit chains verified" if ok else "audit verification FAILED"
+    out.write(f"\ndemo finished: {verdict}\n")
+    return 0 if ok else 1
+
+
+def main(keep_logs: str | None = None) -> int:
+    """Run the demo; audit logs go to ``keep_logs`` if given, else a temporary directory."""
+    import sys  # noqa: PLC0415
+
+    try:
+        if keep_logs:
+            path = Path(keep_logs)
+            path.mkdir(parents=True, exist_ok=True)
+            return asyncio.run(run_demo(sys.stdout, path))
+        with tempfile.TemporaryDirectory(prefix="a2a-demo-") as tmp:
+            return asyncio.run(run_demo(sys.stdout, Path(tmp)))
+    except A2AError as exc:
+        sys.stderr.write(f"demo failed: {exc.message} (code {exc.code})\n")
+        return 1

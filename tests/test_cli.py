@@ -1,0 +1,397 @@
+"""The ``a2a-secure`` command: keygen and did show / document / resolve."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import base58
+import pytest
+
+from a2a_secure.cli import main
+from a2a_secure.errors import DIDResolutionError, InvalidParams
+from a2a_secure.identity import Identity, b64u_decode, public_key_from_did_key
+from a2a_secure.identity.did import did_web_document
+
+REPO = Path(__file__).resolve().parents[1]
+SEED = bytes(range(32))
+DID_WEB = "did:web:example.com%3A8443:agents:bob"
+
+posix_only = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _assert_clean_error(err: str) -> None:
+    assert err.startswith("a2a-secure: error: ")
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "agent.key"
+    Identity.from_seed(SEED, "agent-1").save(path)
+    return path
+
+
+# -- keygen -----------------------------------------------------------------------------------
+
+
+@posix_only
+def test_keygen_writes_0600_file_and_prints_did_last(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "new.key"
+    code, out, err = run(capsys, "keygen", "--out", str(path), "--agent-id", "alice")
+    assert code == 0, err
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    did = out.strip().splitlines()[-1]
+    ident = Identity.load(path)
+    assert did == ident.did
+    assert ident.agent_id == "alice"
+    assert public_key_from_did_key(did) == ident.public_key
+    assert ident.private_key_b64u() not in out + err
+
+
+def test_keygen_refuses_existing_file_without_force(
+    capsys: pytest.CaptureFixture[str], key_file: Path
+) -> None:
+    before = key_file.read_bytes()
+    code, out, err = run(capsys, "keygen", "--out", str(key_file))
+    assert code == 1
+    assert out == ""
+    _assert_clean_error(err)
+    assert "exists" in err
+    assert key_file.read_bytes() == before
+
+
+def test_keygen_force_replaces(capsys: pytest.CaptureFixture[str], key_file: Path) -> None:
+    old_did = Identity.load(key_file).did
+    code, out, _ = run(capsys, "keygen", "--out", str(key_file), "--force")
+    assert code == 0
+    new_did = out.strip().splitlines()[-1]
+    assert new_did != old_did
+    assert Identity.load(key_file).did == new_did
+    assert Identity.load(key_file).agent_id == "a2a-agent"
+
+
+def test_keygen_without_out_prints_env_line_then_did(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "keygen")
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert len(lines) == 2
+    name, _, value = lines[0].partition("=")
+    assert name == "A2A_PRIVATE_KEY"
+    assert len(b64u_decode(value)) == 32
+    assert Identity.from_private_key(value, "x").did == lines[1]
+
+
+def test_keygen_into_missing_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, err = run(capsys, "keygen", "--out", str(tmp_path / "missing" / "a.key"))
+    assert code == 1
+    assert out == ""
+    _assert_clean_error(err)
+
+
+def test_keygen_bad_agent_id(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "keygen", "--out", str(tmp_path / "a.key"), "--agent-id", "x" * 129)
+    assert code == 1
+    _assert_clean_error(err)
+    assert not (tmp_path / "a.key").exists()
+
+
+def _subprocess(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv,
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        timeout=60,
+    )
+
+
+@posix_only
+def test_keygen_as_subprocess(tmp_path: Path) -> None:
+    path = tmp_path / "sub.key"
+    cmd = [sys.executable, "-m", "a2a_secure", "keygen", "--out", str(path)]
+    done = _subprocess(cmd, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert done.stdout.strip().splitlines()[-1] == Identity.load(path).did
+
+    again = _subprocess(cmd, tmp_path)
+    assert again.returncode == 1
+    assert again.stdout == ""
+    assert "Traceback" not in again.stderr
+    assert "exists" in again.stderr
+
+    forced = _subprocess([*cmd, "--force"], tmp_path)
+    assert forced.returncode == 0
+    assert forced.stdout.strip().splitlines()[-1] == Identity.load(path).did
+
+
+@posix_only
+def test_keygen_script(tmp_path: Path) -> None:
+    path = tmp_path / "script.key"
+    script = str(REPO / "scripts" / "keygen.sh")
+    done = _subprocess(["sh", script, str(path), "--agent-id", "scripted"], tmp_path, PYTHON=sys.executable)
+    assert done.returncode == 0, done.stderr
+    ident = Identity.load(path)
+    assert ident.agent_id == "scripted"
+    assert done.stdout.strip().splitlines()[-1] == ident.did
+    again = _subprocess(["sh", script, str(path)], tmp_path, PYTHON=sys.executable)
+    assert again.returncode == 1
+    assert Identity.load(path).did == ident.did
+
+
+# -- usage --------------------------------------------------------------------------------------
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys)
+    assert code == 2
+    assert "keygen" in err
+
+
+def test_group_without_subcommand_prints_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "did")
+    assert code == 2
+    assert "document" in err
+
+
+def test_unknown_command_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "frobnicate")
+    assert code == 2
+    assert "invalid choice" in err
+
+
+def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    assert "keygen" in out
+    code, out, _ = run(capsys, "--version")
+    assert code == 0
+    assert "a2a-secure" in out
+
+
+# -- did show -------------------------------------------------------------------------------------
+
+
+def test_did_show(capsys: pytest.CaptureFixture[str], key_file: Path) -> None:
+    ident = Identity.load(key_file)
+    code, out, _ = run(capsys, "did", "show", "--key-file", str(key_file))
+    assert code == 0
+    shown = json.loads(out)
+    assert shown == {
+        "agent_id": "agent-1",
+        "did": ident.did,
+        "kid": ident.kid,
+        "public_key_entry": ident.public_key_entry(),
+    }
+    assert ident.private_key_b64u() not in out
+
+
+def test_did_show_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, err = run(capsys, "did", "show", "--key-file", str(tmp_path / "none.key"))
+    assert code == 1
+    assert out == ""
+    _assert_clean_error(err)
+
+
+@posix_only
+def test_did_show_refuses_readable_key_file(capsys: pytest.CaptureFixture[str], key_file: Path) -> None:
+    key_file.chmod(0o644)
+    code, _, err = run(capsys, "did", "show", "--key-file", str(key_file))
+    assert code == 1
+    _assert_clean_error(err)
+    assert "chmod 600" in err
+
+
+def test_did_show_requires_key_file(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, _ = run(capsys, "did", "show")
+    assert code == 2
+
+
+# -- did document ---------------------------------------------------------------------------------
+
+
+def test_did_document_shape(capsys: pytest.CaptureFixture[str], key_file: Path) -> None:
+    ident = Identity.load(key_file)
+    code, out, err = run(capsys, "did", "document", "--key-file", str(key_file), "--did-web", DID_WEB)
+    assert code == 0
+    assert "https://example.com:8443/agents/bob/did.json" in err
+    doc = json.loads(out)
+    kid = DID_WEB + "#key-1"
+    assert doc == {
+        "@context": ["https://www.w3.org/ns/did/v1", "https://w3id.org/security/multikey/v1"],
+        "id": DID_WEB,
+        "verificationMethod": [
+            {
+                "id": kid,
+                "type": "Multikey",
+                "controller": DID_WEB,
+                "publicKeyMultibase": ident.did[len("did:key:") :],
+            }
+        ],
+        "authentication": [kid],
+        "assertionMethod": [kid],
+    }
+    multibase = doc["verificationMethod"][0]["publicKeyMultibase"]
+    assert multibase.startswith("z6Mk")
+    assert base58.b58decode(multibase[1:]) == b"\xed\x01" + ident.public_key
+    assert doc == did_web_document(DID_WEB, ident.public_key)
+
+
+def test_did_document_parses_with_the_did_web_resolver(
+    capsys: pytest.CaptureFixture[str], key_file: Path
+) -> None:
+    didweb = pytest.importorskip("a2a_secure.identity.didweb")
+    ident = Identity.load(key_file)
+    code, out, _ = run(capsys, "did", "document", "--key-file", str(key_file), "--did-web", DID_WEB)
+    assert code == 0
+    resolved = didweb.parse_did_document(DID_WEB, json.loads(out))
+    assert dict(resolved.keys) == {DID_WEB + "#key-1": ident.public_key}
+
+
+def test_did_document_custom_fragment(capsys: pytest.CaptureFixture[str], key_file: Path) -> None:
+    code, out, _ = run(
+        capsys, "did", "document", "--key-file", str(key_file), "--did-web", DID_WEB, "--fragment", "k2"
+    )
+    assert code == 0
+    assert json.loads(out)["authentication"] == [DID_WEB + "#k2"]
+
+
+@pytest.mark.parametrize(
+    "did",
+    [
+        "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK",
+        "did:web:127.0.0.1",
+        "did:web:example.com:..:admin",
+        "not a did",
+    ],
+)
+def test_did_document_refuses_non_did_web(
+    capsys: pytest.CaptureFixture[str], key_file: Path, did: str
+) -> None:
+    code, out, err = run(capsys, "did", "document", "--key-file", str(key_file), "--did-web", did)
+    assert code == 1
+    assert out == ""
+    _assert_clean_error(err)
+
+
+def test_did_web_document_function_checks() -> None:
+    pk = Identity.from_seed(SEED, "a").public_key
+    with pytest.raises(InvalidParams):
+        did_web_document(DID_WEB, pk[:31])
+    with pytest.raises(InvalidParams):
+        did_web_document(DID_WEB, bytes.fromhex("01" + "00" * 31))  # small-order key
+    with pytest.raises(InvalidParams):
+        did_web_document(DID_WEB, pk, fragment="")
+    with pytest.raises(InvalidParams):
+        did_web_document(DID_WEB, pk, fragment="a b")
+    with pytest.raises(DIDResolutionError):
+        did_web_document("did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK", pk)
+
+
+# -- did resolve ----------------------------------------------------------------------------------
+
+
+def test_did_resolve_did_key(capsys: pytest.CaptureFixture[str]) -> None:
+    ident = Identity.from_seed(SEED, "a")
+    code, out, _ = run(capsys, "did", "resolve", ident.did)
+    assert code == 0
+    assert json.loads(out) == {"did": ident.did, "public_keys": [ident.public_key_entry()]}
+
+
+@pytest.mark.parametrize(
+    "did",
+    [
+        "did:key:zTjsVPtY",
+        "did:key:z6MkeXATEjyXENzBXBxgC5EHk2JE5aqd7qMGGtDpLUH1e2Sj",
+        "did:example:123",
+        "did:KEY:z6MktKwz7Ge1Yxzr4JHavN33wiwa8y81QdcMRLXQsrH9T53b",
+        "did:web:127.0.0.1",
+        "did:web:localhost",
+    ],
+)
+def test_did_resolve_errors_are_clean(capsys: pytest.CaptureFixture[str], did: str) -> None:
+    code, out, err = run(capsys, "did", "resolve", did)
+    assert code == 1
+    assert out == ""
+    _assert_clean_error(err)
+
+
+class _DidJsonHandler(http.server.BaseHTTPRequestHandler):
+    body = b""
+
+    def do_GET(self) -> None:
+        if self.path != "/.well-known/did.json":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/did+json")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def did_web_server() -> Iterator[tuple[str, Identity]]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DidJsonHandler)
+    did = f"did:web:localhost%3A{server.server_address[1]}"
+    ident = Identity.from_seed(SEED, "web")
+    handler_cls = type(
+        "Handler", (_DidJsonHandler,), {"body": json.dumps(did_web_document(did, ident.public_key)).encode()}
+    )
+    server.RequestHandlerClass = handler_cls
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield did, ident
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_did_resolve_did_web_on_loopback_in_dev_mode(
+    capsys: pytest.CaptureFixture[str], did_web_server: tuple[str, Identity]
+) -> None:
+    pytest.importorskip("a2a_secure.identity.didweb")
+    did, ident = did_web_server
+    code, out, err = run(capsys, "did", "resolve", did, "--allow-loopback-dev")
+    assert code == 0, err
+    resolved = json.loads(out)
+    assert resolved["did"] == did
+    assert [(e["kid"], e["key"]) for e in resolved["public_keys"]] == [
+        (did + "#key-1", ident.public_key_entry()["key"])
+    ]
+
+
+def test_did_resolve_did_web_loopback_refused_by_default(
+    capsys: pytest.CaptureFixture[str], did_web_server: tuple[str, Identity]
+) -> None:
+    pytest.importorskip("a2a_secure.identity.didweb")
+    did, _ = did_web_server
+    code, out, err = run(capsys, "did", "resolve", did)
+    assert code == 1
+    assert out == ""
+    _assert_clean_error(err)
