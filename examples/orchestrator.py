@@ -1,0 +1,30 @@
+"""An orchestrator that asks two example agents in turn, through the registry.
+
+Run examples/host_agents.py first; it writes agent_registry.json next to this file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from a2a_secure import A2AAgent, Identity
+
+HERE = Path(__file__).resolve().parent
+
+
+async def main() -> None:
+    identity = Identity.generate("orchestrator")
+    async with A2AAgent("orchestrator", identity, registry=HERE / "agent_registry.json") as agent:
+        text = "Good morning agents. The report is ready. Every answer is signed."
+        summary = await agent.request("summarizer", {"goal": "summarize", "inputs": {"text": text}})
+        print("summary:", summary["summary"])
+        spanish = await agent.request(
+            "translator",
+            {"goal": "translate", "inputs": {"text": summary["summary"], "target_language": "es"}},
+        )
+        print("translated:", spanish["translated_text"])
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
