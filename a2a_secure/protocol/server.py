@@ -14,6 +14,7 @@ that needs no network.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -598,9 +599,12 @@ class ServerProtocol:
         except Exception:
             reply = self._signed_error(InternalError(), session_id, sequence, req_hash, int(self._clock()))
         if not is_close:
-            await self.store.finish_request(
-                session_id, sequence, StoredReply(reply.http_status, reply.result, reply.error)
-            )
+            # The intent ran: its answer goes out even if the store cannot keep it (a shared
+            # store down). A byte-identical retry then finds no stored answer and gets 503.
+            with contextlib.suppress(Exception):
+                await self.store.finish_request(
+                    session_id, sequence, StoredReply(reply.http_status, reply.result, reply.error)
+                )
         return reply
 
     async def _replay(
@@ -618,7 +622,10 @@ class ServerProtocol:
                 stored = begin.reply
             elif begin.kind is not BeginKind.IN_PROGRESS:
                 raise SequenceError(f"sequence {sequence} is no longer the last accepted")
-        return Reply(stored.http_status, stored.result, stored.error)
+        # A stored 503 (a handler that raised Unavailable) keeps its Retry-After on replay.
+        data = stored.error.get("data") if stored.error is not None else None
+        retry = data.get("retry_after") if isinstance(data, Mapping) else None
+        return Reply(stored.http_status, stored.result, stored.error, retry if type(retry) is int else None)
 
     async def _close(self, session: SessionRecord, sequence: int, req_hash: str) -> Reply:
         await self.store.close_session(session.session_id)

@@ -20,6 +20,8 @@ from a2a_secure.store.base import (
 
 __all__ = ["MemoryStore"]
 
+_RATES_SWEEP_MIN = 1024
+
 
 @dataclass(slots=True)
 class _SeqState:
@@ -38,6 +40,7 @@ class MemoryStore:
         self._seq: dict[str, _SeqState] = {}
         # (client DID, period) -> (window start, count): a fixed window per DID.
         self._rates: dict[tuple[str, int], tuple[int, int]] = {}
+        self._rates_sweep_at = _RATES_SWEEP_MIN
 
     # -- pending handshakes ---------------------------------------------------------------
     def _drop_pending(self, nonce_b: str) -> None:
@@ -153,8 +156,17 @@ class MemoryStore:
             if count >= rate_limit:
                 return Begin(BeginKind.RATE_LIMITED, st.last, retry_after=max(1, start + rate_period - t))
             self._rates[key] = (start, count + 1)
+            if len(self._rates) >= self._rates_sweep_at:
+                self._sweep_rates(t)
         st.last, st.request_hash, st.reply = sequence, request_hash, None
         return Begin(BeginKind.NEW, sequence)
+
+    def _sweep_rates(self, t: int) -> None:
+        # A window that has ended counts nothing: drop it, so that one entry per DID that
+        # ever sent a request does not pile up (ATTACKS.md H6). Amortised O(1) per request.
+        for key in [k for k, (start, _) in self._rates.items() if t >= start + k[1]]:
+            del self._rates[key]
+        self._rates_sweep_at = max(_RATES_SWEEP_MIN, 2 * len(self._rates))
 
     async def finish_request(self, session_id: str, sequence: int, reply: StoredReply) -> None:
         """See :meth:`Store.finish_request`."""
