@@ -1,0 +1,237 @@
+"""Serving an agent from the command line, in one or several worker processes.
+
+``serve`` puts its settings in environment variables and starts uvicorn with the factory
+``a2a_secure.server.run:app_from_env``: every worker process builds its own app from the same
+variables. Several workers must share their state through Redis (``--redis-url``): with the
+in-memory store each worker would know only the sessions it opened itself.
+
+Environment variables read by :func:`app_from_env`:
+
+``A2A_SECURE_KEY_FILE``     the agent's key file (required)
+``A2A_SECURE_POLICY``       a policy JSON file (members optional, defaults of §9 applied)
+``A2A_SECURE_REDIS_URL``    Redis URL: the shared :class:`~a2a_secure.store.redis.RedisStore`
+                            (else the in-process :class:`~a2a_secure.store.memory.MemoryStore`)
+``A2A_SECURE_REDIS_PREFIX`` key prefix in Redis (default ``a2a:``)
+``A2A_SECURE_AUDIT_LOG``    path of the hash-chained JSON Lines audit log (shared by workers)
+``A2A_SECURE_APP``          ``module:attr``: an ``AgentServer`` (or an object with a ``server``
+                            attribute holding one, like ``A2AAgent``) whose intents are served,
+                            or a callable given the ``AgentServer`` to register handlers on
+
+With no ``A2A_SECURE_APP`` the server is the test agent of PROTOCOL.md §11 with its ``echo``
+intent (result = inputs unchanged); the streaming ``count`` intent is not served.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from fastapi import FastAPI
+
+from a2a_secure.identity.keys import Identity
+from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
+from a2a_secure.protocol.server import IntentContext
+from a2a_secure.server.app import AgentServer
+from a2a_secure.store.base import Store
+from a2a_secure.store.memory import MemoryStore
+
+__all__ = ["ENV", "WORKERS_NEED_REDIS", "app_from_env", "build_server", "serve"]
+
+ENV = {
+    "key_file": "A2A_SECURE_KEY_FILE",
+    "policy": "A2A_SECURE_POLICY",
+    "redis_url": "A2A_SECURE_REDIS_URL",
+    "redis_prefix": "A2A_SECURE_REDIS_PREFIX",
+    "audit_log": "A2A_SECURE_AUDIT_LOG",
+    "app": "A2A_SECURE_APP",
+}
+FACTORY = "a2a_secure.server.run:app_from_env"
+WORKERS_NEED_REDIS = "--workers > 1 needs --redis-url: sessions would not be shared between workers"
+
+
+def load_policy(path: str | os.PathLike[str] | None) -> Policy:
+    """The policy in the JSON file ``path`` (missing members take their defaults)."""
+    if not path:
+        return DEFAULT_POLICY
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a policy file holds one JSON object")
+    return Policy.load(data)
+
+
+def _load_object(spec: str) -> Any:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"app {spec!r} must be 'module:attribute'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _mount_app(server: AgentServer, spec: str) -> None:
+    """Serve the intents of ``spec`` on ``server`` (see the module documentation)."""
+    obj = _load_object(spec)
+    source = obj if isinstance(obj, AgentServer) else getattr(obj, "server", None)
+    if isinstance(source, AgentServer):
+        if source.identity.did != server.identity.did:
+            raise ValueError(
+                f"app {spec!r} has the DID {source.identity.did}, the key file {server.identity.did}"
+            )
+        server.name = source.name
+        server.description = source.description
+        server.version = source.version
+        server.url = source.url or server.url
+        for goal in source.goals:
+
+            async def run(inputs: Any, context: IntentContext, _goal: str = goal) -> Any:
+                return await source.run(_goal, inputs, context)
+
+            server.add(goal, run)
+        return
+    if callable(obj):
+        obj(server)
+        return
+    raise ValueError(f"app {spec!r} is neither an AgentServer nor a callable")
+
+
+def _default_app(server: AgentServer) -> None:
+    @server.intent("echo")
+    async def echo(inputs: Any) -> Any:
+        return inputs
+
+
+def build_server(
+    identity: Identity,
+    *,
+    policy: Policy = DEFAULT_POLICY,
+    store: Store | None = None,
+    audit: Any = None,
+    app: str | None = None,
+) -> AgentServer:
+    """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts."""
+    server = AgentServer(
+        identity,
+        policy,
+        name=identity.agent_id,
+        description="a2a-secure test agent (PROTOCOL.md §11)" if not app else "",
+        store=store,
+        audit=audit,
+    )
+    if app:
+        _mount_app(server, app)
+    else:
+        _default_app(server)
+    return server
+
+
+def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
+    """A FastAPI app configured by the ``A2A_SECURE_*`` environment variables.
+
+    The uvicorn factory of :func:`serve` (one call per worker process). The store and the
+    audit log are closed when the app shuts down.
+    """
+    env = os.environ if environ is None else environ
+    key_file = env.get(ENV["key_file"])
+    if not key_file:
+        raise ValueError(f"{ENV['key_file']} is not set")
+    identity = Identity.load(key_file)
+    policy = load_policy(env.get(ENV["policy"]) or None)
+
+    store: Store
+    redis_url = env.get(ENV["redis_url"])
+    if redis_url:
+        from a2a_secure.store.redis import RedisStore  # noqa: PLC0415 - redis extra
+
+        store = RedisStore(redis_url, prefix=env.get(ENV["redis_prefix"]) or "a2a:")
+    else:
+        store = MemoryStore()
+
+    auditor: Any = None
+    audit_path = env.get(ENV["audit_log"])
+    if audit_path:
+        from a2a_secure.audit import Auditor, JsonlAuditLog  # noqa: PLC0415
+
+        auditor = Auditor([JsonlAuditLog(audit_path, identity)], role="server")
+
+    server = build_server(identity, policy=policy, store=store, audit=auditor, app=env.get(ENV["app"]))
+    fastapi_app = server.app()
+    fastapi_app.state.agent_server = server
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                await store.aclose()
+            if auditor is not None:
+                with contextlib.suppress(Exception):
+                    auditor.close()
+
+    fastapi_app.router.lifespan_context = lifespan
+    return fastapi_app
+
+
+def serve(
+    key_file: str | os.PathLike[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: int = 1,
+    redis_url: str | None = None,
+    policy_path: str | os.PathLike[str] | None = None,
+    audit_log: str | os.PathLike[str] | None = None,
+    app: str | None = None,
+    tls_cert: str | os.PathLike[str] | None = None,
+    tls_key: str | os.PathLike[str] | None = None,
+    redis_prefix: str | None = None,
+    log_level: str = "info",
+) -> None:
+    """Run the agent under uvicorn with ``workers`` processes (blocks until stopped).
+
+    Raises ``ValueError`` before starting anything when ``workers > 1`` without
+    ``redis_url`` (:data:`WORKERS_NEED_REDIS`), when only one of ``tls_cert``/``tls_key`` is
+    given, or when the key file, policy or app cannot be used.
+    """
+    if workers < 1:
+        raise ValueError("--workers must be at least 1")
+    if workers > 1 and not redis_url:
+        raise ValueError(WORKERS_NEED_REDIS)
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    import uvicorn  # noqa: PLC0415 - server extra
+
+    settings = {
+        "key_file": os.path.abspath(key_file),
+        "policy": os.path.abspath(policy_path) if policy_path else None,
+        "redis_url": redis_url,
+        "redis_prefix": redis_prefix,
+        "audit_log": os.path.abspath(audit_log) if audit_log else None,
+        "app": app,
+    }
+    for name, value in settings.items():
+        if value:
+            os.environ[ENV[name]] = value
+        else:
+            os.environ.pop(ENV[name], None)
+    # Fail here, once, with a clear message rather than in every worker: the key file, the
+    # policy and the app are loaded once (no store, no audit log opened).
+    build_server(Identity.load(key_file), policy=load_policy(policy_path), app=app)
+    uvicorn.run(
+        FACTORY,
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        ssl_certfile=os.fspath(tls_cert) if tls_cert is not None else None,
+        ssl_keyfile=os.fspath(tls_key) if tls_key is not None else None,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+    )
