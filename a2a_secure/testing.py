@@ -40,10 +40,9 @@ async def serve_app(
     """Serve ``app`` with uvicorn on ``host`` and an ephemeral port; yield the base URL."""
     import uvicorn  # noqa: PLC0415 - server extra
 
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP;
-    # with proto 0 every keep-alive reply waits ~40 ms for a delayed ACK (Nagle).
-    # Let uvicorn bind port 0 itself: a socket handed over with ``sockets=`` misses the
-    # TCP_NODELAY that uvicorn's own listener gets, which costs ~40 ms per response.
+    # Let uvicorn bind port 0 itself: asyncio sets TCP_NODELAY only on sockets whose proto
+    # says TCP, and a socket made with proto 0 and handed over with ``sockets=`` would make
+    # every keep-alive reply wait ~40 ms for a delayed ACK (Nagle).
     options: dict[str, Any] = {"log_level": "warning", "lifespan": "off", "access_log": False}
     options.update(config)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=0, **options))
