@@ -1,7 +1,7 @@
-"""``A2AAgent``: the high-level API. One object both calls peers and hosts its own intents.
+"""``A2AAgent``: the high-level API. One object both calls peers and hosts its own intents::
 
-    async with A2AAgent("orchestrator", identity, registry="agent_registry.json") as agent:
-        text = await agent.request("translator", {"goal": "translate", "inputs": {...}})
+async with A2AAgent("orchestrator", identity, registry="agent_registry.json") as agent:
+    text = await agent.request("translator", {"goal": "translate", "inputs": {...}})
 """
 
 from __future__ import annotations
