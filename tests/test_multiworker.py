@@ -374,15 +374,22 @@ def test_app_from_env_refuses_bad_settings(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("app", "goal", "inputs", "expected"),
+    ("app", "goals", "goal", "inputs", "expected"),
     [
-        (None, "echo", {"text": "hi", "n": [1, 2.5, None]}, {"text": "hi", "n": [1, 2.5, None]}),
-        ("test_multiworker:register_upper", "upper", {"text": "hi"}, {"text": "HI"}),
-        ("test_multiworker:APP_SERVER", "upper", {"text": "ho"}, {"text": "HO"}),
+        # No app: the test agent of PROTOCOL.md §11 (echo, and the streaming count).
+        (
+            None,
+            ["count", "echo"],
+            "echo",
+            {"text": "hi", "n": [1, 2.5, None]},
+            {"text": "hi", "n": [1, 2.5, None]},
+        ),
+        ("test_multiworker:register_upper", ["upper"], "upper", {"text": "hi"}, {"text": "HI"}),
+        ("test_multiworker:APP_SERVER", ["upper"], "upper", {"text": "ho"}, {"text": "HO"}),
     ],
 )
 async def test_app_from_env_serves(
-    tmp_path: Path, app: str | None, goal: str, inputs: dict[str, Any], expected: Any
+    tmp_path: Path, app: str | None, goals: list[str], goal: str, inputs: dict[str, Any], expected: Any
 ) -> None:
     from a2a_secure.audit import verify_chain
     from a2a_secure.server.run import app_from_env
@@ -402,10 +409,10 @@ async def test_app_from_env_serves(
         env["A2A_SECURE_APP"] = app
     fastapi_app = app_from_env(env)
     server = fastapi_app.state.agent_server
-    assert server.goals == [goal]
+    assert server.goals == goals
     async with serve_app(fastapi_app, lifespan="on") as url, httpx.AsyncClient(timeout=10) as http:
         card = (await http.get(url + "/.well-known/agent-card.json")).json()
-        assert card["intents"] == [goal]
+        assert card["intents"] == goals
         sess = await handshake(http, [url], client_identity("run"), RUN_SERVER_ID.did)
         assert sess.policy.rate_limit == 3
         req = sess.prepare_intent({"goal": goal, "inputs": inputs})

@@ -17,7 +17,7 @@ import socket
 import ssl
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -36,6 +36,7 @@ from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, IntentResult, PreparedRequest
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import AuditHook
+from a2a_secure.protocol.validate import json_equal
 
 __all__ = ["A2AClient", "RetryPolicy", "check_endpoint"]
 
@@ -90,6 +91,85 @@ class RetryPolicy:
         if retry_after is not None:
             return max(retry_after, backoff)
         return backoff
+
+
+class _Retryable(Exception):
+    """Internal: a stream failure worth resuming with the byte-identical request."""
+
+    def __init__(self, error: A2AError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+MAX_EVENT_BYTES = 1024 * 1024
+
+
+async def _read_capped(resp: httpx.Response, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise AuthenticationFailed("reply too large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _retry_after(header: str | None) -> float | None:
+    return float(header) if header is not None and header.isdigit() else None
+
+
+def _jsonrpc_error(raw: bytes, rid: int) -> Any:
+    try:
+        obj = encoding.loads(raw)
+    except A2AError:
+        raise AuthenticationFailed("reply is not JSON") from None
+    if not isinstance(obj, dict) or obj.get("jsonrpc") != "2.0" or obj.get("id") not in (rid, None):
+        raise AuthenticationFailed("reply is not a JSON-RPC response to this request")
+    if "error" not in obj:
+        raise AuthenticationFailed("a streamed request was answered with a plain result")
+    return obj["error"]
+
+
+def _event_result(data: bytes, rid: int) -> Any:
+    try:
+        obj = encoding.loads(data)
+    except A2AError:
+        raise AuthenticationFailed("event data is not JSON") from None
+    if (
+        not isinstance(obj, dict)
+        or obj.keys() != {"jsonrpc", "id", "result"}
+        or obj["jsonrpc"] != "2.0"
+        or obj["id"] != rid
+    ):
+        raise AuthenticationFailed("event is not a JSON-RPC result for this request")
+    return obj["result"]
+
+
+async def _sse_events(resp: httpx.Response) -> AsyncIterator[tuple[str, bytes]]:
+    """Events framed as ``id: N`` LF ``data: JSON`` LF LF; comment lines are skipped (§6.4)."""
+    event_id: str | None = None
+    data: bytes | None = None
+    async for line in resp.aiter_lines():
+        if len(line) > MAX_EVENT_BYTES + 16:
+            raise AuthenticationFailed("event larger than 1 MiB")
+        if line == "":
+            if event_id is None and data is None:
+                continue
+            if event_id is None or data is None:
+                raise AuthenticationFailed("event without id or data")
+            yield event_id, data
+            event_id, data = None, None
+        elif line.startswith(":"):
+            continue
+        elif line.startswith("id: ") and event_id is None and data is None:
+            event_id = line[4:]
+        elif line.startswith("data: ") and event_id is not None and data is None:
+            data = line[6:].encode()
+        else:
+            raise AuthenticationFailed("unexpected line in the event stream")
+    if event_id is not None or data is not None:
+        raise AuthenticationFailed("stream ended inside an event")
 
 
 class _Peer:
@@ -361,6 +441,94 @@ class A2AClient:
             raise
         self._record("intent", started, peer, goal=req.goal, sequence=req.sequence)
         return verified
+
+    async def stream(
+        self, server_did: str, intent: Mapping[str, Any], *, endpoint: str | None = None
+    ) -> AsyncIterator[Any]:
+        """Send ``intent`` as a streamed request (§6.4) and yield its verified partial results.
+
+        Every event is checked (signature, index, final rule, nothing after the final one);
+        a signed error event is raised; a stream cut short is resumed by re-sending the
+        byte-identical request, skipping the replayed events already held. The session is
+        held for the whole stream, as a resumable stream requires.
+        """
+        body_intent = dict(intent)
+        body_intent["constraints"] = {**dict(intent.get("constraints") or {}), "stream": True}
+        peer = self._peer(server_did, endpoint)
+        async with peer.lock:
+            if peer.session is None or peer.session.expired():
+                await self._handshake(peer)
+            session = peer.session
+            assert session is not None
+            req = session.prepare_intent(body_intent)
+            started = self._clock()
+            try:
+                async for item in self._stream_events(peer, session, req):
+                    yield item
+            except A2AError as exc:
+                self._record("intent", started, peer, error=exc, goal=req.goal, sequence=req.sequence)
+                raise
+            self._record("intent", started, peer, goal=req.goal, sequence=req.sequence)
+
+    async def _stream_events(
+        self, peer: _Peer, session: ClientSession, req: PreparedRequest
+    ) -> AsyncIterator[Any]:
+        rid = next(self._ids)
+        body = encoding.dumps({"jsonrpc": "2.0", "method": "intent", "params": req.params, "id": rid})
+        url = peer.endpoint + "/a2a/intent"
+        held: list[Any] = []  # the raw ``result`` objects of the events received so far
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            try:
+                async with self.http.stream(
+                    "POST", url, content=body, headers={"Content-Type": "application/json"}
+                ) as resp:
+                    ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
+                    if ctype != "text/event-stream":
+                        raw = await _read_capped(resp, 2 * 1024 * 1024)
+                        retry_after = _retry_after(resp.headers.get("retry-after"))
+                        error = _jsonrpc_error(raw, rid)
+                        exc = session.error_from_reply(req, error)
+                        if resp.status_code in (500, 502, 503, 504) and not (
+                            exc.signed and resp.status_code != 503
+                        ):
+                            raise _Retryable(exc)
+                        raise exc
+                    async for event_id, data in _sse_events(resp):
+                        if held and held[-1].get("final") is True:
+                            raise AuthenticationFailed("data after the final event")
+                        index = len(held)
+                        result = _event_result(data, rid)
+                        if event_id != str(result.get("index") if isinstance(result, dict) else None):
+                            raise AuthenticationFailed("event id does not match its index")
+                        got_index = result.get("index") if isinstance(result, dict) else None
+                        if type(got_index) is int and got_index < index:
+                            # A replayed event on a resumed stream: identical to the one held, or a
+                            # signed final error (the server no longer has it), else a forgery.
+                            if json_equal(result, held[got_index]):
+                                continue
+                            ev = session.verify_event(req, result, got_index, check_fresh=False)
+                            if ev.error is not None and ev.final:
+                                raise ev.error
+                            raise AuthenticationFailed("a replayed event differs from the one received")
+                        ev = session.verify_event(req, result, index)
+                        held.append(result)
+                        if ev.error is not None:
+                            raise ev.error
+                        if ev.result is not None or not ev.final:
+                            yield ev.result
+                    if not held or held[-1].get("final") is not True:
+                        raise _Retryable(AuthenticationFailed("stream ended before its final event"))
+                    return
+            except httpx.RequestError:
+                failure: A2AError = Unavailable("stream interrupted", retry_after=1)
+            except _Retryable as wrapped:
+                failure = wrapped.error
+            if attempt >= self.retry.attempts:
+                raise failure
+            await asyncio.sleep(self.retry.delay(attempt, retry_after))
 
     async def close_session(self, server_did: str) -> None:
         """Close the session with ``server_did`` (authenticated close, §6.3)."""

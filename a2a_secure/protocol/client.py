@@ -45,7 +45,14 @@ from a2a_secure.protocol.validate import (
     require_int,
 )
 
-__all__ = ["ClientHandshake", "ClientSession", "HandshakeState", "IntentResult", "PreparedRequest"]
+__all__ = [
+    "ClientHandshake",
+    "ClientSession",
+    "HandshakeState",
+    "IntentResult",
+    "PreparedRequest",
+    "StreamEvent",
+]
 
 Clock = Callable[[], float]
 RandomSource = Callable[[int], bytes]
@@ -325,6 +332,17 @@ class IntentResult:
         return {"status": self.status, "sequence": self.sequence, "result": self.result}[name]
 
 
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """A verified streamed event: its index, whether it is final, and its result or error."""
+
+    index: int
+    final: bool
+    result: Any
+    error: A2AError | None
+    response_jws: str
+
+
 class ClientSession:
     """An open session seen from the client: sequence allocation, signing, verification."""
 
@@ -459,6 +477,62 @@ class ClientSession:
         except InvalidParams as exc:
             raise AuthenticationFailed(exc.message) from None
         self.closed = True
+
+    def verify_event(
+        self, req: PreparedRequest, event: Any, index: int, *, check_fresh: bool = True
+    ) -> StreamEvent:
+        """Verify one streamed event (§6.4): signature, members, ``index`` and the final rule.
+
+        A signed error event comes back as a :class:`StreamEvent` whose ``error`` is set (the
+        caller raises it); any verification failure raises ``AuthenticationFailed``.
+        """
+        err = AuthenticationFailed
+        try:
+            if not isinstance(event, dict):
+                raise err("event is not an object")
+            is_error = "error" in event
+            members = m.EVENT_ERROR_MEMBERS if is_error else m.EVENT_MEMBERS
+            exact_members(event, members, "event", err)
+            token = event["response_jws"]
+            if not isinstance(token, str):
+                raise err("event response_jws missing")
+            payload = jws_verify(token, self.server_key, typ=m.Typ.EVENT, kid=self.server_kid)
+            exact_members(
+                payload, m.EVENT_ERROR_PAYLOAD if is_error else m.EVENT_PAYLOAD, "event payload", err
+            )
+            check_payload_matches(
+                payload,
+                {"session_id": self.session_id, "sequence": req.sequence, "request_hash": req.request_hash},
+                err,
+            )
+            for name in ("sequence", "index", "final", "status", "error" if is_error else "result"):
+                if not json_equal(payload[name], event[name]):
+                    raise err(f"event {name} differs from the signed one")
+            if type(payload["index"]) is not int or payload["index"] != index:
+                raise err(f"event index {payload['index']!r} where {index} was expected")
+            final = payload["final"]
+            if type(final) is not bool:
+                raise err("event final must be a boolean")
+            status = payload["status"]
+            if status != ("error" if is_error else "success"):
+                raise err("event status does not match its body")
+            if is_error and not final:
+                raise err("an error event must be final")
+            ts = require_int(payload["timestamp"], "event timestamp", error=err)
+            if check_fresh and not (req.timestamp - 300 <= ts <= int(self._clock()) + 300):
+                raise StaleTimestamp("event timestamp is not fresh")
+        except InvalidParams as exc:
+            raise err(exc.message) from None
+        error: A2AError | None = None
+        if is_error:
+            signed_error = payload["error"]
+            exact_members(signed_error, frozenset(("code", "message")), "signed error", err)
+            code, message = signed_error["code"], signed_error["message"]
+            if type(code) is not int or not isinstance(message, str):
+                raise err("signed error must have an integer code and a string message")
+            error = error_for_code(code, message[:512])
+            error.signed = True
+        return StreamEvent(index, final, None if is_error else payload["result"], error, token)
 
     def error_from_reply(self, req: PreparedRequest, error: Any) -> A2AError:
         """The SDK error for a JSON-RPC ``error`` answering ``req``.

@@ -126,6 +126,14 @@ RESPONSE_PAYLOAD: Final = frozenset(
     ("session_id", "sequence", "request_hash", "status", "result", "timestamp")
 )
 ERROR_PAYLOAD: Final = frozenset(("session_id", "sequence", "request_hash", "status", "error", "timestamp"))
+EVENT_MEMBERS: Final = frozenset(("status", "sequence", "index", "final", "result", "response_jws"))
+EVENT_ERROR_MEMBERS: Final = frozenset(("status", "sequence", "index", "final", "error", "response_jws"))
+EVENT_PAYLOAD: Final = frozenset(
+    ("session_id", "sequence", "request_hash", "index", "final", "status", "result", "timestamp")
+)
+EVENT_ERROR_PAYLOAD: Final = frozenset(
+    ("session_id", "sequence", "request_hash", "index", "final", "status", "error", "timestamp")
+)
 CLOSED_MEMBERS: Final = frozenset(("type", "session_id", "response_jws"))
 INTENT_MEMBERS: Final = frozenset(("goal", "domain", "inputs", "constraints"))
 CONSTRAINT_MEMBERS: Final = frozenset(("timeout_ms", "max_tokens", "stream"))

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -42,6 +42,7 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.streaming import StreamRecord, result_size
 from a2a_secure.protocol.validate import (
     check_payload_matches,
     ct_equal,
@@ -84,6 +85,8 @@ class ServerLimits:
     max_sessions: int = 100_000
     max_handler_timeout_ms: int = 30_000
     replay_wait_seconds: float = 5.0
+    max_streams_total: int = 1000
+    max_streams_per_did: int = 32
     allow_self_handshake: bool = False
 
 
@@ -105,23 +108,49 @@ class IntentDispatcher:
 
     def __init__(self) -> None:
         self._handlers: dict[str, Callable[[Any, IntentContext], Awaitable[Any]]] = {}
+        self._streams: dict[str, Callable[[Any, IntentContext], AsyncIterator[Any]]] = {}
 
     def add(self, goal: str, handler: Callable[[Any, IntentContext], Awaitable[Any]]) -> None:
         """Serve ``goal`` with the async ``handler(inputs, context)``."""
+        self._streams.pop(goal, None)
         self._handlers[goal] = handler
+
+    def add_stream(self, goal: str, handler: Callable[[Any, IntentContext], AsyncIterator[Any]]) -> None:
+        """Serve ``goal`` with ``handler(inputs, context)``, an async iterator of partial results."""
+        self._handlers.pop(goal, None)
+        self._streams[goal] = handler
 
     def has(self, goal: str) -> bool:
         """Whether a handler serves ``goal``."""
-        return goal in self._handlers
+        return goal in self._handlers or goal in self._streams
+
+    def is_streaming(self, goal: str) -> bool:
+        """Whether ``goal`` is served by a streaming handler."""
+        return goal in self._streams
 
     @property
     def goals(self) -> list[str]:
         """The goals served, sorted."""
-        return sorted(self._handlers)
+        return sorted({*self._handlers, *self._streams})
+
+    @property
+    def streaming_goals(self) -> list[str]:
+        """The goals served by streaming handlers, sorted."""
+        return sorted(self._streams)
 
     async def run(self, goal: str, inputs: Any, context: IntentContext) -> Any:
-        """Run the handler for ``goal``."""
+        """Run the (non-streaming) handler for ``goal``."""
         return await self._handlers[goal](inputs, context)
+
+    def open_stream(self, goal: str, inputs: Any, context: IntentContext) -> AsyncIterator[Any]:
+        """The partial results of ``goal``: a streaming handler's, or a plain one's single result."""
+        stream = self._streams.get(goal)
+        if stream is not None:
+            return stream(inputs, context)
+        return self._single(goal, inputs, context)
+
+    async def _single(self, goal: str, inputs: Any, context: IntentContext) -> AsyncIterator[Any]:
+        yield await self.run(goal, inputs, context)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +161,8 @@ class Reply:
     result: Any = None
     error: Mapping[str, Any] | None = None
     retry_after: int | None = None
+    # A streamed answer (§6.4): the events' JSON-RPC ``result`` objects, in order.
+    stream: AsyncIterator[Mapping[str, Any]] | None = None
 
     @property
     def is_error(self) -> bool:
@@ -150,6 +181,7 @@ class _Audit:
     intent_goal: str | None = None
     sequence: int | None = None
     verified: bool = False
+    deferred: bool = False  # a stream writes its record at its final event
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -210,6 +242,10 @@ class ServerProtocol:
         self._clock = clock
         self._random = random_bytes
         self._public_keys = [identity.public_key_entry()]
+        # Live streamed answers by (session, sequence), and how many each DID has open.
+        self._streams: dict[tuple[str, int], StreamRecord] = {}
+        self._streams_by_did: dict[str, int] = {}
+        self._pumps: set[asyncio.Task[None]] = set()
 
     # -- entry points ---------------------------------------------------------------------
     async def handle(self, method: str, params: Any, *, source: str = "") -> Reply:
@@ -230,7 +266,8 @@ class ServerProtocol:
             reply = self._unsigned_error(exc)
         except Exception:  # a bug must not leak a stack trace or kill the server
             reply = self._unsigned_error(InternalError())
-        self._audit(audit, reply)
+        if not audit.deferred:
+            self._audit(audit, reply)
         return reply
 
     def reject(self, exc: A2AError, *, event: str = "reject") -> Reply:
@@ -567,6 +604,10 @@ class ServerProtocol:
             # Step 6: freshness.
             if not is_fresh(ts, now):
                 raise _stale("request", ts, now)
+            wants_stream = intent is not None and intent.get("constraints", {}).get("stream") is True
+            if wants_stream and not self._stream_capacity(session.client_did):
+                # Checked before the sequence is consumed, so the same request may come back.
+                raise Unavailable("too many open streams", retry_after=1)
             # Steps 7-8, one atomic check-and-update.
             begin = await self.store.begin_request(
                 session_id,
@@ -593,12 +634,12 @@ class ServerProtocol:
                 reply = await self._close(session, sequence, req_hash)
             else:
                 assert intent is not None
-                reply = await self._run_intent(session, sequence, req_hash, intent)
+                reply = await self._run_intent(session, sequence, req_hash, intent, audit)
         except A2AError as exc:
             reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
         except Exception:
             reply = self._signed_error(InternalError(), session_id, sequence, req_hash, int(self._clock()))
-        if not is_close:
+        if not is_close and reply.stream is None:
             # The intent ran: its answer goes out even if the store cannot keep it (a shared
             # store down). A byte-identical retry then finds no stored answer and gets 503.
             with contextlib.suppress(Exception):
@@ -610,9 +651,19 @@ class ServerProtocol:
     async def _replay(
         self, session_id: str, sequence: int, req_hash: str, stored: StoredReply | None, now: float
     ) -> Reply:
-        deadline = self._clock() + self.limits.replay_wait_seconds
+        # Waiting is measured on the event loop's monotonic clock, not the protocol clock.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.limits.replay_wait_seconds
         while stored is None:
-            if self._clock() >= deadline:
+            live = self._streams.get((session_id, sequence))
+            if live is not None:
+                return Reply(
+                    200,
+                    stream=live.reader(
+                        replay=True, overflow_event=self._overflow(session_id, sequence, req_hash)
+                    ),
+                )
+            if loop.time() >= deadline:
                 raise Unavailable("the original request is still running", retry_after=1)
             await asyncio.sleep(0.01)
             begin = await self.store.begin_request(
@@ -622,6 +673,8 @@ class ServerProtocol:
                 stored = begin.reply
             elif begin.kind is not BeginKind.IN_PROGRESS:
                 raise SequenceError(f"sequence {sequence} is no longer the last accepted")
+        if stored.events is not None:
+            return Reply(200, stream=self._replay_stored(stored, session_id, sequence, req_hash))
         # A stored 503 (a handler that raised Unavailable) keeps its Retry-After on replay.
         data = stored.error.get("data") if stored.error is not None else None
         retry = data.get("retry_after") if isinstance(data, Mapping) else None
@@ -634,7 +687,12 @@ class ServerProtocol:
         return Reply(200, {**result, "response_jws": token})
 
     async def _run_intent(
-        self, session: SessionRecord, sequence: int, req_hash: str, intent: dict[str, Any]
+        self,
+        session: SessionRecord,
+        sequence: int,
+        req_hash: str,
+        intent: dict[str, Any],
+        audit: _Audit,
     ) -> Reply:
         goal = intent["goal"]
         # Step 9: the policy agreed in the handshake, not today's configuration.
@@ -658,26 +716,215 @@ class ServerProtocol:
             constraints=constraints,
             client_agent_id=session.client_agent_id,
         )
-        try:
-            result = await asyncio.wait_for(
-                self.dispatcher.run(goal, intent["inputs"], context), timeout_ms / 1000
+        inputs = intent["inputs"]
+        if constraints.get("stream") is True:
+            return await self._start_stream(
+                session, sequence, req_hash, goal, inputs, context, timeout_ms, audit
             )
-        except TimeoutError:
-            raise IntentTimeout(f"intent did not finish within {timeout_ms} ms") from None
-        except InvalidParams as exc:
-            raise InvalidParams(exc.message[:200]) from None
-        except A2AError:
-            raise
-        except Exception:
-            raise InternalError("the intent handler failed") from None
-        try:
-            encoding.loads(encoding.dumps(result))
-        except (A2AError, TypeError, ValueError):
-            raise InternalError("the intent handler returned a value that is not I-JSON") from None
+        if self.dispatcher.is_streaming(goal):
+            # A streaming goal asked without stream: one result, the array of its partials.
+            work: Awaitable[Any] = self._collect(self.dispatcher.open_stream(goal, inputs, context))
+        else:
+            work = self.dispatcher.run(goal, inputs, context)
+        result = await self._call_handler(work, timeout_ms)
         token = self._signed_result(session.session_id, sequence, req_hash, result, int(self._clock()))
         return Reply(
             200, {"status": "success", "sequence": sequence, "result": result, "response_jws": token}
         )
+
+    @staticmethod
+    async def _collect(stream: AsyncIterator[Any]) -> list[Any]:
+        return [item async for item in stream]
+
+    @staticmethod
+    def _handler_error(exc: BaseException, timeout_ms: int) -> A2AError:
+        """The §6.1 step 11 error for what a handler raised (no text of a foreign exception)."""
+        if isinstance(exc, TimeoutError):
+            return IntentTimeout(f"intent did not finish within {timeout_ms} ms")
+        if isinstance(exc, InvalidParams):
+            return InvalidParams(exc.message[:200])
+        if isinstance(exc, A2AError):
+            return exc
+        return InternalError("the intent handler failed")
+
+    @staticmethod
+    def _check_result(result: Any) -> None:
+        try:
+            encoding.loads(encoding.dumps(result))
+        except (A2AError, TypeError, ValueError):
+            raise InternalError("the intent handler returned a value that is not I-JSON") from None
+
+    async def _call_handler(self, work: Awaitable[Any], timeout_ms: int) -> Any:
+        try:
+            result = await asyncio.wait_for(work, timeout_ms / 1000)
+        except Exception as exc:
+            raise self._handler_error(exc, timeout_ms) from None
+        self._check_result(result)
+        return result
+
+    # -- §6.4 streamed answers --------------------------------------------------------------
+    def _stream_capacity(self, did: str) -> bool:
+        return (
+            len(self._streams) < self.limits.max_streams_total
+            and self._streams_by_did.get(did, 0) < self.limits.max_streams_per_did
+        )
+
+    def _event(
+        self,
+        session_id: str,
+        sequence: int,
+        req_hash: str,
+        index: int,
+        final: bool,
+        *,
+        result: Any = None,
+        error: A2AError | None = None,
+    ) -> dict[str, Any]:
+        """One signed event's JSON-RPC ``result`` object (typ ``a2a-event+jws``)."""
+        payload: dict[str, Any] = {
+            "session_id": session_id,
+            "sequence": sequence,
+            "request_hash": req_hash,
+            "index": index,
+            "final": final,
+        }
+        if error is not None:
+            body: dict[str, Any] = {
+                "status": "error",
+                "error": {"code": error.code, "message": error.message},
+            }
+        else:
+            body = {"status": "success", "result": result}
+        payload.update(body)
+        payload["timestamp"] = int(self._clock())
+        token = jws_sign(payload, self.identity, m.Typ.EVENT)
+        out: dict[str, Any] = {"status": body["status"], "sequence": sequence, "index": index, "final": final}
+        out.update({k: v for k, v in body.items() if k != "status"})
+        out["response_jws"] = token
+        return out
+
+    def _overflow(self, session_id: str, sequence: int, req_hash: str) -> Callable[[int], Mapping[str, Any]]:
+        def make(index: int) -> Mapping[str, Any]:
+            exc = Unavailable("stream events past the replay bound were not kept", retry_after=1)
+            return self._event(session_id, sequence, req_hash, index, True, error=exc)
+
+        return make
+
+    async def _replay_stored(
+        self, stored: StoredReply, session_id: str, sequence: int, req_hash: str
+    ) -> AsyncIterator[Mapping[str, Any]]:
+        events = stored.events or ()
+        for ev in events:
+            yield ev
+        if stored.truncated:
+            yield self._overflow(session_id, sequence, req_hash)(len(events))
+
+    async def _start_stream(
+        self,
+        session: SessionRecord,
+        sequence: int,
+        req_hash: str,
+        goal: str,
+        inputs: Any,
+        context: IntentContext,
+        timeout_ms: int,
+        audit: _Audit,
+    ) -> Reply:
+        rec = StreamRecord(session.session_id, sequence)
+        # The request that starts the stream subscribes before the first event exists.
+        reader = rec.reader(replay=False)
+        first_event: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        stream = self.dispatcher.open_stream(goal, inputs, context)
+        single = not self.dispatcher.is_streaming(goal)
+        key = (session.session_id, sequence)
+        self._streams[key] = rec
+        did = session.client_did
+        self._streams_by_did[did] = self._streams_by_did.get(did, 0) + 1
+        pump = asyncio.create_task(
+            self._pump(rec, stream, first_event, session, req_hash, timeout_ms, single, audit)
+        )
+        self._pumps.add(pump)
+        pump.add_done_callback(self._pumps.discard)
+        try:
+            await asyncio.shield(first_event)
+        except A2AError:
+            # Failures up to the first event are ordinary signed JSON errors (stored as such).
+            await reader.aclose()
+            raise
+        audit.deferred = True
+        return Reply(200, stream=reader)
+
+    async def _pump(
+        self,
+        rec: StreamRecord,
+        stream: AsyncIterator[Any],
+        first_event: asyncio.Future[None],
+        session: SessionRecord,
+        req_hash: str,
+        timeout_ms: int,
+        single: bool,
+        audit: _Audit,
+    ) -> None:
+        """Run the handler to its end, publishing signed events, whoever is still listening."""
+        sid, seq = session.session_id, rec.sequence
+        index = 0
+        final_error: A2AError | None = None
+
+        def publish(event: dict[str, Any]) -> None:
+            payload = event.get("result") if "result" in event else event.get("error")
+            rec.publish(event, result_size(payload))
+            if not first_event.done():
+                first_event.set_result(None)
+
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(anext(stream), timeout_ms / 1000)
+                except StopAsyncIteration:
+                    if single:
+                        raise InternalError("the intent handler produced no result") from None
+                    publish(self._event(sid, seq, req_hash, index, True, result=None))
+                    break
+                self._check_result(item)
+                now = self._clock()
+                if session.expired(now) or await self.store.get_session(sid, now) is None:
+                    raise SessionUnknown("the session ended during the stream")
+                publish(self._event(sid, seq, req_hash, index, single, result=item))
+                index += 1
+                if single:
+                    break
+        except asyncio.CancelledError:
+            final_error = InternalError("server shutting down")
+            if first_event.done():
+                publish(self._event(sid, seq, req_hash, index, True, error=final_error))
+            else:
+                first_event.set_exception(final_error)
+            raise
+        except Exception as exc:
+            final_error = self._handler_error(exc, timeout_ms)
+            if first_event.done():
+                publish(self._event(sid, seq, req_hash, index, True, error=final_error))
+            else:
+                first_event.set_exception(final_error)
+        finally:
+            closer = getattr(stream, "aclose", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer()
+            self._streams.pop((sid, seq), None)
+            left = self._streams_by_did.get(session.client_did, 1) - 1
+            if left > 0:
+                self._streams_by_did[session.client_did] = left
+            else:
+                self._streams_by_did.pop(session.client_did, None)
+        if first_event.done() and first_event.exception() is None:
+            with contextlib.suppress(Exception):
+                await self.store.finish_request(
+                    sid, seq, StoredReply(200, events=tuple(rec.kept), truncated=rec.overflow)
+                )
+            code = final_error.code if final_error is not None else None
+            error = {"code": code, "message": ""} if code is not None else None
+            self._audit(audit, Reply(200, error=error))
 
 
 def endpoint_of(method: str) -> Literal["handshake", "intent"] | None:

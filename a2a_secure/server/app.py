@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, FastAPI
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from a2a_secure.errors import A2AError, InternalError, PayloadTooLarge, UnsupportedMediaType
 from a2a_secure.identity import did as did_module
@@ -46,6 +46,21 @@ __all__ = ["AgentServer", "create_app"]
 DEFAULT_MAX_BODY = 1024 * 1024
 _JSON_TYPES = frozenset(("application/json", "application/json;charset=utf-8"))
 Handler = Callable[..., Any]
+
+
+async def _sse(request_id: Any, events: AsyncIterator[Mapping[str, Any]]) -> AsyncIterator[bytes]:
+    """Frame events as PROTOCOL.md §6.4 says: ``id: <index>`` LF ``data: <JSON>`` LF LF."""
+    try:
+        async for event in events:
+            if not event:  # keep-alive
+                yield b": keep-alive\n\n"
+                continue
+            data = encode_result(request_id, event)
+            yield b"id: %d\ndata: %s\n\n" % (event["index"], data)
+    finally:
+        closer = getattr(events, "aclose", None)
+        if closer is not None:
+            await closer()
 
 
 def _content_type_ok(value: str | None) -> bool:
@@ -116,6 +131,13 @@ class AgentServer(IntentDispatcher):
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
         wants_context = len(params) >= 2
+        if inspect.isasyncgenfunction(fn):
+            # A streaming handler: an async generator of partial results (§6.4).
+            def open_stream(inputs: Any, context: IntentContext) -> AsyncIterator[Any]:
+                return fn(inputs, context) if wants_context else fn(inputs)  # type: ignore[no-any-return]
+
+            self.add_stream(goal, open_stream)
+            return
         is_async = inspect.iscoroutinefunction(fn)
 
         async def call(inputs: Any, context: IntentContext) -> Any:
@@ -125,6 +147,16 @@ class AgentServer(IntentDispatcher):
             return await anyio.to_thread.run_sync(lambda: fn(*args))
 
         self.add(goal, call)
+
+    def add(self, goal: str, handler: Callable[[Any, IntentContext], Awaitable[Any]]) -> None:
+        """See :meth:`IntentDispatcher.add`; the card and core are rebuilt to list it."""
+        super().add(goal, handler)
+        self._card = None
+        self._protocol = None
+
+    def add_stream(self, goal: str, handler: Callable[[Any, IntentContext], AsyncIterator[Any]]) -> None:
+        """See :meth:`IntentDispatcher.add_stream`; the card and core are rebuilt to list it."""
+        super().add_stream(goal, handler)
         self._card = None
         self._protocol = None
 
@@ -144,6 +176,8 @@ class AgentServer(IntentDispatcher):
                 "intents": self.goals,
                 "public_keys": [self.identity.public_key_entry()],
             }
+            if self.streaming_goals:
+                self._card["streaming_intents"] = self.streaming_goals
         return self._card
 
     @property
@@ -188,6 +222,8 @@ class AgentServer(IntentDispatcher):
 
     @staticmethod
     def _response(request_id: Any, reply: Reply) -> Response:
+        if reply.stream is not None:
+            return StreamingResponse(_sse(request_id, reply.stream), media_type="text/event-stream")
         if reply.error is not None:
             body = encode_error(request_id, reply.error)
         else:

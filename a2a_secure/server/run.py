@@ -36,6 +36,7 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.server import IntentContext
 from a2a_secure.server.app import AgentServer
+from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
 
@@ -88,6 +89,13 @@ def _mount_app(server: AgentServer, spec: str) -> None:
         server.version = source.version
         server.url = source.url or server.url
         for goal in source.goals:
+            if source.is_streaming(goal):
+
+                def stream(inputs: Any, context: IntentContext, _goal: str = goal) -> AsyncIterator[Any]:
+                    return source.open_stream(_goal, inputs, context)
+
+                server.add_stream(goal, stream)
+                continue
 
             async def run(inputs: Any, context: IntentContext, _goal: str = goal) -> Any:
                 return await source.run(_goal, inputs, context)
@@ -101,9 +109,7 @@ def _mount_app(server: AgentServer, spec: str) -> None:
 
 
 def _default_app(server: AgentServer) -> None:
-    @server.intent("echo")
-    async def echo(inputs: Any) -> Any:
-        return inputs
+    register_test_agent(server)
 
 
 def build_server(

@@ -128,20 +128,37 @@ class SessionRecord:
 
 @dataclass(frozen=True, slots=True)
 class StoredReply:
-    """The answer to an accepted request, kept for a byte-identical retry (§6.1 step 7)."""
+    """The answer to an accepted request, kept for a byte-identical retry (§6.1 step 7).
+
+    For a streamed answer (§6.4) ``events`` holds the kept events' ``result`` objects in
+    order, and ``truncated`` says that later events did not fit the replay bound.
+    """
 
     http_status: int
     result: Any = None
     error: Mapping[str, Any] | None = None
+    events: tuple[Mapping[str, Any], ...] | None = None
+    truncated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form for shared stores."""
-        return {"http_status": self.http_status, "result": self.result, "error": self.error}
+        out = {"http_status": self.http_status, "result": self.result, "error": self.error}
+        if self.events is not None:
+            out["events"] = list(self.events)
+            out["truncated"] = self.truncated
+        return out
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> StoredReply:
         """Inverse of :meth:`to_dict`."""
-        return cls(obj["http_status"], obj.get("result"), obj.get("error"))
+        events = obj.get("events")
+        return cls(
+            obj["http_status"],
+            obj.get("result"),
+            obj.get("error"),
+            tuple(events) if events is not None else None,
+            bool(obj.get("truncated", False)),
+        )
 
 
 class BeginKind(enum.Enum):
