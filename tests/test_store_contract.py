@@ -2,19 +2,21 @@
 
 Every store implementation must pass the same suite: the tests use only the interface (no
 internals), and each one creates its stores through the ``store_factory`` fixture, which
-is parametrised over ``STORE_FACTORIES``. To run the suite against another store (a
-RedisStore, say), add one ``pytest.param`` to ``STORE_FACTORIES``: an async callable that
-returns a fresh, empty store; the fixture closes every store it made.
+is parametrised over ``STORE_FACTORIES`` (the memory store and RedisStore): an async callable
+that returns a fresh, empty store; the fixture closes every store it made and deletes the
+Redis keys of its prefix.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+import redis_helpers
 from protocol_helpers import identity
 
 from a2a_secure.identity import encoding
@@ -36,10 +38,20 @@ async def _memory_store() -> Store:
     return MemoryStore()
 
 
-# One entry per implementation. A RedisStore joins with, e.g.:
-#     pytest.param(_redis_store, id="redis", marks=pytest.mark.skipif(not REDIS_URL, reason="no Redis"))
+async def _redis_store() -> Store:
+    # Skips with the reason when Redis is absent, fails instead under A2A_SECURE_REQUIRE_REDIS=1.
+    why = redis_helpers.ping(redis_helpers.REDIS_URL)
+    if why is not None:
+        redis_helpers.skip_or_fail(f"Redis at {redis_helpers.REDIS_URL} is unreachable: {why}")
+    from a2a_secure.store.redis import RedisStore
+
+    return RedisStore(redis_helpers.REDIS_URL, prefix=f"a2a-test:{uuid.uuid4().hex}:")
+
+
+# One entry per implementation: the same contract holds for every store.
 STORE_FACTORIES: list[Any] = [
     pytest.param(_memory_store, id="memory"),
+    pytest.param(_redis_store, id="redis"),
 ]
 
 T0 = 1_763_700_000  # a multiple of 60 and of 3600
@@ -62,6 +74,9 @@ async def store_factory(request: pytest.FixtureRequest) -> AsyncIterator[StoreFa
     yield make
     for store in made:
         await store.aclose()
+        prefix = getattr(store, "prefix", None)
+        if isinstance(prefix, str) and prefix.startswith("a2a-test:"):
+            redis_helpers.delete_prefix(redis_helpers.REDIS_URL, prefix)
 
 
 @pytest.fixture
