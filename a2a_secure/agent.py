@@ -7,7 +7,7 @@ async with A2AAgent("orchestrator", identity, registry="agent_registry.json") as
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -213,6 +213,12 @@ class A2AAgent:
         did, endpoint = await self._locate(target)
         result = await self.client.request(did, intent, endpoint=endpoint)
         return result.result
+
+    async def stream(self, target: str, intent: Mapping[str, Any]) -> AsyncIterator[Any]:
+        """Send ``intent`` as a streamed request (PROTOCOL.md §6.4); yield verified partial results."""
+        did, endpoint = await self._locate(target)
+        async for item in self.client.stream(did, intent, endpoint=endpoint):
+            yield item
 
     async def handshake(self, remote_did: str, remote_endpoint: str | None = None) -> str:
         """Open a session with ``remote_did``; return its ``session_id``."""
