@@ -26,6 +26,8 @@ __all__ = ["MAX_TOKEN_LENGTH", "jws_decode_unverified", "jws_sign", "jws_verify"
 # A token carries an intent's inputs, and bodies are capped at 1 MiB; 4/3 of that plus headroom.
 MAX_TOKEN_LENGTH = 1_500_000
 _HEADER_MEMBERS = frozenset(("alg", "typ", "kid"))
+# (header, payload, signing input, signature) of a token split but not verified.
+Decoded = tuple[dict[str, Any], dict[str, Any], bytes, bytes]
 
 
 def jws_sign(payload: Mapping[str, Any], identity: Identity, typ: str) -> str:
@@ -37,7 +39,7 @@ def jws_sign(payload: Mapping[str, Any], identity: Identity, typ: str) -> str:
     return f"{signing_input}.{encoding.b64u_encode(signature)}"
 
 
-def jws_decode_unverified(token: object) -> tuple[dict[str, Any], dict[str, Any], bytes, bytes]:
+def jws_decode_unverified(token: object) -> Decoded:
     """Split and decode a token without checking anything but its form.
 
     Returns (header, payload, signing input, signature). Raises ``InvalidParams`` unless the
@@ -60,13 +62,17 @@ def jws_decode_unverified(token: object) -> tuple[dict[str, Any], dict[str, Any]
     return header, payload, signing_input, signature
 
 
-def jws_verify(token: str, public_key: bytes, *, typ: str, kid: str) -> dict[str, Any]:
+def jws_verify(
+    token: str, public_key: bytes, *, typ: str, kid: str, decoded: Decoded | None = None
+) -> dict[str, Any]:
     """Verify ``token`` against the resolved ``public_key`` and return its payload.
 
     ``typ`` and ``kid`` are what the receiver expects at this step; both must match the
     header exactly. The caller then checks the payload's members against its own state.
+    ``decoded`` is what :func:`jws_decode_unverified` returned for this very token, when
+    the caller already split it (a shape check that comes before the signature check).
     """
-    header, payload, signing_input, signature = jws_decode_unverified(token)
+    header, payload, signing_input, signature = decoded or jws_decode_unverified(token)
     if header.keys() != _HEADER_MEMBERS:
         raise AuthenticationFailed("JWS header must have exactly alg, typ and kid")
     if header["alg"] != "EdDSA":

@@ -109,16 +109,32 @@ class IntentDispatcher:
     def __init__(self) -> None:
         self._handlers: dict[str, Callable[[Any, IntentContext], Awaitable[Any]]] = {}
         self._streams: dict[str, Callable[[Any, IntentContext], AsyncIterator[Any]]] = {}
+        self._always_streamed: set[str] = set()
 
     def add(self, goal: str, handler: Callable[[Any, IntentContext], Awaitable[Any]]) -> None:
         """Serve ``goal`` with the async ``handler(inputs, context)``."""
         self._streams.pop(goal, None)
+        self._always_streamed.discard(goal)
         self._handlers[goal] = handler
 
-    def add_stream(self, goal: str, handler: Callable[[Any, IntentContext], AsyncIterator[Any]]) -> None:
-        """Serve ``goal`` with ``handler(inputs, context)``, an async iterator of partial results."""
+    def add_stream(
+        self,
+        goal: str,
+        handler: Callable[[Any, IntentContext], AsyncIterator[Any]],
+        *,
+        always: bool = False,
+    ) -> None:
+        """Serve ``goal`` with ``handler(inputs, context)``, an async iterator of partial results.
+
+        ``always``: the goal is always answered as a stream, even without ``stream: true``,
+        and ``stream: false`` is -32602 (the A2A goals that stream, PROTOCOL.md §6.4, §10).
+        """
         self._handlers.pop(goal, None)
         self._streams[goal] = handler
+        if always:
+            self._always_streamed.add(goal)
+        else:
+            self._always_streamed.discard(goal)
 
     def has(self, goal: str) -> bool:
         """Whether a handler serves ``goal``."""
@@ -127,6 +143,10 @@ class IntentDispatcher:
     def is_streaming(self, goal: str) -> bool:
         """Whether ``goal`` is served by a streaming handler."""
         return goal in self._streams
+
+    def is_always_streamed(self, goal: str) -> bool:
+        """Whether ``goal`` is always answered as a stream (``stream: false`` is refused)."""
+        return goal in self._always_streamed
 
     @property
     def goals(self) -> list[str]:
@@ -554,7 +574,7 @@ class ServerProtocol:
         params_seq = require_int(p["sequence"], "sequence", minimum=1)
         intent = None if is_close else parse_intent(p["intent"])
         token = p["request_jws"]
-        jws_decode_unverified(token)
+        decoded = jws_decode_unverified(token)
         if intent is not None:
             audit.intent_goal = intent["goal"][:256]
         audit.sequence = params_seq
@@ -570,7 +590,7 @@ class ServerProtocol:
             raise AuthenticationFailed("session_commitment does not match the session")
         # Step 4: signature with the client key pinned by the handshake.
         typ = m.Typ.CLOSE if is_close else m.Typ.REQUEST
-        payload = jws_verify(token, session.client_key, typ=typ, kid=session.client_kid)
+        payload = jws_verify(token, session.client_key, typ=typ, kid=session.client_kid, decoded=decoded)
         audit.verified = True
         req_hash = m.request_hash(token)
         now_i = int(now)
@@ -604,8 +624,12 @@ class ServerProtocol:
             # Step 6: freshness.
             if not is_fresh(ts, now):
                 raise _stale("request", ts, now)
-            wants_stream = intent is not None and intent.get("constraints", {}).get("stream") is True
-            if wants_stream and not self._stream_capacity(session.client_did):
+            wants_stream = intent is not None and self._wants_stream(intent)
+            if (
+                wants_stream
+                and (session_id, sequence) not in self._streams  # a retry of a live stream is no new one
+                and not self._stream_capacity(session.client_did)
+            ):
                 # Checked before the sequence is consumed, so the same request may come back.
                 raise Unavailable("too many open streams", retry_after=1)
             # Steps 7-8, one atomic check-and-update.
@@ -648,6 +672,10 @@ class ServerProtocol:
                 )
         return reply
 
+    def _wants_stream(self, intent: Mapping[str, Any]) -> bool:
+        flag = intent.get("constraints", {}).get("stream")
+        return flag is True or (flag is None and self.dispatcher.is_always_streamed(intent["goal"]))
+
     async def _replay(
         self, session_id: str, sequence: int, req_hash: str, stored: StoredReply | None, now: float
     ) -> Reply:
@@ -656,7 +684,9 @@ class ServerProtocol:
         deadline = loop.time() + self.limits.replay_wait_seconds
         while stored is None:
             live = self._streams.get((session_id, sequence))
-            if live is not None:
+            # Only once it has its first event: until then the stream may still end as an
+            # ordinary JSON error (§6.4), which the retry then gets from the store.
+            if live is not None and live.count > 0:
                 return Reply(
                     200,
                     stream=live.reader(
@@ -717,7 +747,9 @@ class ServerProtocol:
             client_agent_id=session.client_agent_id,
         )
         inputs = intent["inputs"]
-        if constraints.get("stream") is True:
+        if constraints.get("stream") is False and self.dispatcher.is_always_streamed(goal):
+            raise InvalidParams(f"intent {goal[:64]!r} is always streamed; stream: false is not allowed")
+        if self._wants_stream(intent):
             return await self._start_stream(
                 session, sequence, req_hash, goal, inputs, context, timeout_ms, audit
             )

@@ -115,13 +115,32 @@ def is_fresh(timestamp: int, now: float) -> bool:
 
 
 def json_equal(a: Any, b: Any) -> bool:
-    """Equality of JSON values as PROTOCOL.md §1 defines it: byte-identical JCS forms."""
+    """Equality of JSON values as PROTOCOL.md §1 defines it: byte-identical JCS forms.
+
+    Computed structurally rather than by serialising both sides (JCS in pure Python was
+    a fifth of an intent's cost): ``true`` and ``1`` differ, ``1`` and ``1.0`` are equal
+    (JCS writes both as ``1``), strings compare by code points, member order is ignored.
+    Top-level strings (nonces, hashes, commitments) compare in constant time.
+    """
     if type(a) is str and type(b) is str:
-        return hmac.compare_digest(a.encode(), b.encode())
-    try:
-        return hmac.compare_digest(encoding.jcs(a), encoding.jcs(b))
-    except A2AError:
-        return False
+        return hmac.compare_digest(a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass"))
+    return _equal(a, b)
+
+
+_NUMBER_TYPES = (int, float)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    ta, tb = type(a), type(b)
+    if ta is str or ta is bool or a is None:
+        return ta is tb and a == b
+    if ta in _NUMBER_TYPES:
+        return tb in _NUMBER_TYPES and a == b
+    if ta is dict:
+        return tb is dict and a.keys() == b.keys() and all(_equal(v, b[k]) for k, v in a.items())
+    if ta is list:
+        return tb is list and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    return False
 
 
 def ct_equal(a: str, b: str) -> bool:
