@@ -116,7 +116,9 @@ async def _read_capped(resp: httpx.Response, limit: int) -> bytes:
 
 
 def _retry_after(header: str | None) -> float | None:
-    return float(header) if header is not None and header.isdigit() else None
+    # ASCII digits only: str.isdigit() is also true for "²" (a latin-1 header byte), which
+    # float() refuses; an attacker on the path must not turn that into a raw ValueError.
+    return float(header) if header is not None and header.isascii() and header.isdigit() else None
 
 
 def _jsonrpc_error(raw: bytes, rid: int) -> Any:
@@ -146,11 +148,40 @@ def _event_result(data: bytes, rid: int) -> Any:
     return obj["result"]
 
 
+async def _sse_lines(resp: httpx.Response) -> AsyncIterator[str]:
+    """The lines of an event stream, split at LF only (§6.4).
+
+    Not ``resp.aiter_lines()``: it also splits at U+2028, U+2029, U+0085 and the other
+    ``str.splitlines`` separators, which a JSON string in an event may hold unescaped. A line
+    longer than an event is refused while it is still being read.
+    """
+    buf = bytearray()
+    async for chunk in resp.aiter_bytes():
+        scan = len(buf)
+        buf += chunk
+        start = 0
+        while (end := buf.find(b"\n", scan)) >= 0:
+            yield _utf8(bytes(buf[start:end]))
+            start = scan = end + 1
+        del buf[:start]
+        if len(buf) > MAX_EVENT_BYTES + 16:
+            raise AuthenticationFailed("event larger than 1 MiB")
+    if buf:
+        yield _utf8(bytes(buf))
+
+
+def _utf8(line: bytes) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise AuthenticationFailed("event stream is not UTF-8") from None
+
+
 async def _sse_events(resp: httpx.Response) -> AsyncIterator[tuple[str, bytes]]:
     """Events framed as ``id: N`` LF ``data: JSON`` LF LF; comment lines are skipped (§6.4)."""
     event_id: str | None = None
     data: bytes | None = None
-    async for line in resp.aiter_lines():
+    async for line in _sse_lines(resp):
         if len(line) > MAX_EVENT_BYTES + 16:
             raise AuthenticationFailed("event larger than 1 MiB")
         if line == "":
@@ -270,10 +301,7 @@ class A2AClient:
     async def _post(self, url: str, body: bytes, rid: int) -> tuple[int, Any, Any, float | None]:
         """One JSON-RPC call; returns (HTTP status, result, error, Retry-After)."""
         resp = await self.http.post(url, content=body, headers={"Content-Type": "application/json"})
-        retry_after: float | None = None
-        header = resp.headers.get("retry-after")
-        if header is not None and header.isdigit():
-            retry_after = float(header)
+        retry_after = _retry_after(resp.headers.get("retry-after"))
         try:
             obj = encoding.loads(resp.content)
         except A2AError:
@@ -377,7 +405,8 @@ class A2AClient:
                 await asyncio.sleep(self.retry.delay(attempt, None))
                 continue
             retryable = status in (500, 502, 503, 504) and error is not None
-            if retryable and status == 503 and retry_after is not None and retry_after > self.retry.max_wait:
+            # Retry-After is unauthenticated: never wait longer than max_wait, whatever the status.
+            if retryable and retry_after is not None and retry_after > self.retry.max_wait:
                 retryable = False
             if retryable and status != 503 and signed and session is not None and req is not None:
                 # A signed 500/504 is the stored, final answer for this sequence.
@@ -481,6 +510,8 @@ class A2AClient:
         while True:
             attempt += 1
             retry_after: float | None = None
+            replayed = 0  # events of this attempt that replayed ones already held, in order
+            held_before = len(held)  # a replay comes first: only these events can be replayed
             try:
                 async with self.http.stream(
                     "POST", url, content=body, headers={"Content-Type": "application/json"}
@@ -505,8 +536,13 @@ class A2AClient:
                             raise AuthenticationFailed("event id does not match its index")
                         got_index = result.get("index") if isinstance(result, dict) else None
                         if type(got_index) is int and got_index < index:
-                            # A replayed event on a resumed stream: identical to the one held, or a
-                            # signed final error (the server no longer has it), else a forgery.
+                            # Only a resumed stream replays, from index 0 and in order: each event
+                            # is identical to the one held, or a signed final error (the server no
+                            # longer has it). Anything else (a duplicate on a first attempt, say)
+                            # is a forgery.
+                            if attempt == 1 or got_index != replayed or len(held) != held_before:
+                                raise AuthenticationFailed(f"event {got_index} duplicated or out of order")
+                            replayed += 1
                             if json_equal(result, held[got_index]):
                                 continue
                             ev = session.verify_event(req, result, got_index, check_fresh=False)
@@ -526,7 +562,9 @@ class A2AClient:
                 failure: A2AError = Unavailable("stream interrupted", retry_after=1)
             except _Retryable as wrapped:
                 failure = wrapped.error
-            if attempt >= self.retry.attempts:
+            if attempt >= self.retry.attempts or (
+                retry_after is not None and retry_after > self.retry.max_wait
+            ):
                 raise failure
             await asyncio.sleep(self.retry.delay(attempt, retry_after))
 

@@ -330,12 +330,14 @@ class ServerProtocol:
         p = require_object(params, "params")
         if not isinstance(p.get("type"), str) or not isinstance(p.get("protocol_version"), str):
             raise InvalidParams("hello needs string type and protocol_version")
-        if p["type"] != "hello":
-            raise InvalidParams("params type must be 'hello'")
+        # §5.1: only "are strings" comes before the version; type == "hello" is one of the
+        # "other shapes" checked after it.
         if p["protocol_version"] not in m.SUPPORTED_VERSIONS:
             raise UnsupportedVersion(
                 "unsupported protocol version", data={"supported": list(m.SUPPORTED_VERSIONS)}
             )
+        if p["type"] != "hello":
+            raise InvalidParams("params type must be 'hello'")
         exact_members(p, m.HELLO_MEMBERS, "hello")
         agent_did = require_str(p["agent_did"], "agent_did", min_len=1, max_len=2048)
         audit.client_did = agent_did[:256]

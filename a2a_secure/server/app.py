@@ -45,6 +45,7 @@ __all__ = ["AgentServer", "create_app"]
 
 DEFAULT_MAX_BODY = 1024 * 1024
 _JSON_TYPES = frozenset(("application/json", "application/json;charset=utf-8"))
+_CARD_CORE_MEMBERS = ("did", "protocol", "endpoints", "intents", "public_keys")
 Handler = Callable[..., Any]
 
 
@@ -110,6 +111,7 @@ class AgentServer(IntentDispatcher):
         self._audit = hook
         self._protocol: ServerProtocol | None = None
         self._card: dict[str, Any] | None = None
+        self._card_builder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     # -- handlers -----------------------------------------------------------------------------
     def intent(self, goal: str) -> Callable[[Handler], Handler]:
@@ -154,9 +156,25 @@ class AgentServer(IntentDispatcher):
         self._card = None
         self._protocol = None
 
-    def add_stream(self, goal: str, handler: Callable[[Any, IntentContext], AsyncIterator[Any]]) -> None:
+    def add_stream(
+        self,
+        goal: str,
+        handler: Callable[[Any, IntentContext], AsyncIterator[Any]],
+        *,
+        always: bool = False,
+    ) -> None:
         """See :meth:`IntentDispatcher.add_stream`; the card and core are rebuilt to list it."""
-        super().add_stream(goal, handler)
+        super().add_stream(goal, handler, always=always)
+        self._card = None
+        self._protocol = None
+
+    def set_card_builder(self, builder: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+        """Serve ``builder(card)`` in place of the PROTOCOL.md §4 card (an A2A AgentCard, §10).
+
+        The card it returns must keep ``did``, ``protocol``, ``endpoints``, ``intents`` and
+        ``public_keys`` equal to those it was given; its hash is the handshake's manifest_hash.
+        """
+        self._card_builder = builder
         self._card = None
         self._protocol = None
 
@@ -165,7 +183,7 @@ class AgentServer(IntentDispatcher):
     def card(self) -> dict[str, Any]:
         """The agent card served at ``/.well-known/agent-card.json`` (PROTOCOL.md §4)."""
         if self._card is None:
-            self._card = {
+            card: dict[str, Any] = {
                 "name": self.name,
                 "description": self.description,
                 "version": self.version,
@@ -177,7 +195,14 @@ class AgentServer(IntentDispatcher):
                 "public_keys": [self.identity.public_key_entry()],
             }
             if self.streaming_goals:
-                self._card["streaming_intents"] = self.streaming_goals
+                card["streaming_intents"] = self.streaming_goals
+            if self._card_builder is not None:
+                built = self._card_builder(dict(card))
+                for member in _CARD_CORE_MEMBERS:
+                    if member not in built or encoding.jcs(built[member]) != encoding.jcs(card[member]):
+                        raise ValueError(f"the card builder changed or dropped the card member {member!r}")
+                card = built
+            self._card = card
         return self._card
 
     @property
@@ -237,7 +262,13 @@ class AgentServer(IntentDispatcher):
             body = await self._read_body(request)
             envelope = parse_request(body, endpoint)
         except A2AError as exc:
-            return self._response(None, protocol.reject(exc))
+            response = self._response(None, protocol.reject(exc))
+            if isinstance(exc, PayloadTooLarge | UnsupportedMediaType):
+                # The body was not read to its end: end the connection, or the HTTP server
+                # would go on reading (and discarding) whatever the peer still sends, up to
+                # any Content-Length it declared (ATTACKS.md H1).
+                response.headers["Connection"] = "close"
+            return response
         except EnvelopeError as exc:
             return self._response(exc.request_id, protocol.reject(exc.error, event=exc.event))
         except ClientDisconnect:

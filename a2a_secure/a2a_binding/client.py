@@ -1,0 +1,302 @@
+"""An a2a-sdk ``ClientTransport`` for the signed-intent binding (PROTOCOL.md §10).
+
+An a2a-sdk client calls a secured agent unchanged, handshake included: register the
+transport in a ``ClientFactory`` under :data:`BINDING_URI` and ask the factory for that
+binding. Unary methods go through :meth:`A2AClient.request`, streaming ones through
+:meth:`A2AClient.stream`, so every answer and every streamed event is verified against the
+agent's DID key before the SDK sees it. Interceptors cannot do this (they never see the
+signatures); a transport is needed.
+
+    card = (await fetch_agent_card(url, did)).card          # verified, DID pinned
+    factory = ClientFactory(secure_client_config())
+    register_secure_transport(factory, a2a_client, expected_did=did)
+    client = factory.create(card)
+    async for event in client.send_message(SendMessageRequest(message=...)):
+        ...
+
+Errors: a signed A2A error becomes the SDK's exception for its code (``TaskNotFoundError``
+for -32001 …); an unsigned error, a verification failure or an a2a-secure protocol error
+(-32040 … -32049) is a :class:`SecureTransportError`, never an A2A domain error.
+
+The sequence belongs to the session, not to the transport: transports made from one
+:class:`A2AClient` share its session with the agent (and its lock), so any number of
+clients, and ``A2AAgent.request`` on the same ``A2AClient``, interleave safely. While a
+stream is open the session is held for it (§6.4: a resumable stream needs its session to
+itself), so other calls to that agent through the same ``A2AClient`` wait for its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable, Collection
+from typing import Any, TypeVar
+
+from a2a.client import ClientCallContext, ClientConfig, ClientFactory
+from a2a.client.client import Client
+from a2a.client.errors import A2AClientError
+from a2a.client.transports.base import ClientTransport
+from a2a.types import (
+    AgentCard,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    SendMessageRequest,
+    SendMessageResponse,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+)
+from a2a.utils.signing import SignatureVerificationError
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.message import Message as ProtoMessage
+
+from a2a_secure.a2a_binding.card import (
+    A2A_PROTOCOL_VERSION,
+    BINDING_URI,
+    binding_interface,
+    card_manifest_hash,
+    card_verifier,
+    extension_params,
+    fetch_agent_card,
+)
+from a2a_secure.a2a_binding.errors import SecureTransportError, to_sdk_error
+from a2a_secure.a2a_binding.server import A2A_DOMAIN, SERVICE_PARAMETERS
+from a2a_secure.client.http import A2AClient
+from a2a_secure.errors import A2AError, AuthenticationFailed
+
+__all__ = [
+    "SecureA2ATransport",
+    "create_secure_client",
+    "register_secure_transport",
+    "secure_client_config",
+]
+
+_R = TypeVar("_R", bound=ProtoMessage)
+ExpectedDID = str | Collection[str] | Callable[[str], bool] | None
+
+
+def _did_allowed(did: str, expected: ExpectedDID) -> bool:
+    if expected is None:
+        return True
+    if isinstance(expected, str):
+        return did == expected
+    if callable(expected):
+        return bool(expected(did))
+    return did in expected
+
+
+class SecureA2ATransport(ClientTransport):
+    """The a2a-sdk transport of the signed-intent binding, built on :class:`A2AClient`.
+
+    ``card`` is the agent's A2A card; ``url`` its binding interface's URL (the agent's base
+    URL). ``expected_did`` pins the agent: a DID, a collection of DIDs or a predicate. On
+    first use the card is verified against the DID's resolution (:func:`card_verifier`),
+    and before every call the handshake's ``manifest_hash`` must be the card's hash, so the
+    card the SDK reads is the one the authenticated agent serves.
+    """
+
+    def __init__(
+        self,
+        client: A2AClient,
+        card: AgentCard,
+        url: str | None = None,
+        *,
+        expected_did: ExpectedDID = None,
+        owns_client: bool = False,
+    ) -> None:
+        try:
+            did = extension_params(card)["did"]
+            self.url = url or binding_interface(card).url
+            self._manifest_hash = card_manifest_hash(card)
+        except (SignatureVerificationError, KeyError) as exc:
+            raise SecureTransportError(AuthenticationFailed(f"not a secured A2A card: {exc}")) from None
+        if not isinstance(did, str) or not _did_allowed(did, expected_did):
+            raise SecureTransportError(
+                AuthenticationFailed("the card names a DID that is not the expected one")
+            )
+        self.did = did
+        self.client = client
+        self.agent_card = card
+        self._owns_client = owns_client
+        self._verified = False
+        self._lock = asyncio.Lock()
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    async def _ready(self) -> None:
+        if not self._verified:
+            async with self._lock:
+                if not self._verified:
+                    resolved = await self.client.resolver.resolve(self.did)
+                    try:
+                        card_verifier(self.did, resolved)(self.agent_card)
+                    except SignatureVerificationError as exc:
+                        raise AuthenticationFailed(f"agent card refused: {exc}"[:200]) from None
+                    self._verified = True
+        session = await self.client.session_for(self.did, self.url)
+        if session.server_manifest_hash != self._manifest_hash:
+            raise AuthenticationFailed("the agent card is not the one the agent's handshake names")
+
+    @staticmethod
+    def _intent(method: str, request: ProtoMessage, context: ClientCallContext | None) -> dict[str, Any]:
+        inputs: dict[str, Any] = MessageToDict(request)
+        service = {"A2A-Version": A2A_PROTOCOL_VERSION}
+        if context is not None and context.service_parameters:
+            service.update(context.service_parameters)
+        inputs[SERVICE_PARAMETERS] = service
+        intent: dict[str, Any] = {"goal": method, "domain": A2A_DOMAIN, "inputs": inputs}
+        if context is not None and context.timeout is not None:
+            intent["constraints"] = {"timeout_ms": max(1, int(context.timeout * 1000))}
+        return intent
+
+    @staticmethod
+    def _parse(value: Any, message: _R) -> _R:
+        if not isinstance(value, dict):
+            raise A2AClientError(f"the agent's signed answer is not a {type(message).__name__}")
+        try:
+            ParseDict(value, message, ignore_unknown_fields=True)
+        except Exception as exc:
+            raise A2AClientError(f"the agent's signed answer is not a {type(message).__name__}") from exc
+        return message
+
+    async def _unary(self, method: str, request: ProtoMessage, context: ClientCallContext | None) -> Any:
+        intent = self._intent(method, request, context)
+        try:
+            await self._ready()
+            answer = await self.client.request(self.did, intent, endpoint=self.url)
+        except A2AError as exc:
+            raise to_sdk_error(exc) from exc
+        return answer.result
+
+    async def _stream(
+        self, method: str, request: ProtoMessage, context: ClientCallContext | None
+    ) -> AsyncGenerator[StreamResponse]:
+        intent = self._intent(method, request, context)
+        try:
+            await self._ready()
+            async for item in self.client.stream(self.did, intent, endpoint=self.url):
+                yield self._parse(item, StreamResponse())
+        except A2AError as exc:
+            raise to_sdk_error(exc) from exc
+
+    # -- ClientTransport ----------------------------------------------------------------------------
+    async def send_message(
+        self, request: SendMessageRequest, *, context: ClientCallContext | None = None
+    ) -> SendMessageResponse:
+        """SendMessage."""
+        return self._parse(await self._unary("SendMessage", request, context), SendMessageResponse())
+
+    async def send_message_streaming(
+        self, request: SendMessageRequest, *, context: ClientCallContext | None = None
+    ) -> AsyncGenerator[StreamResponse]:
+        """SendStreamingMessage: every event verified (signature, index, order, final)."""
+        async for event in self._stream("SendStreamingMessage", request, context):
+            yield event
+
+    async def get_task(self, request: GetTaskRequest, *, context: ClientCallContext | None = None) -> Task:
+        """GetTask."""
+        return self._parse(await self._unary("GetTask", request, context), Task())
+
+    async def list_tasks(
+        self, request: ListTasksRequest, *, context: ClientCallContext | None = None
+    ) -> ListTasksResponse:
+        """ListTasks."""
+        return self._parse(await self._unary("ListTasks", request, context), ListTasksResponse())
+
+    async def cancel_task(
+        self, request: CancelTaskRequest, *, context: ClientCallContext | None = None
+    ) -> Task:
+        """CancelTask."""
+        return self._parse(await self._unary("CancelTask", request, context), Task())
+
+    async def create_task_push_notification_config(
+        self, request: TaskPushNotificationConfig, *, context: ClientCallContext | None = None
+    ) -> TaskPushNotificationConfig:
+        """CreateTaskPushNotificationConfig."""
+        result = await self._unary("CreateTaskPushNotificationConfig", request, context)
+        return self._parse(result, TaskPushNotificationConfig())
+
+    async def get_task_push_notification_config(
+        self, request: GetTaskPushNotificationConfigRequest, *, context: ClientCallContext | None = None
+    ) -> TaskPushNotificationConfig:
+        """GetTaskPushNotificationConfig."""
+        result = await self._unary("GetTaskPushNotificationConfig", request, context)
+        return self._parse(result, TaskPushNotificationConfig())
+
+    async def list_task_push_notification_configs(
+        self, request: ListTaskPushNotificationConfigsRequest, *, context: ClientCallContext | None = None
+    ) -> ListTaskPushNotificationConfigsResponse:
+        """ListTaskPushNotificationConfigs."""
+        result = await self._unary("ListTaskPushNotificationConfigs", request, context)
+        return self._parse(result, ListTaskPushNotificationConfigsResponse())
+
+    async def delete_task_push_notification_config(
+        self, request: DeleteTaskPushNotificationConfigRequest, *, context: ClientCallContext | None = None
+    ) -> None:
+        """DeleteTaskPushNotificationConfig."""
+        await self._unary("DeleteTaskPushNotificationConfig", request, context)
+
+    async def subscribe(
+        self, request: SubscribeToTaskRequest, *, context: ClientCallContext | None = None
+    ) -> AsyncGenerator[StreamResponse]:
+        """SubscribeToTask: every event verified."""
+        async for event in self._stream("SubscribeToTask", request, context):
+            yield event
+
+    async def get_extended_agent_card(
+        self, request: GetExtendedAgentCardRequest, *, context: ClientCallContext | None = None
+    ) -> AgentCard:
+        """GetExtendedAgentCard (the public card when the agent has no extended one)."""
+        if not self.agent_card.capabilities.extended_agent_card:
+            return self.agent_card
+        return self._parse(await self._unary("GetExtendedAgentCard", request, context), AgentCard())
+
+    async def close(self) -> None:
+        """Close the :class:`A2AClient` if this transport owns it (a shared one stays open)."""
+        if self._owns_client:
+            await self.client.aclose()
+
+
+def secure_client_config(**options: Any) -> ClientConfig:
+    """A ``ClientConfig`` that asks for the signed-intent binding."""
+    options.setdefault("supported_protocol_bindings", [BINDING_URI])
+    return ClientConfig(**options)
+
+
+def register_secure_transport(
+    factory: ClientFactory, client: A2AClient, *, expected_did: ExpectedDID = None
+) -> None:
+    """Register the secure transport in ``factory`` under :data:`BINDING_URI`.
+
+    Every transport the factory makes shares ``client`` (and so its sessions); ``client``
+    stays open when an SDK client is closed. ``expected_did`` pins the agents it may reach.
+    """
+
+    def produce(card: AgentCard, url: str, config: ClientConfig) -> ClientTransport:
+        return SecureA2ATransport(client, card, url, expected_did=expected_did)
+
+    factory.register(BINDING_URI, produce)
+
+
+async def create_secure_client(
+    client: A2AClient,
+    base_url: str,
+    expected_did: str,
+    *,
+    config: ClientConfig | None = None,
+) -> Client:
+    """An a2a-sdk ``Client`` for the agent at ``base_url`` with DID ``expected_did``.
+
+    The card is fetched and verified exactly as served (:func:`fetch_agent_card`) before
+    the SDK client is made with the secure transport.
+    """
+    verified = await fetch_agent_card(base_url, expected_did, http=client.http, resolver=client.resolver)
+    factory = ClientFactory(config or secure_client_config())
+    register_secure_transport(factory, client, expected_did=expected_did)
+    return factory.create(verified.card)
