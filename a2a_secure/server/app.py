@@ -9,6 +9,8 @@ signature work and could answer with shapes the protocol does not allow.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -16,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, FastAPI
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from a2a_secure.errors import A2AError, InternalError, PayloadTooLarge, UnsupportedMediaType
 from a2a_secure.identity import did as did_module
@@ -49,15 +53,115 @@ _CARD_CORE_MEMBERS = ("did", "protocol", "endpoints", "intents", "public_keys")
 Handler = Callable[..., Any]
 
 
-async def _sse(request_id: Any, events: AsyncIterator[Mapping[str, Any]]) -> AsyncIterator[bytes]:
+_HOT_PATHS = {"/a2a/handshake": "handshake", "/a2a/intent": "intent"}
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+
+class _AsgiEndpoint:
+    """A protocol endpoint as a raw ASGI app (used inside Starlette routing)."""
+
+    def __init__(self, server: AgentServer, endpoint: str) -> None:
+        self.server = server
+        self.endpoint = endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.server.handle_asgi(scope, receive, send, self.endpoint)
+
+
+class _AgentApp(FastAPI):
+    """FastAPI with a direct path for the two protocol endpoints."""
+
+    agent_server: AgentServer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not self.user_middleware:
+            endpoint = _HOT_PATHS.get(scope["path"])
+            if endpoint is not None:
+                try:
+                    await self.agent_server.handle_asgi(scope, receive, send, endpoint)
+                except Exception:
+                    # handle_asgi answers every protocol failure itself; this is a bug's last
+                    # line of defence: no stack trace on the wire (nothing if already started).
+                    with contextlib.suppress(Exception):
+                        body = encode_error(None, InternalError().to_error_object())
+                        await _send_json(send, 500, body)
+                return
+        await super().__call__(scope, receive, send)
+
+
+async def _receive_body(receive: Receive, limit: int) -> bytes | None:
+    """The request body, refused past ``limit`` bytes as it arrives; None on disconnect."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                await _linger(receive, limit)
+                raise PayloadTooLarge()
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _linger(receive: Receive, budget: int, seconds: float = 1.0) -> None:
+    # Discard a bounded amount of what the peer is still sending before the 413: closing a
+    # socket with unread data makes the kernel reset it, and a client that overshot the
+    # limit a little would then never read the answer (nginx's "lingering close"). The
+    # bound keeps a flood from costing more than one more limit's worth, or a second.
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            while budget > 0:
+                message = await receive()
+                if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                    return
+                budget -= len(message.get("body", b""))
+
+
+async def _send_json(
+    send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
+    if extra:
+        headers.extend(extra)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_reply(send: Send, request_id: Any, reply: Reply, *, close: bool = False) -> None:
+    if reply.stream is not None:
+        await _send_stream(send, request_id, reply.stream)
+        return
+    if reply.error is not None:
+        body = encode_error(request_id, reply.error)
+    else:
+        body = encode_result(request_id, reply.result)
+    extra: list[tuple[bytes, bytes]] = []
+    if reply.retry_after is not None:
+        extra.append((b"retry-after", str(reply.retry_after).encode()))
+    if close:
+        extra.append((b"connection", b"close"))
+    await _send_json(send, reply.http_status, body, extra)
+
+
+async def _send_stream(send: Send, request_id: Any, events: AsyncIterator[Mapping[str, Any]]) -> None:
     """Frame events as PROTOCOL.md §6.4 says: ``id: <index>`` LF ``data: <JSON>`` LF LF."""
+    await send({"type": "http.response.start", "status": 200, "headers": list(_SSE_HEADERS)})
     try:
         async for event in events:
             if not event:  # keep-alive
-                yield b": keep-alive\n\n"
-                continue
-            data = encode_result(request_id, event)
-            yield b"id: %d\ndata: %s\n\n" % (event["index"], data)
+                frame = b": keep-alive\n\n"
+            else:
+                frame = b"id: %d\ndata: %s\n\n" % (event["index"], encode_result(request_id, event))
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except OSError:
+        return  # the client went away; the handler runs on (PROTOCOL.md §6.4)
     finally:
         closer = getattr(events, "aclose", None)
         if closer is not None:
@@ -228,62 +332,47 @@ class AgentServer(IntentDispatcher):
         return self._protocol
 
     # -- HTTP ---------------------------------------------------------------------------------
-    async def _read_body(self, request: Request) -> bytes:
-        # Checked before the body is read (PROTOCOL.md §9), then the limit is enforced while
-        # reading, whatever Content-Length claims.
-        if not _content_type_ok(request.headers.get("content-type")):
-            raise UnsupportedMediaType()
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            raise PayloadTooLarge()
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body:
-                raise PayloadTooLarge()
-            chunks.append(chunk)
-        return b"".join(chunks)
+    async def handle_asgi(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
+        """Serve one POST to ``/a2a/<endpoint>`` as a raw ASGI exchange.
 
-    @staticmethod
-    def _response(request_id: Any, reply: Reply) -> Response:
-        if reply.stream is not None:
-            return StreamingResponse(_sse(request_id, reply.stream), media_type="text/event-stream")
-        if reply.error is not None:
-            body = encode_error(request_id, reply.error)
-        else:
-            body = encode_result(request_id, reply.result)
-        headers = {"Retry-After": str(reply.retry_after)} if reply.retry_after is not None else None
-        return Response(body, status_code=reply.http_status, media_type="application/json", headers=headers)
-
-    async def _endpoint(self, request: Request, endpoint: str) -> Response:
+        The two hot endpoints bypass Starlette's Request/Response objects (and, in the app
+        from :meth:`app`, the middleware stack and routing): they cost as much as the
+        signature work. The Content-Type is checked before the body is read, and the body
+        limit is enforced while reading, whatever Content-Length claims (PROTOCOL.md §9).
+        """
         protocol = self.protocol
+        close = False
+        request_id: Any = None
         try:
-            body = await self._read_body(request)
+            content_type: bytes | None = None
+            declared: bytes | None = None
+            for name, value in scope["headers"]:
+                if name == b"content-type":
+                    content_type = value
+                elif name == b"content-length":
+                    declared = value
+            if content_type is None or not _content_type_ok(content_type.decode("latin-1")):
+                raise UnsupportedMediaType()
+            if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+                raise PayloadTooLarge()
+            body = await _receive_body(receive, self.max_body)
+            if body is None:
+                return  # the client went away
             envelope = parse_request(body, endpoint)
         except A2AError as exc:
-            response = self._response(None, protocol.reject(exc))
-            if isinstance(exc, PayloadTooLarge | UnsupportedMediaType):
-                # The body was not read to its end: end the connection, or the HTTP server
-                # would go on reading (and discarding) whatever the peer still sends, up to
-                # any Content-Length it declared (ATTACKS.md H1).
-                response.headers["Connection"] = "close"
-            return response
+            reply = protocol.reject(exc)
+            # The body was not read to its end: end the connection, or the HTTP server would
+            # go on reading whatever the peer still sends (ATTACKS.md H1).
+            close = isinstance(exc, PayloadTooLarge | UnsupportedMediaType)
         except EnvelopeError as exc:
-            return self._response(exc.request_id, protocol.reject(exc.error, event=exc.event))
-        except ClientDisconnect:
-            return Response(status_code=400)
-        source = request.client.host if request.client else ""
-        reply = await protocol.handle(envelope.method, envelope.params, source=source)
-        return self._response(envelope.id, reply)
-
-    async def handshake_endpoint(self, request: Request) -> Response:
-        """POST /a2a/handshake."""
-        return await self._endpoint(request, "handshake")
-
-    async def intent_endpoint(self, request: Request) -> Response:
-        """POST /a2a/intent."""
-        return await self._endpoint(request, "intent")
+            reply = protocol.reject(exc.error, event=exc.event)
+            request_id = exc.request_id
+        else:
+            client = scope.get("client")
+            source = client[0] if client else ""
+            request_id = envelope.id
+            reply = await protocol.handle(envelope.method, envelope.params, source=source)
+        await _send_reply(send, request_id, reply, close=close)
 
     async def card_endpoint(self, request: Request) -> Response:
         """GET /.well-known/agent-card.json."""
@@ -305,22 +394,29 @@ class AgentServer(IntentDispatcher):
     def router(self) -> APIRouter:
         """The routes, to mount into an existing FastAPI app."""
         router = APIRouter()
-        router.add_route("/a2a/handshake", self.handshake_endpoint, methods=["POST"])
-        router.add_route("/a2a/intent", self.intent_endpoint, methods=["POST"])
+        # Raw ASGI endpoints: Starlette routes call a non-function endpoint as an ASGI app.
+        router.routes.append(Route("/a2a/handshake", _AsgiEndpoint(self, "handshake"), methods=["POST"]))
+        router.routes.append(Route("/a2a/intent", _AsgiEndpoint(self, "intent"), methods=["POST"]))
         router.add_route("/.well-known/agent-card.json", self.card_endpoint, methods=["GET"])
         router.add_route("/.well-known/did.json", self.did_document_endpoint, methods=["GET"])
         router.add_route("/health", self.health_endpoint, methods=["GET"])
         return router
 
     def app(self) -> FastAPI:
-        """A FastAPI application serving this agent."""
-        app = FastAPI(title=self.name, docs_url=None, redoc_url=None, openapi_url=None)
+        """A FastAPI application serving this agent.
+
+        POSTs to the two protocol endpoints go straight to :meth:`handle_asgi` unless
+        middleware was added to the app (then they take the normal route through it).
+        """
+        app = _AgentApp(title=self.name, docs_url=None, redoc_url=None, openapi_url=None)
+        app.agent_server = self
         app.include_router(self.router())
 
         @app.exception_handler(Exception)
         async def _internal(request: Request, exc: Exception) -> Response:
             # Last line of defence: never a stack trace on the wire.
-            return self._response(None, Reply(500, error=InternalError().to_error_object()))
+            body = encode_error(None, InternalError().to_error_object())
+            return Response(body, status_code=500, media_type="application/json")
 
         return app
 
