@@ -43,6 +43,9 @@ _HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
 # A lone surrogate can only enter a decoded str through a \uD800-\uDFFF escape.
 _SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
+# An integer beyond 2^53-1 has at least 16 digits; so do some strings (hex digests), which
+# only cost a walk of the parsed value.
+_LONG_DIGITS_RE = re.compile(r"\d{16}")
 
 
 def b64u_encode(data: bytes) -> str:
@@ -71,13 +74,6 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name}")
 
 
-def _parse_int(text: str) -> int:
-    value = int(text)
-    if -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
-        return value
-    raise ValueError("integer out of the I-JSON range")
-
-
 def _parse_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -94,42 +90,34 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 _DECODER = json.JSONDecoder(
     object_pairs_hook=_pairs,
-    parse_int=_parse_int,
     parse_float=_parse_float,
     parse_constant=_reject_constant,
     strict=True,
 )
 
 
-def _depth_ok(value: Any, limit: int) -> bool:
+def _scan(value: Any, max_depth: int | None, ints: bool, surrogates: bool) -> str | None:
+    """Walk a parsed value for what the C parser cannot refuse by itself; the first problem."""
     # Iterative, so a hostile depth cannot exhaust the Python stack here.
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict):
-            if depth > limit:
-                return False
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            if depth > limit:
-                return False
-            stack.extend((v, depth + 1) for v in item)
-    return True
-
-
-def _has_lone_surrogate(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if _SURROGATE_RE.search(item):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
+        kind = type(item)
+        if kind is dict or kind is list:
+            if max_depth is not None and depth > max_depth:
+                return f"JSON nested deeper than {max_depth}"
+            if kind is dict:
+                if surrogates and any(_SURROGATE_RE.search(k) for k in item):
+                    return "lone surrogate in string"
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+        elif kind is int:
+            if ints and not -MAX_SAFE_INT <= item <= MAX_SAFE_INT:
+                return "not I-JSON: integer out of the I-JSON range"
+        elif kind is str and surrogates and _SURROGATE_RE.search(item):
+            return "lone surrogate in string"
+    return None
 
 
 def loads(
@@ -144,7 +132,8 @@ def loads(
     that overflow to them, integers outside ±(2^53−1), lone surrogates, nesting deeper
     than ``max_depth`` (containers, the outermost being 1), trailing data.
     """
-    if isinstance(data, bytes | bytearray | memoryview):
+    from_bytes = not isinstance(data, str)
+    if not isinstance(data, str):
         try:
             text = bytes(data).decode("utf-8")
         except UnicodeDecodeError:
@@ -159,13 +148,18 @@ def loads(
         raise error("JSON nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError is a ValueError, and so are the hooks'
         raise error(f"not I-JSON: {_short(exc)}") from None
-    # Nesting deeper than max_depth needs more than max_depth brackets: counting them in C
-    # spares the walk for almost every real body.
-    if (text.count("[") + text.count("{") > max_depth) and not _depth_ok(value, max_depth):
-        raise error(f"JSON nested deeper than {max_depth}")
-    # A str argument can also carry raw surrogates (bytes cannot: UTF-8 decoding refuses them).
-    if (_SURROGATE_ESCAPE_RE.search(text) or _SURROGATE_RE.search(text)) and _has_lone_surrogate(value):
-        raise error("lone surrogate in string")
+    # Cheap C-level tests decide whether the parsed value needs a walk at all: nesting deeper
+    # than max_depth needs more than max_depth brackets; a lone surrogate enters through a
+    # \uD8xx escape (or, for a str argument, raw: UTF-8 decoding refuses it in bytes).
+    depth = text.count("[") + text.count("{") > max_depth
+    ints = _LONG_DIGITS_RE.search(text) is not None
+    surrogates = ("\\u" in text and _SURROGATE_ESCAPE_RE.search(text) is not None) or (
+        not from_bytes and _SURROGATE_RE.search(text) is not None
+    )
+    if depth or ints or surrogates:
+        problem = _scan(value, max_depth if depth else None, ints, surrogates)
+        if problem is not None:
+            raise error(problem)
     return value
 
 
