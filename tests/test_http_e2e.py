@@ -239,6 +239,25 @@ async def test_rehandshake_once_when_the_server_closed_the_session() -> None:
         assert server.calls["echo"] == 2  # type: ignore[attr-defined]
 
 
+async def test_no_resend_on_unknown_session_when_the_caller_forbids_it() -> None:
+    # An unsigned -32043 may be forged by someone who let the first request run; a caller
+    # whose intents must not run twice turns the resend off and gets the error instead.
+    server = build_server(audit=AuditLog())
+    async with (
+        hosted(server) as url,
+        A2AClient(identity("client"), resend_on_unknown_session=False) as client,
+    ):
+        did = server.identity.did
+        await client.request(did, echo(n=1), endpoint=url)
+        old = await client.session_for(did)
+        await server.store.close_session(old.session_id)
+        with pytest.raises(SessionUnknown):
+            await client.request(did, echo(n=2))
+        assert server.calls["echo"] == 1  # type: ignore[attr-defined]
+        # The next request opens a new session.
+        assert (await client.request(did, echo(n=3))).result == {"echo": {"n": 3}}
+
+
 async def test_rehandshake_once_after_server_restart_with_a_new_store() -> None:
     server_id = identity("server")
     first = build_server(server_id)

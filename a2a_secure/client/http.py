@@ -229,8 +229,17 @@ class A2AClient:
         accept_policy: Callable[[Policy], bool] | None = None,
         audit: AuditHook | None = None,
         clock: Callable[[], float] = time.time,
+        resend_on_unknown_session: bool = True,
     ) -> None:
+        """``resend_on_unknown_session``: when the server answers -32043 (it no longer knows
+        the session: restarted, or closed it), ``request`` opens a new session and sends the
+        intent once more. That answer is unsigned by nature, so an attacker on the path who
+        let the first request run can forge it and have the intent run a second time, under a
+        new session. Pass False for intents that must not run twice; the caller then gets
+        ``SessionUnknown`` and decides (SECURITY.md).
+        """
         self.identity = identity
+        self.resend_on_unknown_session = resend_on_unknown_session
         self.resolver = resolver or DIDResolver()
         self._own_http = http is None
         timeout = min(timeout, MAX_TIMEOUT)
@@ -443,7 +452,7 @@ class A2AClient:
                     return await self._send(peer, peer.session, intent)
                 except SessionUnknown:
                     peer.session = None
-                    if attempt == 2:
+                    if attempt == 2 or not self.resend_on_unknown_session:
                         raise
         raise SessionUnknown()  # pragma: no cover
 

@@ -88,6 +88,12 @@ class ServerLimits:
     max_streams_total: int = 1000
     max_streams_per_did: int = 32
     allow_self_handshake: bool = False
+    # Failed PROOF / ACCEPT_POLICY per source address: a bucket of ``burst`` failures that
+    # refills at ``per_second``; when empty, further PROOFs and ACCEPTs from that source get
+    # 503 before any signature check (ATTACKS.md H4). Honest clients rarely fail, so the
+    # throughput of valid handshakes from one host is not limited.
+    failed_handshake_burst: int = 100
+    failed_handshake_per_second: float = 50.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +272,7 @@ class ServerProtocol:
         self._streams: dict[tuple[str, int], StreamRecord] = {}
         self._streams_by_did: dict[str, int] = {}
         self._pumps: set[asyncio.Task[None]] = set()
+        self._failures: dict[str, tuple[float, float]] = {}
 
     # -- entry points ---------------------------------------------------------------------
     async def handle(self, method: str, params: Any, *, source: str = "") -> Reply:
@@ -274,10 +281,17 @@ class ServerProtocol:
         try:
             if method == "hello":
                 reply = Reply(200, await self._hello(params, source, audit))
-            elif method == "proof":
-                reply = Reply(200, await self._proof(params, audit))
-            elif method == "accept_policy":
-                reply = Reply(200, await self._accept(params, audit))
+            elif method in ("proof", "accept_policy"):
+                self._check_failure_budget(source)
+                try:
+                    if method == "proof":
+                        reply = Reply(200, await self._proof(params, audit))
+                    else:
+                        reply = Reply(200, await self._accept(params, audit))
+                except A2AError as exc:
+                    if not isinstance(exc, Unavailable):
+                        self._spend_failure_budget(source)
+                    raise
             elif method in INTENT_METHODS:
                 reply = await self._intent_or_close(method, params, audit)
             else:
@@ -289,6 +303,29 @@ class ServerProtocol:
         if not audit.deferred:
             self._audit(audit, reply)
         return reply
+
+    def _bucket(self, source: str) -> float:
+        """Refill and return the failure budget of ``source`` (monotonic time)."""
+        now = time.monotonic()
+        tokens, last = self._failures.get(source, (float(self.limits.failed_handshake_burst), now))
+        tokens = min(
+            float(self.limits.failed_handshake_burst),
+            tokens + (now - last) * self.limits.failed_handshake_per_second,
+        )
+        self._failures[source] = (tokens, now)
+        return tokens
+
+    def _check_failure_budget(self, source: str) -> None:
+        if self._bucket(source) < 1.0:
+            raise Unavailable("too many failed handshake steps from this address", retry_after=1)
+
+    def _spend_failure_budget(self, source: str) -> None:
+        tokens = self._bucket(source)
+        self._failures[source] = (tokens - 1.0, time.monotonic())
+        if len(self._failures) > 10_000:
+            # Bounded: forget the oldest sources (a full bucket is the default anyway).
+            for key in list(self._failures)[:1000]:
+                del self._failures[key]
 
     def reject(self, exc: A2AError, *, event: str = "reject") -> Reply:
         """The reply (and audit record) for a request refused before ``handle``."""

@@ -1,0 +1,133 @@
+"""An active attacker between real clients and a real server (ATTACKS.md F, G, J).
+
+``tests/mitm_helpers.py`` has the harness: a man-in-the-middle ASGI app under uvicorn between
+two honest ``A2AClient``s and an ``AgentServer`` under uvicorn, applying seeded random
+mutations (drop, duplicate, delay, reorder, replay, reflect, edit bodies and headers, forge
+errors). After every run it checks that client and server agree on every session both
+accepted, that only signed intents run and each at most once per session and sequence, and
+that every value a client returns is the server's output for that very request. The
+longer campaign is ``scripts/mitm_campaign.py``.
+
+The targeted tests below pin the client bugs the campaign found: an attacker-chosen
+``Retry-After`` could raise a raw ``ValueError`` ("²" is ``str.isdigit()``) or make the client
+sleep for as long as the attacker liked (non-503 statuses and streams ignored ``max_wait``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from a2a_secure.errors import A2AError
+from tests.mitm_helpers import MUTATION_NAMES, Answer, Campaign, Wire, _json_answer, run_campaign
+
+SEED = 20_251_121
+RUNS = 40
+
+
+async def test_campaign_keeps_every_invariant_on_every_run() -> None:
+    report = await run_campaign(SEED, RUNS, ops_per_client=5)
+    print("\n" + report.summary(details=True))
+    assert report.violations == [], report.summary()
+    assert report.runs == RUNS
+    # The attacker really attacked: every kind of mutation was tried, replays came from the
+    # same and from the other client, held-back requests were delivered late, and edits hit
+    # requests, responses and streamed events.
+    missing = [name for name in MUTATION_NAMES if report.mutations[name] == 0]
+    assert not missing, missing
+    assert report.mutations.total() - report.mutations["pass"] > 300
+    for detail in ("replay:same-client", "replay:other-client", "late_delivered", "forged:-32043"):
+        assert report.details[detail] > 0, detail
+    for prefix in ("edit_req:", "edit_resp:", "edit_sse:", "jws-flip"):
+        assert any(prefix in k for k in report.details), prefix
+    # ... and honest work still got done, so the invariants were not checked on nothing.
+    assert report.sessions_accepted > 40 and report.results_returned > 80 and report.executions > 80
+    assert report.outcomes["success"] > 80
+    assert sum(n for k, n in report.outcomes.items() if k.startswith("error")) > 80
+
+
+# -- regressions: Retry-After is unauthenticated ---------------------------------------------------
+
+
+@pytest_asyncio.fixture
+async def campaign() -> AsyncIterator[Campaign]:
+    async with Campaign(1) as c:
+        yield c
+
+
+def forge_once(
+    campaign: Campaign, method: str, status: int, retry_after: bytes, *, forward: bool = False
+) -> None:
+    """Answer the next ``method`` request with an unsigned error and this ``Retry-After``."""
+    mitm = campaign.mitm
+    assert mitm is not None
+    honest = mitm.exchange
+    state = {"forged": 0}
+
+    async def exchange(wire: Wire) -> Answer:
+        if wire.method == method and not state["forged"]:
+            state["forged"] += 1
+            if forward:
+                await mitm.forward(wire)
+            error = {"jsonrpc": "2.0", "id": wire.rpc["id"], "error": {"code": -32048, "message": "busy"}}
+            return _json_answer(error, status, **{"retry-after": retry_after})
+        return await honest(wire)
+
+    mitm.exchange = exchange  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("value", [b"\xb2", b"\xb9", b"1\xb3", b"\xd9\xa3"])
+async def test_retry_after_that_is_not_ascii_digits_is_ignored(campaign: Campaign, value: bytes) -> None:
+    # b"\xb2" reaches httpx as "²" (latin-1): str.isdigit() says yes, float() raised ValueError.
+    forge_once(campaign, "intent", 503, value)
+    async with campaign._clients() as clients:
+        alice = clients["alice"]
+        did = campaign.server_identity.did
+        res = await alice.request(did, {"goal": "echo", "inputs": {"tag": "r"}}, endpoint=campaign.url)
+        assert res.result["echo"] == {"tag": "r"}  # the 503 was retried after the backoff
+        await alice.aclose()
+    assert [e.sequence for e in campaign.ledger.executions if e.inputs.get("tag") == "r"] == [res.sequence]
+    assert campaign.ledger.check() == []
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504])
+async def test_unsigned_retry_after_beyond_max_wait_fails_fast(campaign: Campaign, status: int) -> None:
+    # Before the fix, only a 503 was checked against max_wait: 502 + "Retry-After: 3600" slept an hour.
+    forge_once(campaign, "intent", status, b"3600", forward=True)
+    async with campaign._clients() as clients:
+        alice = clients["alice"]
+        did = campaign.server_identity.did
+        await alice.handshake(did, endpoint=campaign.url)
+        started = time.perf_counter()
+        with pytest.raises(A2AError) as caught:
+            await alice.request(did, {"goal": "echo", "inputs": {"tag": "w"}}, endpoint=campaign.url)
+        assert time.perf_counter() - started < 2
+        assert not caught.value.signed
+        # The byte-identical retry was not sent; the next request goes on normally.
+        res = await alice.request(did, {"goal": "echo", "inputs": {"tag": "next"}}, endpoint=campaign.url)
+        assert res.result["echo"] == {"tag": "next"}
+        await alice.aclose()
+    assert campaign.ledger.check() == []
+
+
+async def test_stream_retry_after_beyond_max_wait_fails_fast(campaign: Campaign) -> None:
+    # Before the fix the stream path slept max(Retry-After, backoff) without looking at max_wait.
+    forge_once(campaign, "intent", 503, b"99999999")
+    async with campaign._clients() as clients:
+        alice = clients["alice"]
+        did = campaign.server_identity.did
+        await alice.handshake(did, endpoint=campaign.url)
+        started = time.perf_counter()
+        with pytest.raises(A2AError):
+            async for _ in alice.stream(did, {"goal": "count", "inputs": {"n": 2}}, endpoint=campaign.url):
+                pass  # pragma: no cover - nothing arrives
+        assert time.perf_counter() - started < 2
+        items = [
+            i async for i in alice.stream(did, {"goal": "count", "inputs": {"n": 2}}, endpoint=campaign.url)
+        ]
+        assert [i["i"] for i in items] == [0, 1]
+        await alice.aclose()
+    assert campaign.ledger.check() == []
