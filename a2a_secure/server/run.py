@@ -17,8 +17,8 @@ Environment variables read by :func:`app_from_env`:
                             attribute holding one, like ``A2AAgent``) whose intents are served,
                             or a callable given the ``AgentServer`` to register handlers on
 
-With no ``A2A_SECURE_APP`` the server is the test agent of PROTOCOL.md §11 with its ``echo``
-intent (result = inputs unchanged); the streaming ``count`` intent is not served.
+With no ``A2A_SECURE_APP`` the server is the test agent of PROTOCOL.md §11: ``echo`` (result =
+inputs unchanged) and the streaming ``count``.
 """
 
 from __future__ import annotations
