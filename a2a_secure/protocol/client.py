@@ -395,44 +395,25 @@ class ClientSession:
         body = parse_intent(dict(intent))
         if not self.policy.allows(body["goal"]):
             raise PolicyViolation(f"intent {body['goal'][:64]!r} is not allowed by the session policy")
-        sequence = self._next_sequence()
-        ts = int(self._clock())
-        payload = {
-            "session_id": self.session_id,
-            "session_commitment": self.session_commitment,
-            "sequence": sequence,
-            "timestamp": ts,
-            "intent": body,
-        }
-        token = jws_sign(payload, self.identity, m.Typ.REQUEST)
-        params = {
-            "session_id": self.session_id,
-            "session_commitment": self.session_commitment,
-            "sequence": sequence,
-            "intent": body,
-            "request_jws": token,
-        }
-        return PreparedRequest("intent", params, sequence, m.request_hash(token), ts, body["goal"])
+        return self._sign_request("intent", {"intent": body}, m.Typ.REQUEST, body["goal"])
 
     def prepare_close(self) -> PreparedRequest:
         """Sign a close request (§6.3)."""
+        return self._sign_request("close", {"close": True}, m.Typ.CLOSE, None)
+
+    def _sign_request(self, method: str, body: dict[str, Any], typ: str, goal: str | None) -> PreparedRequest:
+        # The signed payload and the params share session, commitment and sequence; an
+        # intent carries its intent in both, a close has "close": true in the payload only.
         sequence = self._next_sequence()
         ts = int(self._clock())
-        payload = {
+        common = {
             "session_id": self.session_id,
             "session_commitment": self.session_commitment,
             "sequence": sequence,
-            "timestamp": ts,
-            "close": True,
         }
-        token = jws_sign(payload, self.identity, m.Typ.CLOSE)
-        params = {
-            "session_id": self.session_id,
-            "session_commitment": self.session_commitment,
-            "sequence": sequence,
-            "request_jws": token,
-        }
-        return PreparedRequest("close", params, sequence, m.request_hash(token), ts)
+        token = jws_sign({**common, "timestamp": ts, **body}, self.identity, typ)
+        params = {**common, **({"intent": body["intent"]} if "intent" in body else {}), "request_jws": token}
+        return PreparedRequest(method, params, sequence, m.request_hash(token), ts, goal)
 
     def _verify_response(self, token: Any, req: PreparedRequest, members: frozenset[str]) -> dict[str, Any]:
         if not isinstance(token, str):
