@@ -105,6 +105,7 @@ from a2a_secure.identity.resolver import resolve_did_key
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import ClientHandshake, HandshakeState
 from a2a_secure.protocol.server import ServerLimits, ServerProtocol
+from a2a_secure.store.base import StoredReply
 
 WIRE = pytest.mark.asyncio(loop_scope="module")
 
@@ -1758,7 +1759,8 @@ async def test_g9_intent_not_allowed_by_policy_rejected(w: Wire) -> None:
     # PROTOCOL.md §6.1 step 8: the sequence is consumed (and counted) before the policy step;
     # nothing else changed, and the handler never ran.
     after = w.state()
-    assert after["seq"][sess.session_id][0] == 1 and after["seq"][sess.session_id][2].http_status == 403
+    stored = StoredReply.from_dict(encoding.loads(after["seq"][sess.session_id][2]))
+    assert after["seq"][sess.session_id][0] == 1 and stored.http_status == 403
     assert {k: v for k, v in after["seq"].items() if k != sess.session_id} == {
         k: v for k, v in before["seq"].items() if k != sess.session_id
     }

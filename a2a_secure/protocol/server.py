@@ -88,7 +88,8 @@ class ServerLimits:
     max_streams_total: int = 1000
     max_streams_per_did: int = 32
     allow_self_handshake: bool = False
-    # Failed PROOF / ACCEPT_POLICY per source address: a bucket of ``burst`` failures that
+    # Failed PROOF / ACCEPT_POLICY steps that cost a signature verification, per source
+    # address: a bucket of ``burst`` failures that
     # refills at ``per_second``; when empty, further PROOFs and ACCEPTs from that source get
     # 503 before any signature check (ATTACKS.md H4). Honest clients rarely fail, so the
     # throughput of valid handshakes from one host is not limited.
@@ -208,6 +209,7 @@ class _Audit:
     sequence: int | None = None
     verified: bool = False
     deferred: bool = False  # a stream writes its record at its final event
+    signature_checked: bool = False  # an Ed25519 verification was spent on this request
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -288,8 +290,10 @@ class ServerProtocol:
                         reply = Reply(200, await self._proof(params, audit))
                     else:
                         reply = Reply(200, await self._accept(params, audit))
-                except A2AError as exc:
-                    if not isinstance(exc, Unavailable):
+                except A2AError:
+                    # Only failures that cost an Ed25519 verification spend the budget:
+                    # cheap refusals (shape, unknown nonce, wrong kid) are cheap to repeat.
+                    if audit.signature_checked:
                         self._spend_failure_budget(source)
                     raise
             elif method in INTENT_METHODS:
@@ -473,6 +477,7 @@ class ServerProtocol:
         key = pending.client_keys.get(kid) if isinstance(kid, str) else None
         if key is None or not isinstance(kid, str):
             raise AuthenticationFailed("proof kid is not a key the client's DID resolved to")
+        audit.signature_checked = True
         payload = jws_verify(token, key, typ=m.Typ.PROOF, kid=kid)
         exact_members(payload, m.PROOF_PAYLOAD, "proof payload", AuthenticationFailed)
         ts = require_int(payload["timestamp"], "proof timestamp", error=AuthenticationFailed)
@@ -511,6 +516,7 @@ class ServerProtocol:
         kid = pending.proven_kid
         if kid is None:
             raise HandshakeUnknown("handshake not proven")
+        audit.signature_checked = True
         payload = jws_verify(token, pending.client_keys[kid], typ=m.Typ.ACCEPT, kid=kid)
         exact_members(payload, m.ACCEPT_PAYLOAD, "accept payload", AuthenticationFailed)
         ts = require_int(payload["timestamp"], "accept timestamp", error=AuthenticationFailed)
