@@ -179,7 +179,7 @@ E2E = test_http_e2e.py; other files by name.
      server shutdown: a final -32603
        → S test_server_shutdown_ends_a_live_stream_with_a_final_32603_event (XFAIL)
      an event is at most 1 MiB
-       → S test_no_event_is_larger_than_1_mib (XFAIL)
+       → S test_no_event_is_larger_than_1_mib
      the client checks every event (index, final rule, nothing after it), retries a truncated stream, skips
      replayed events
        → S test_client_refuses_every_rewritten_stream,
@@ -262,12 +262,9 @@ Rules found NOT implemented as written (xfail(strict=True) tests in test_streami
 - §6.4 "server shutdown [ends the stream] with -32603": the stream pump signs a final -32603
   when it is cancelled, but nothing cancels the pumps when the server stops (no shutdown hook),
   so uvicorn's shutdown cuts a live stream without a final event.
-- §6.4 "an event is at most 1 MiB": nothing bounds an event. A handler result of 700 kB gives an
-  event of ~1.6 MB (the result is in the event and again, base64url, in its JWS), which the SDK
-  client then refuses as too large.
-- §6.4/§8 "one audit record, written at its final event with that event's status and code; a
-  replay is a record of its own": a replay's record is written when the replay starts and always
-  says "success", even when the replay ends with the newly signed -32048 event.
+
+Fixed since: an event bigger than 1 MiB now ends the stream with a final -32603 event, and a
+replayed stream is one audit record written at its final event with that event's status.
 
 Fixed while writing these tests: §5.1 order (type == "hello" was checked before the version);
 a byte-identical retry of a live stream refused for stream capacity; a retry before the first

@@ -42,7 +42,7 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.policy import Policy
-from a2a_secure.protocol.streaming import StreamRecord, result_size
+from a2a_secure.protocol.streaming import MAX_EVENT_BYTES, StreamRecord, result_size
 from a2a_secure.protocol.validate import (
     check_payload_matches,
     ct_equal,
@@ -694,7 +694,7 @@ class ServerProtocol:
             if begin.kind is BeginKind.RATE_LIMITED:
                 raise Unavailable("rate limit reached", retry_after=begin.retry_after)
             if begin.kind in (BeginKind.REPLAY, BeginKind.IN_PROGRESS):
-                return await self._replay(session_id, sequence, req_hash, begin.reply, now)
+                return await self._replay(session_id, sequence, req_hash, begin.reply, audit)
         except A2AError as exc:
             return self._signed_error(exc, session_id, sequence, req_hash, now_i)
         # The sequence is consumed: whatever happens now is the stored answer.
@@ -722,7 +722,7 @@ class ServerProtocol:
         return flag is True or (flag is None and self.dispatcher.is_always_streamed(intent["goal"]))
 
     async def _replay(
-        self, session_id: str, sequence: int, req_hash: str, stored: StoredReply | None, now: float
+        self, session_id: str, sequence: int, req_hash: str, stored: StoredReply | None, audit: _Audit
     ) -> Reply:
         # Waiting is measured on the event loop's monotonic clock, not the protocol clock.
         loop = asyncio.get_running_loop()
@@ -732,12 +732,11 @@ class ServerProtocol:
             # Only once it has its first event: until then the stream may still end as an
             # ordinary JSON error (§6.4), which the retry then gets from the store.
             if live is not None and live.count > 0:
-                return Reply(
-                    200,
-                    stream=live.reader(
-                        replay=True, overflow_event=self._overflow(session_id, sequence, req_hash)
-                    ),
+                reader = live.reader(
+                    replay=True, overflow_event=self._overflow(session_id, sequence, req_hash)
                 )
+                audit.deferred = True
+                return Reply(200, stream=self._audited(reader, audit))
             if loop.time() >= deadline:
                 raise Unavailable("the original request is still running", retry_after=1)
             await asyncio.sleep(0.01)
@@ -749,7 +748,9 @@ class ServerProtocol:
             elif begin.kind is not BeginKind.IN_PROGRESS:
                 raise SequenceError(f"sequence {sequence} is no longer the last accepted")
         if stored.events is not None:
-            return Reply(200, stream=self._replay_stored(stored, session_id, sequence, req_hash))
+            replayed = self._replay_stored(stored, session_id, sequence, req_hash)
+            audit.deferred = True
+            return Reply(200, stream=self._audited(replayed, audit))
         # A stored 503 (a handler that raised Unavailable) keeps its Retry-After on replay.
         data = stored.error.get("data") if stored.error is not None else None
         retry = data.get("retry_after") if isinstance(data, Mapping) else None
@@ -887,6 +888,26 @@ class ServerProtocol:
 
         return make
 
+    async def _audited(
+        self, events: AsyncIterator[Mapping[str, Any]], audit: _Audit
+    ) -> AsyncIterator[Mapping[str, Any]]:
+        """A replayed stream is one audit record, written at its final event with its status.
+
+        The caller sets ``audit.deferred`` before handing this generator out (its body runs
+        only when the adapter starts reading).
+        """
+        code: int | None = None
+        try:
+            async for event in events:
+                if event.get("final") is True and event.get("status") == "error":
+                    code = event["error"]["code"]
+                yield event
+        finally:
+            closer = getattr(events, "aclose", None)
+            if closer is not None:
+                await closer()
+            self._audit(audit, Reply(200, error={"code": code, "message": ""} if code is not None else None))
+
     async def _replay_stored(
         self, stored: StoredReply, session_id: str, sequence: int, req_hash: str
     ) -> AsyncIterator[Mapping[str, Any]]:
@@ -966,7 +987,12 @@ class ServerProtocol:
                 now = self._clock()
                 if session.expired(now) or await self.store.get_session(sid, now) is None:
                     raise SessionUnknown("the session ended during the stream")
-                publish(self._event(sid, seq, req_hash, index, single, result=item))
+                event = self._event(sid, seq, req_hash, index, single, result=item)
+                # §6.4: an event is at most 1 MiB (the result travels twice: in the event and
+                # base64url-encoded in its signature). A bigger one ends the stream instead.
+                if len(encoding.dumps(event)) > MAX_EVENT_BYTES - 256:
+                    raise InternalError("a partial result is too large for one event")
+                publish(event)
                 index += 1
                 if single:
                     break

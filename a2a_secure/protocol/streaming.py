@@ -16,8 +16,9 @@ from typing import Any
 
 from a2a_secure.identity import encoding
 
-__all__ = ["KEEPALIVE", "MAX_KEPT_BYTES", "MAX_KEPT_EVENTS", "StreamRecord"]
+__all__ = ["KEEPALIVE", "MAX_EVENT_BYTES", "MAX_KEPT_BYTES", "MAX_KEPT_EVENTS", "StreamRecord"]
 
+MAX_EVENT_BYTES = 1024 * 1024
 MAX_KEPT_EVENTS = 256
 MAX_KEPT_BYTES = 1024 * 1024
 KEEPALIVE_SECONDS = 15.0
