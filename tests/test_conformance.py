@@ -177,7 +177,7 @@ E2E = test_http_e2e.py; other files by name.
          test_session_closed_on_another_connection_ends_the_stream_with_32043,
          test_session_expiring_mid_stream_ends_the_stream_with_32043
      server shutdown: a final -32603
-       → S test_server_shutdown_ends_a_live_stream_with_a_final_32603_event (XFAIL)
+       → S test_server_shutdown_ends_a_live_stream_with_a_final_32603_event
      an event is at most 1 MiB
        → S test_no_event_is_larger_than_1_mib
      the client checks every event (index, final rule, nothing after it), retries a truncated stream, skips
@@ -257,14 +257,10 @@ E2E = test_http_e2e.py; other files by name.
          test_s11_echo_returns_the_inputs_unchanged; test_multiworker test_app_from_env_serves; S
          test_count_bounds_are_accepted, test_count_bad_inputs_are_a_signed_json_error_not_a_stream
 
-Rules found NOT implemented as written (xfail(strict=True) tests in test_streaming.py):
-
-- §6.4 "server shutdown [ends the stream] with -32603": the stream pump signs a final -32603
-  when it is cancelled, but nothing cancels the pumps when the server stops (no shutdown hook),
-  so uvicorn's shutdown cuts a live stream without a final event.
-
-Fixed since: an event bigger than 1 MiB now ends the stream with a final -32603 event, and a
-replayed stream is one audit record written at its final event with that event's status.
+Rules once found not implemented, since fixed: a server shutdown now ends a live stream with a
+final -32603 event (the adapter stops the handler when uvicorn gives up waiting, and sends the
+event its pump signs); an event bigger than 1 MiB ends the stream with a final -32603 event;
+a replayed stream is one audit record written at its final event with that event's status.
 
 Fixed while writing these tests: §5.1 order (type == "hello" was checked before the version);
 a byte-identical retry of a live stream refused for stream capacity; a retry before the first

@@ -648,20 +648,15 @@ async def test_client_timeout_bounds_each_gap_not_the_whole_stream(stack: Stack)
     assert stack.calls["count"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="§6.4 'server shutdown [ends the stream] with -32603': nothing cancels the stream pumps when "
-    "the server stops, so a live stream is cut without a final event",
-)
 async def test_server_shutdown_ends_a_live_stream_with_a_final_32603_event() -> None:
     clock = FakeClock()
     feed: asyncio.Queue[Any] = asyncio.Queue()
     server = agent_server(clock=clock, feed=feed)
-    exits = contextlib.AsyncExitStack()
+    exits = contextlib.AsyncExitStack()  # the server only: the client outlives it
     stopping: asyncio.Task[None] | None = None
+    http = httpx.AsyncClient(timeout=5)
     try:
         url = await exits.enter_async_context(serve_app(server.app(), timeout_graceful_shutdown=0.3))
-        http = await exits.enter_async_context(httpx.AsyncClient(timeout=5))
         session = await raw_handshake(http, url, identity("client"), server.identity.did, clock=clock)
         req = session.prepare_intent({"goal": "fed", "inputs": {}, "constraints": {"stream": True}})
         await feed.put({"i": 0})
@@ -682,6 +677,7 @@ async def test_server_shutdown_ends_a_live_stream_with_a_final_32603_event() -> 
             await stopping
         else:
             await exits.aclose()
+        await http.aclose()
 
 
 # -- a man in the middle --------------------------------------------------------------------------------

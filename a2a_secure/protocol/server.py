@@ -190,6 +190,8 @@ class Reply:
     retry_after: int | None = None
     # A streamed answer (§6.4): the events' JSON-RPC ``result`` objects, in order.
     stream: AsyncIterator[Mapping[str, Any]] | None = None
+    # Called by the adapter when the server shuts down in the middle of the stream.
+    abort: Callable[[int], AsyncIterator[Mapping[str, Any]]] | None = None
 
     @property
     def is_error(self) -> bool:
@@ -736,7 +738,7 @@ class ServerProtocol:
                     replay=True, overflow_event=self._overflow(session_id, sequence, req_hash)
                 )
                 audit.deferred = True
-                return Reply(200, stream=self._audited(reader, audit))
+                return Reply(200, stream=self._audited(reader, audit), abort=live.abort)
             if loop.time() >= deadline:
                 raise Unavailable("the original request is still running", retry_after=1)
             await asyncio.sleep(0.01)
@@ -941,6 +943,7 @@ class ServerProtocol:
         pump = asyncio.create_task(
             self._pump(rec, stream, first_event, session, req_hash, timeout_ms, single, audit)
         )
+        rec.pump = pump
         self._pumps.add(pump)
         pump.add_done_callback(self._pumps.discard)
         try:
@@ -950,7 +953,7 @@ class ServerProtocol:
             await reader.aclose()
             raise
         audit.deferred = True
-        return Reply(200, stream=reader)
+        return Reply(200, stream=reader, abort=rec.abort)
 
     async def _pump(
         self,

@@ -38,7 +38,19 @@ class StreamRecord:
     overflow: bool = False
     done: bool = False
     count: int = 0
+    pump: asyncio.Task[None] | None = None
     _queues: list[asyncio.Queue[Mapping[str, Any]]] = field(default_factory=list)
+
+    def abort(self, next_index: int) -> AsyncGenerator[Mapping[str, Any], None]:
+        """The server is shutting down: stop the handler, whose pump then signs a final -32603.
+
+        Returns a new reader of the events from ``next_index`` on (the reader that was being
+        served died with the cancellation that brought the shutdown).
+        """
+        queue = None if self.done else self._subscribe()
+        if self.pump is not None and not self.pump.done():
+            self.pump.cancel()
+        return self._follow(queue, [], next_index)
 
     def publish(self, event: Mapping[str, Any], result_json_size: int) -> None:
         """Append a signed event (its JSON-RPC ``result`` object) and wake the readers."""

@@ -135,7 +135,7 @@ async def _send_json(
 
 async def _send_reply(send: Send, request_id: Any, reply: Reply, *, close: bool = False) -> None:
     if reply.stream is not None:
-        await _send_stream(send, request_id, reply.stream)
+        await _send_stream(send, request_id, reply.stream, reply.abort)
         return
     if reply.error is not None:
         body = encode_error(request_id, reply.error)
@@ -149,19 +149,41 @@ async def _send_reply(send: Send, request_id: Any, reply: Reply, *, close: bool 
     await _send_json(send, reply.http_status, body, extra)
 
 
-async def _send_stream(send: Send, request_id: Any, events: AsyncIterator[Mapping[str, Any]]) -> None:
+async def _send_stream(
+    send: Send,
+    request_id: Any,
+    events: AsyncIterator[Mapping[str, Any]],
+    abort: Callable[[int], AsyncIterator[Mapping[str, Any]]] | None = None,
+) -> None:
     """Frame events as PROTOCOL.md §6.4 says: ``id: <index>`` LF ``data: <JSON>`` LF LF."""
+
+    def frame(event: Mapping[str, Any]) -> bytes:
+        if not event:  # keep-alive
+            return b": keep-alive\n\n"
+        return b"id: %d\ndata: %s\n\n" % (event["index"], encode_result(request_id, event))
+
     await send({"type": "http.response.start", "status": 200, "headers": list(_SSE_HEADERS)})
+    next_index = 0
     try:
         async for event in events:
-            if not event:  # keep-alive
-                frame = b": keep-alive\n\n"
-            else:
-                frame = b"id: %d\ndata: %s\n\n" % (event["index"], encode_result(request_id, event))
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
+            await send({"type": "http.response.body", "body": frame(event), "more_body": True})
+            if event:
+                next_index = event["index"] + 1
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except OSError:
         return  # the client went away; the handler runs on (PROTOCOL.md §6.4)
+    except asyncio.CancelledError:
+        # The HTTP server is shutting down and gave up waiting for this stream: stop the
+        # handler, and send the final -32603 event its pump signs (§6.4) before the
+        # connection closes, if it comes within a moment.
+        if abort is not None:
+            rest = abort(next_index)
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    async for event in rest:
+                        await send({"type": "http.response.body", "body": frame(event), "more_body": True})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+        raise
     finally:
         closer = getattr(events, "aclose", None)
         if closer is not None:
