@@ -479,3 +479,30 @@ async def test_plain_http_to_a_remote_host_is_refused() -> None:
             with pytest.raises(InvalidParams, match="https"):
                 await client.request(identity("server").did, echo(), endpoint=endpoint)
         assert transport.sent == []
+
+
+async def test_client_refuses_a_reply_larger_than_its_bound() -> None:
+    # A hostile server answering with an endless body: the client stops reading at its bound
+    # and raises an A2AError instead of holding the whole body in memory.
+    async def hostile(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        chunk = b" " * 65536
+        for _ in range(200):  # up to 12.5 MiB
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    server_did = identity("hostile-server").did
+    async with (
+        serve_app(hostile) as url,
+        A2AClient(identity("client"), retry=RetryPolicy(attempts=1)) as client,
+    ):
+        with pytest.raises(A2AError, match="too large"):
+            await client.handshake(server_did, url)

@@ -102,6 +102,9 @@ class _Retryable(Exception):
 
 
 MAX_EVENT_BYTES = 1024 * 1024
+# A reply carries the result twice (in ``result`` and inside ``response_jws``): a 1 MiB result
+# makes a reply of about 2.4 MiB.
+MAX_REPLY_BYTES = 4 * 1024 * 1024
 
 
 async def _read_capped(resp: httpx.Response, limit: int) -> bytes:
@@ -309,10 +312,14 @@ class A2AClient:
     # -- transport -----------------------------------------------------------------------------
     async def _post(self, url: str, body: bytes, rid: int) -> tuple[int, Any, Any, float | None]:
         """One JSON-RPC call; returns (HTTP status, result, error, Retry-After)."""
-        resp = await self.http.post(url, content=body, headers={"Content-Type": "application/json"})
+        # The reply is read with a bound: a hostile server must not exhaust the client's memory.
+        async with self.http.stream(
+            "POST", url, content=body, headers={"Content-Type": "application/json"}
+        ) as resp:
+            content = await _read_capped(resp, MAX_REPLY_BYTES)
         retry_after = _retry_after(resp.headers.get("retry-after"))
         try:
-            obj = encoding.loads(resp.content)
+            obj = encoding.loads(content)
         except A2AError:
             raise InternalError(f"HTTP {resp.status_code} with a body that is not JSON") from None
         if not isinstance(obj, dict) or obj.get("jsonrpc") != "2.0" or obj.get("id") not in (rid, None):
@@ -527,7 +534,7 @@ class A2AClient:
                 ) as resp:
                     ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
                     if ctype != "text/event-stream":
-                        raw = await _read_capped(resp, 2 * 1024 * 1024)
+                        raw = await _read_capped(resp, MAX_REPLY_BYTES)
                         retry_after = _retry_after(resp.headers.get("retry-after"))
                         error = _jsonrpc_error(raw, rid)
                         exc = session.error_from_reply(req, error)
