@@ -12,7 +12,14 @@ installed, access log off); their CPU time is read from ``/proc/<pid>/stat``.
    ``echo``: one session sequential; 32 sessions concurrently (32 identities, one client each);
 3. a2a-sdk echo agent, JSON-RPC ``SendMessage`` driven by the same httpx loop: only if ``a2a``
    is importable here, or ``--a2a-python`` names an interpreter that has a2a-sdk (the agent
-   then runs under that interpreter; the client side is plain httpx);
+   then runs under that interpreter; the client side is plain httpx); OpenTelemetry as the
+   environment leaves it (on by default);
+   3b. what the DID session costs per a2a-sdk call: the same echo executor served by a2a-sdk
+   directly (A: its JSON-RPC ``SendMessage`` route) and behind a2a_secure (B: ``A2ABridge``
+   in an ``AgentServer``), both with OpenTelemetry off (as in BASELINES.md), back to back in
+   each round: one httpx client for A, ``A2AClient.request`` on one session for B, then wrk
+   (plain bodies for A, pre-signed ``SendMessage`` intents for B); ratios B / A of server CPU
+   per call and of calls per second. Needs ``a2a`` importable by this interpreter;
 4. full handshakes per second (``A2AClient.handshake``, a fresh session each time);
 5. server capacity with wrk (when on PATH) replaying requests prepared in advance: the plain
    echo, and signed intents each sent once (many sessions, increasing sequences, signed just
@@ -28,7 +35,7 @@ and with ``--profile`` a cProfile of the signed server under wrk.
     python scripts/bench.py [--quick] [--rounds N] [--json bench-results.json]
                             [--a2a-python /path/to/python] [--profile] [--no-redis] [--no-wrk]
 
-The default run takes about two and a half minutes on 2 cores, ``--quick`` under 40 s. wrk
+The default run takes about three minutes on 2 cores, ``--quick`` under 40 s. wrk
 replays bodies with ``scripts/wrk/replay.lua``; a latency plot is written beside the JSON
 when matplotlib is importable. Rates move with whatever else the machine runs (the header
 says how many cores other processes used meanwhile): compare ratios from one run.
@@ -39,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import inspect
 import json
 import math
@@ -81,6 +89,17 @@ INTENT: dict[str, Any] = {
     "inputs": {"text": "Hello world", "target_language": "es"},
 }
 A2A_SKIP = "skipped: a2a-sdk not installed (pip install 'a2a-sdk[http-server]')"
+A2A_PAIR_SKIP = "skipped: a2a-sdk not importable here (pip install 'a2a-secure[a2a]' 'a2a-sdk[http-server]')"
+# a2a-sdk's OpenTelemetry spans off, as in BASELINES.md: the direct / secured pair measures
+# the protocol work, not the SDK's tracing.
+OTEL_OFF = {"OTEL_INSTRUMENTATION_A2A_SDK_ENABLED": "false"}
+# The direct / secured a2a-sdk pair: case keys and row names.
+A2A_PAIR = {
+    "a2a_direct_seq": "a2a-sdk direct (OTel off), 1 client",
+    "a2a_secured_seq": "a2a-sdk behind a2a_secure, 1 session",
+    "wrk_a2a_direct": "a2a-sdk direct (OTel off)",
+    "wrk_a2a_secured": "a2a-sdk behind a2a_secure",
+}
 TARGETS = {
     "cpu_signed_vs_plain": 1.15,
     "signed_vs_a2a_sdk": 2.0,
@@ -112,12 +131,25 @@ def _plain_body() -> bytes:
 PLAIN_BODY = _plain_body()
 
 
+def _a2a_message(text: str) -> dict[str, Any]:
+    return {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+
+
 def _a2a_body(text: str) -> bytes:
-    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+    """A JSON-RPC ``SendMessage`` request, as sent to a2a-sdk's own JSON-RPC route."""
     return json.dumps(
-        {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}},
+        {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": _a2a_message(text)}},
         separators=(",", ":"),
     ).encode()
+
+
+def _a2a_intent(text: str) -> dict[str, Any]:
+    """The same ``SendMessage`` as an a2a_secure intent, as ``SecureA2ATransport`` sends it."""
+    return {
+        "goal": "SendMessage",
+        "domain": "a2a",
+        "inputs": {"message": _a2a_message(text), "a2a-service-parameters": {"A2A-Version": "1.0"}},
+    }
 
 
 A2A_TEXT = "x" * (499 - len(_a2a_body("")))  # the same 499-byte request size
@@ -369,16 +401,13 @@ def _signed_app() -> Any:
     return server.app()
 
 
-def _a2a_app() -> Any:
-    # Imports only a2a-sdk and Starlette: this may run under another interpreter.
+def _a2a_echo() -> tuple[Any, Any]:
+    """The benchmark's a2a-sdk echo ``AgentExecutor`` (one ``Message`` back) and its ``AgentCard``."""
+    # Imports only a2a-sdk: this may run under another interpreter.
     from a2a.helpers import new_text_message
     from a2a.server.agent_execution import AgentExecutor, RequestContext
     from a2a.server.events import EventQueue
-    from a2a.server.request_handlers import DefaultRequestHandler
-    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-    from a2a.server.tasks import InMemoryTaskStore
     from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
-    from starlette.applications import Starlette
 
     class Echo(AgentExecutor):  # type: ignore[misc,unused-ignore]
         async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -399,15 +428,54 @@ def _a2a_app() -> Any:
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id="echo", name="echo", description="echo", tags=["echo"])],
     )
-    handler = DefaultRequestHandler(agent_executor=Echo(), task_store=InMemoryTaskStore(), agent_card=card)
+    return Echo(), card
+
+
+def _a2a_app() -> Any:
+    """The echo executor served by a2a-sdk itself: JSON-RPC at ``/``, the card, no auth."""
+    # Imports only a2a-sdk and Starlette: this may run under another interpreter.
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.server.tasks import InMemoryTaskStore
+    from starlette.applications import Starlette
+
+    executor, card = _a2a_echo()
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
     return Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")])
+
+
+def _a2a_secured_app() -> Any:
+    """The same echo executor behind a2a_secure: ``A2ABridge`` mounted into an ``AgentServer``."""
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.tasks import InMemoryTaskStore
+
+    from a2a_secure.a2a_binding import A2ABridge
+    from a2a_secure.identity.keys import Identity
+    from a2a_secure.protocol.policy import Policy
+    from a2a_secure.server.app import AgentServer
+    from a2a_secure.store.memory import MemoryStore
+
+    identity = Identity.from_seed(bytes.fromhex(os.environ["BENCH_SEED"]), "bench-a2a-secured")
+    policy = Policy.build(rate_limit=10**9, rate_period=3600, session_timeout=3600)
+    server = AgentServer(identity, policy, store=MemoryStore())
+    executor, card = _a2a_echo()
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
+    A2ABridge(handler, agent_card=card).mount(server)
+    return server.app()
 
 
 def serve_child(kind: str) -> None:
     """Entry point of ``--serve KIND``: serve on an ephemeral port, print ``READY <url>``."""
     import uvicorn
 
-    app = {"plain": _plain_app, "signed": _signed_app, "a2a": _a2a_app}[kind]()
+    apps: dict[str, Callable[[], Any]] = {
+        "plain": _plain_app,
+        "signed": _signed_app,
+        "a2a": _a2a_app,
+        "a2a_direct": _a2a_app,
+        "a2a_secured": _a2a_secured_app,
+    }
+    app = apps[kind]()
     options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
     with contextlib.suppress(ImportError):
         import httptools  # noqa: F401
@@ -425,6 +493,10 @@ def serve_child(kind: str) -> None:
                 raise RuntimeError("server did not start")
             await asyncio.sleep(0.01)
         port = server.servers[0].sockets[0].getsockname()[1]
+        agent = getattr(app, "agent_server", None)
+        if agent is not None and not agent.url:
+            # The A2A card names the server's base URL (known only now); built on first use.
+            agent.url = f"http://{HOST}:{port}"
         print(f"READY http://{HOST}:{port}", flush=True)
         await task
 
@@ -589,6 +661,63 @@ async def open_sessions(did: str, url: str, n: int, parallel: int = 8) -> list[C
     return sessions
 
 
+@dataclass
+class A2APair:
+    """Server A, a2a-sdk serving the echo executor directly, and server B, the same executor
+    behind a2a_secure (``A2ABridge`` in an ``AgentServer``), with their clients."""
+
+    direct: Proc
+    secured: Proc
+    secured_did: str
+    http: httpx.AsyncClient | None = None
+    client: A2AClient | None = None
+    sessions: list[ClientSession] = field(default_factory=list)
+    rate_guess: float = 1500.0  # B's wrk rate, to know how many intents to sign in advance
+    signed_bytes: int = 0  # size of one pre-signed SendMessage intent request
+
+    async def open(self, wrk_sessions: int) -> None:
+        """Clients for both, one checked call each, and ``wrk_sessions`` sessions with B."""
+        from a2a_secure.client.http import A2AClient
+        from a2a_secure.identity.keys import Identity
+
+        self.http = new_http()
+        self.client = A2AClient(Identity.generate("bench-a2a-client"))
+        resp = await self.http.post(self.direct.url + "/", content=_a2a_body("ping"), headers=A2A_HEADERS)
+        direct = json.loads(resp.content).get("result", {})
+        reply = await self.client.request(self.secured_did, _a2a_intent("ping"), endpoint=self.secured.url)
+        secured = reply.result
+        for name, answer in (("direct", direct), ("secured", secured)):
+            try:
+                text = answer["message"]["parts"][0]["text"]
+            except (KeyError, IndexError, TypeError):
+                text = None
+            if text != "ping":
+                raise RuntimeError(f"the {name} a2a-sdk server did not echo: {str(answer)[:200]}")
+        if wrk_sessions:
+            self.sessions = await open_sessions(self.secured_did, self.secured.url, wrk_sessions)
+
+    def direct_call(self) -> Call:
+        """A: JSON-RPC ``SendMessage`` POSTed with httpx (the a2a-sdk case's loop)."""
+        assert self.http is not None
+        return json_call(self.http, self.direct.url + "/", lambda: _a2a_body(A2A_TEXT), A2A_HEADERS)
+
+    def secured_call(self) -> Call:
+        """B: the same message as a signed intent, ``A2AClient.request`` on one session."""
+        client, did = self.client, self.secured_did
+        assert client is not None
+
+        async def call() -> None:
+            await client.request(did, _a2a_intent(A2A_TEXT))
+
+        return call
+
+    async def aclose(self) -> None:
+        if self.http is not None:
+            await self.http.aclose()
+        if self.client is not None:
+            await self.client.aclose(close_sessions=False)
+
+
 # -- wrk ----------------------------------------------------------------------------------------
 @dataclass
 class WrkResult:
@@ -677,12 +806,16 @@ def run_wrk(
     )
 
 
-def sign_bodies(sessions: Sequence[ClientSession], count: int) -> list[list[bytes]]:
-    """``count`` signed intent requests, split over the wrk threads, each sent once.
+def sign_bodies(
+    sessions: Sequence[ClientSession],
+    count: int,
+    make_intent: Callable[[], dict[str, Any]] | None = None,
+) -> list[list[bytes]]:
+    """``count`` signed intent requests (``make_intent()``, else INTENT) over the wrk threads.
 
-    Thread ``t`` owns the sessions ``sessions[t::threads]`` and goes round them, so that two
-    requests of one session are as many requests apart as the thread has sessions (8x its
-    16 connections): a session's sequences then reach the server in order.
+    Each is sent once. Thread ``t`` owns the sessions ``sessions[t::threads]`` and goes round
+    them, so that two requests of one session are as many requests apart as the thread has
+    sessions (8x its 16 connections): a session's sequences then reach the server in order.
     """
     from a2a_secure.identity import encoding
 
@@ -691,7 +824,7 @@ def sign_bodies(sessions: Sequence[ClientSession], count: int) -> list[list[byte
         own = sessions[t::WRK_THREADS]
         lines = []
         for j in range(count // WRK_THREADS):
-            req = own[j % len(own)].prepare_intent(INTENT)
+            req = own[j % len(own)].prepare_intent(make_intent() if make_intent else INTENT)
             lines.append(
                 encoding.dumps({"jsonrpc": "2.0", "method": "intent", "params": req.params, "id": j + 1})
             )
@@ -862,6 +995,7 @@ class Bench:
         self.results: dict[str, Any] = {}
         self.have_wrk = shutil.which("wrk") is not None and not args.no_wrk
         self.a2a_python = self._find_a2a_python()
+        self.a2a_pair_skip = "" if importlib.util.find_spec("a2a") is not None else A2A_PAIR_SKIP
 
     def _find_a2a_python(self) -> str | None:
         if self.args.a2a_python:
@@ -904,7 +1038,14 @@ class Bench:
         starting.append(spawn_child("signed", self.workdir, env={"BENCH_SEED": seed.hex()}))
         if self.a2a_python is not None:
             starting.append(spawn_child("a2a", self.workdir, python=self.a2a_python))
-        self.spawned += [st.proc for st in starting]
+        # A2A over the DID session: a2a-sdk direct (A) and the same executor behind a2a_secure (B).
+        pair_seed = os.urandom(32)
+        pair_starting: list[Starting] = []
+        if not self.a2a_pair_skip:
+            pair_starting.append(spawn_child("a2a_direct", self.workdir, env=OTEL_OFF))
+            pair_env = {**OTEL_OFF, "BENCH_SEED": pair_seed.hex()}
+            pair_starting.append(spawn_child("a2a_secured", self.workdir, env=pair_env))
+        self.spawned += [st.proc for st in starting + pair_starting]
         plain = starting[0].wait()
         self.procs.append(plain)
         signed = starting[1].wait()
@@ -927,6 +1068,7 @@ class Bench:
                 ):
                     self.case(key, name).skipped = msg
         run = self.runner.run
+        pair = self._open_a2a_pair(pair_starting, Identity.from_seed(pair_seed, "bench-a2a-secured").did)
 
         # Clients, made once and kept across rounds (on the one event loop of the runner).
         plain_http = [new_http() for _ in range(CONCURRENCY)]
@@ -986,6 +1128,12 @@ class Bench:
                     ("a2a_seq", "a2a-sdk SendMessage, 1 client", a2a_calls[:1], a2a, "req/s"),
                     ("a2a_conc", f"a2a-sdk SendMessage, {CONCURRENCY} clients", a2a_calls, a2a, "req/s"),
                 ]
+            if pair is not None:  # back to back: A, then B
+                for key, call, proc in (
+                    ("a2a_direct_seq", pair.direct_call(), pair.direct),
+                    ("a2a_secured_seq", pair.secured_call(), pair.secured),
+                ):
+                    e2e.append((key, A2A_PAIR[key], [call], proc, "req/s"))
             for key, name, calls, proc, unit in e2e:
                 case = self.case(key, name, unit)
                 try:
@@ -1016,10 +1164,14 @@ class Bench:
                     once=False,
                     header="A2A-Version: 1.0",
                 )
+            if pair is not None:
+                self._wrk_a2a_pair(pair)
         self.results["bodies"] = {
             "plain_request_bytes": len(PLAIN_BODY),
             "a2a_request_bytes": len(_a2a_body(A2A_TEXT)),
         }
+        if pair is not None and pair.signed_bytes:
+            self.results["bodies"]["a2a_secured_request_bytes"] = pair.signed_bytes
 
         if self.args.profile and self.have_wrk:
             self.profile_signed(seed, server_did)
@@ -1027,11 +1179,54 @@ class Bench:
         async def close_clients() -> None:
             for h in plain_http + a2a_http:
                 await h.aclose()
+            if pair is not None:
+                await pair.aclose()
             await seq_signed.aclose()
             await conc_signed.aclose()
             await hs_client.aclose(close_sessions=False)
 
         run(close_clients())
+
+    def _open_a2a_pair(self, starting: Sequence[Starting], secured_did: str) -> A2APair | None:
+        """Wait for servers A and B, open their clients; mark the pair's cases skipped if not."""
+        why = self.a2a_pair_skip
+        pair: A2APair | None = None
+        if not why:
+            try:
+                direct = starting[0].wait()
+                self.procs.append(direct)
+                secured = starting[1].wait()
+                self.procs.append(secured)
+                pair = A2APair(direct, secured, secured_did)
+                self.runner.run(pair.open(self.s.wrk_sessions if self.have_wrk else 0))
+            except Exception as exc:
+                if pair is not None:
+                    self.runner.run(pair.aclose())
+                pair = None
+                why = f"skipped: a2a-sdk pair failed: {type(exc).__name__}: {str(exc)[-300:]}"
+        if pair is None:
+            for key, name in A2A_PAIR.items():
+                self.case(key, name).skipped = why
+        elif not self.have_wrk:
+            for key in ("wrk_a2a_direct", "wrk_a2a_secured"):
+                self.case(key, A2A_PAIR[key]).skipped = "skipped: " + (
+                    "--no-wrk" if self.args.no_wrk else "wrk not on PATH"
+                )
+        return pair
+
+    def _wrk_a2a_pair(self, pair: A2APair) -> None:
+        """wrk on A (plain SendMessage bodies, cycled), then on B (pre-signed intents, once each)."""
+        bodies = [[_a2a_body(A2A_TEXT) for _ in range(2000)] for _ in range(WRK_THREADS)]
+        direct, secured = pair.direct, pair.secured
+        key = "wrk_a2a_direct"
+        self._wrk(key, A2A_PAIR[key], direct.url + "/", bodies, direct, once=False, header="A2A-Version: 1.0")
+        n = int(pair.rate_guess * self.s.wrk_seconds * 1.25) + 1000
+        signed = sign_bodies(pair.sessions, n, lambda: _a2a_intent(A2A_TEXT))
+        pair.signed_bytes = len(signed[0][0])
+        key = "wrk_a2a_secured"
+        res = self._wrk(key, A2A_PAIR[key], secured.url + "/a2a/intent", signed, secured, once=True)
+        if res is not None:
+            pair.rate_guess = max(500.0, res.rate)
 
     def _wrk(
         self,
@@ -1598,6 +1793,103 @@ def _ratio(a: Any, b: Any) -> float | None:
     return float(a) / float(b)
 
 
+def a2a_session_cost(cases: dict[str, Case]) -> dict[str, Any]:
+    """What the DID session costs per a2a-sdk call: B (behind a2a_secure) against A (direct).
+
+    Per measurement (the sequential client, wrk): both sides' medians, the ratios B / A of
+    server CPU per call and of calls per second, the server CPU B adds per call, and the
+    per-round ratios (A and B run back to back in each round).
+    """
+    out: dict[str, Any] = {
+        "direct": "a2a-sdk JSON-RPC SendMessage route, OTEL_INSTRUMENTATION_A2A_SDK_ENABLED=false",
+        "secured": "the same executor and DefaultRequestHandler behind A2ABridge in an AgentServer",
+    }
+    for label, a_key, b_key in (
+        ("sequential", "a2a_direct_seq", "a2a_secured_seq"),
+        ("wrk", "wrk_a2a_direct", "wrk_a2a_secured"),
+    ):
+        a, b = cases.get(a_key), cases.get(b_key)
+        sa: dict[str, Any] = a.summary() if a is not None else {"skipped": "not run"}
+        sb: dict[str, Any] = b.summary() if b is not None else {"skipped": "not run"}
+        if "rate" not in sa or "rate" not in sb:
+            why = str(sa.get("skipped") or sb.get("skipped") or "no data")
+            notes = [c.note for c in (a, b) if c is not None and c.note]
+            out[label] = {"skipped": why + (f" ({notes[0]})" if notes and why == "no data" else "")}
+            continue
+        assert a is not None and b is not None
+        if a.loops:
+            pairs = [
+                (x.rate, y.rate, x.server_cpu / x.count, y.server_cpu / y.count)
+                for x, y in zip(a.loops, b.loops, strict=False)
+                if x.count and y.count
+            ]
+        else:
+            pairs = [(x.rate, y.rate, x.cpu_us, y.cpu_us) for x, y in zip(a.wrks, b.wrks, strict=False)]
+        out[label] = {
+            "direct_rate": sa["rate"],
+            "secured_rate": sb["rate"],
+            "rate_ratio": _ratio(sb["rate"], sa["rate"]),
+            "direct_server_cpu_us": sa["server_cpu_us"],
+            "secured_server_cpu_us": sb["server_cpu_us"],
+            "server_cpu_ratio": _ratio(sb["server_cpu_us"], sa["server_cpu_us"]),
+            "server_cpu_added_us": sb["server_cpu_us"] - sa["server_cpu_us"],
+            "direct_p50_ms": sa["p50_ms"],
+            "secured_p50_ms": sb["p50_ms"],
+            "direct_p99_ms": sa["p99_ms"],
+            "secured_p99_ms": sb["p99_ms"],
+            "rate_ratio_rounds": [round(yr / xr, 3) for xr, yr, _, _ in pairs if xr],
+            "server_cpu_ratio_rounds": [round(yc / xc, 3) for _, _, xc, yc in pairs if xc],
+        }
+        if a.loops:
+            out[label]["direct_client_cpu_us"] = sa["client_cpu_us"]
+            out[label]["secured_client_cpu_us"] = sb["client_cpu_us"]
+    return out
+
+
+def print_session_cost(cost: dict[str, Any]) -> None:
+    """The direct / secured a2a-sdk comparison, one line per figure."""
+    print()
+    title = "what the DID session costs per a2a-sdk SendMessage (same echo executor, OTel off, this run)"
+    skipped = {c["skipped"] for c in (cost.get("sequential", {}), cost.get("wrk", {})) if "skipped" in c}
+    if len(skipped) == 1 and all("skipped" in cost.get(k, {}) for k in ("sequential", "wrk")):
+        print(f"{title}: {skipped.pop()}")
+        return
+    print(title + ":")
+    hdr = f"{'':<36} {'a2a-sdk':>9} {'behind':>11} {'secured':>8} {'added':>9}"
+    print(hdr)
+    print(f"{'':<36} {'direct':>9} {'a2a_secure':>11} {'/direct':>8} {'per call':>9}")
+    print("-" * len(hdr))
+    for label, title in (("sequential", "1 client"), ("wrk", "wrk -c32")):
+        c = cost.get(label, {})
+        if "skipped" in c:
+            print(f"{title:<36} {c['skipped']}")
+            continue
+        rows = (
+            ("server CPU µs per call", "server_cpu_us", "server_cpu_ratio", ".0f", " µs"),
+            ("calls/s", "rate", "rate_ratio", ".0f", ""),
+            ("p50 ms", "p50_ms", None, ".2f", ""),
+            ("p99 ms", "p99_ms", None, ".2f", ""),
+            ("client CPU µs per call", "client_cpu_us", None, ".0f", ""),
+        )
+        for name, metric, ratio, fmt, unit in rows:
+            a, b = c.get(f"direct_{metric}"), c.get(f"secured_{metric}")
+            if a is None and b is None:
+                continue
+            r = c.get(ratio) if ratio else _ratio(b, a)
+            added = f"+{_f(b - a, fmt)}{unit}" if unit and a is not None and b is not None else ""
+            line = f"{f'{title}: {name}':<36} {_f(a, fmt):>9} {_f(b, fmt):>11} {_f(r, '.2f'):>7}x {added:>9}"
+            print(line)
+    rounds = [
+        f"{title} " + " ".join(f"{r:.2f}" for r in cost[label]["server_cpu_ratio_rounds"])
+        for label, title in (("sequential", "1 client"), ("wrk", "wrk"))
+        if cost.get(label, {}).get("server_cpu_ratio_rounds")
+    ]
+    if rounds:
+        print(f"(server CPU secured / direct, round by round: {'; '.join(rounds)})")
+    print("(direct: a2a-sdk's own JSON-RPC route, no authentication; behind a2a_secure: DID session,")
+    print(" signed and sequenced intent, signed answer; wrk replays SendMessage bodies / pre-signed intents)")
+
+
 def build_targets(cases: dict[str, dict[str, Any]], results: dict[str, Any]) -> list[dict[str, Any]]:
     def get(key: str, metric: str) -> Any:
         return cases.get(key, {}).get(metric)
@@ -1703,6 +1995,8 @@ def print_report(out: dict[str, Any]) -> None:
         "handshake_seq",
         "a2a_seq",
         "a2a_conc",
+        "a2a_direct_seq",
+        "a2a_secured_seq",
         "e2e_redis_1w",
         "e2e_redis_2w",
     ):
@@ -1727,7 +2021,15 @@ def print_report(out: dict[str, Any]) -> None:
     )
     print(hdr)
     print("-" * len(hdr))
-    for key in ("wrk_plain", "wrk_signed", "wrk_a2a", "wrk_redis_1w", "wrk_redis_2w"):
+    for key in (
+        "wrk_plain",
+        "wrk_signed",
+        "wrk_a2a",
+        "wrk_a2a_direct",
+        "wrk_a2a_secured",
+        "wrk_redis_1w",
+        "wrk_redis_2w",
+    ):
         c = cases.get(key)
         if c is None:
             continue
@@ -1747,8 +2049,15 @@ def print_report(out: dict[str, Any]) -> None:
         f"{_f(bodies.get('plain_request_bytes'))} B plain,"
         f" {_f(bodies.get('signed_request_bytes'))} B signed"
         f" (answer {_f(bodies.get('signed_response_bytes'))} B),"
-        f" {_f(bodies.get('a2a_request_bytes'))} B a2a-sdk)"
+        f" {_f(bodies.get('a2a_request_bytes'))} B a2a-sdk"
+        + (
+            f", {bodies['a2a_secured_request_bytes']} B SendMessage intent behind a2a_secure)"
+            if bodies.get("a2a_secured_request_bytes")
+            else ")"
+        )
     )
+    if out.get("a2a_session_cost"):
+        print_session_cost(out["a2a_session_cost"])
     core = out.get("core")
     if core:
         wrk_signed = cases.get("wrk_signed", {}).get("server_cpu_us")
@@ -1906,7 +2215,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true", help="also cProfile the signed server under wrk")
     p.add_argument("--no-redis", action="store_true", help="skip the Redis cases")
     p.add_argument("--no-wrk", action="store_true", help="skip the wrk cases")
-    p.add_argument("--serve", choices=["plain", "signed", "a2a"], help=argparse.SUPPRESS)
+    p.add_argument(
+        "--serve", choices=["plain", "signed", "a2a", "a2a_direct", "a2a_secured"], help=argparse.SUPPRESS
+    )
     p.add_argument("--probe-memory", type=int, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -1941,6 +2252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench.close()
     cases = {k: c.summary() for k, c in bench.cases.items()}
     out: dict[str, Any] = {"meta": _meta(args, settings), "cases": cases, **bench.results}
+    out["a2a_session_cost"] = a2a_session_cost(bench.cases)
     out["targets"] = build_targets(cases, bench.results)
     elapsed = time.monotonic() - started
     out["meta"]["seconds"] = round(elapsed, 1)
