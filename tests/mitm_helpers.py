@@ -920,7 +920,7 @@ def recording_handshake(ledger: Ledger) -> type[ClientHandshake]:
             ledger.client_accepts[self.nonce_b] = (
                 self.identity.did,
                 self.nonce_a,
-                self._challenge["policy_hash"],
+                self._challenge.policy_hash,
             )
             return out
 
@@ -932,7 +932,7 @@ def recording_handshake(ledger: Ledger) -> type[ClientHandshake]:
                 server_did=session.server_did,
                 nonce_a=self.nonce_a,
                 nonce_b=self.nonce_b,
-                policy_hash=self._challenge["policy_hash"],
+                policy_hash=self._challenge.policy_hash,
                 session_id=session.session_id,
                 session_commitment=session.session_commitment,
                 policy=session.policy.to_dict(),

@@ -2469,7 +2469,7 @@ async def test_i1_secret_comparisons_constant_time(w: Wire, monkeypatch: pytest.
     # Source: the commitment of §6.1 step 3 goes through ct_equal, and signed-member checks
     # (nonces, hashes) through json_equal, both hmac.compare_digest.
     source = inspect.getsource(ServerProtocol._intent_or_close)
-    assert 'ct_equal(p["session_commitment"], session.session_commitment)' in source
+    assert "ct_equal(req.session_commitment, session.session_commitment)" in source
     from a2a_secure.protocol import validate
 
     assert "hmac.compare_digest" in inspect.getsource(validate.ct_equal)

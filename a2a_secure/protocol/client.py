@@ -24,7 +24,6 @@ from a2a_secure.errors import (
     PolicyViolation,
     SessionUnknown,
     StaleTimestamp,
-    UnsupportedVersion,
     error_for_code,
 )
 from a2a_secure.identity import encoding
@@ -32,6 +31,20 @@ from a2a_secure.identity.jws import jws_decode_unverified, jws_sign, jws_verify
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import ResolvedDID
 from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.models import (
+    Challenge,
+    ClosedMessage,
+    ErrorObject,
+    EventMessage,
+    EventPayload,
+    IntentResultMessage,
+    PolicyMessage,
+    PolicyPayload,
+    PublicKeyEntry,
+    ResponsePayload,
+    SessionMessage,
+    SessionPayload,
+)
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import parse_intent
 from a2a_secure.protocol.validate import (
@@ -40,9 +53,6 @@ from a2a_secure.protocol.validate import (
     exact_members,
     is_fresh,
     json_equal,
-    require_b64u_bytes,
-    require_hash,
-    require_int,
 )
 
 __all__ = [
@@ -55,6 +65,7 @@ __all__ = [
 ]
 
 Clock = Callable[[], float]
+_ERROR_MEMBERS = frozenset(("code", "message"))
 RandomSource = Callable[[int], bytes]
 
 
@@ -101,7 +112,7 @@ class ClientHandshake:
         self._random = random_bytes
         self.state = HandshakeState.START
         self._hello: dict[str, Any] | None = None
-        self._challenge: dict[str, Any] | None = None
+        self._challenge: Challenge | None = None
         self._server_kid = ""
         self._server_key = b""
         self._policy: Policy | None = None
@@ -156,28 +167,19 @@ class ClientHandshake:
     def _on_challenge(self, c: Any) -> dict[str, Any]:
         assert self._hello is not None
         err = AuthenticationFailed
-        exact_members(c, m.CHALLENGE_MEMBERS, "challenge", err)
-        if c["type"] != "challenge":
-            raise err("reply is not a challenge")
-        if c["protocol_version"] != m.PROTOCOL_VERSION:
-            raise UnsupportedVersion("server chose a protocol version that was not offered")
-        if c["server_did"] != self.server.did:
-            raise err("challenge comes from another DID than the one meant")
-        nonce_b = c["nonce_b"]
-        require_b64u_bytes(nonce_b, "nonce_b", m.NONCE_BYTES, err)
-        require_hash(c["manifest_hash"], "manifest_hash", err)
-        require_hash(c["policy_hash"], "policy_hash", err)
-        ts = require_int(c["timestamp"], "timestamp", error=err)
-        bound = m.bind_public_keys(m.parse_public_keys(c["public_keys"], err), self.server)
-        header, *_ = jws_decode_unverified(c["policy_signature"])
-        kid = header.get("kid")
+        challenge = Challenge.parse(c, server_did=self.server.did)
+        nonce_b, ts = challenge.nonce_b, challenge.timestamp
+        bound = m.bind_public_keys(PublicKeyEntry.pairs(challenge.public_keys), self.server)
+        decoded = jws_decode_unverified(challenge.policy_signature)
+        kid = decoded[0].get("kid")
         if not isinstance(kid, str) or kid not in bound:
             raise err("policy signature kid is not a bound server key")
-        payload = jws_verify(c["policy_signature"], bound[kid], typ=m.Typ.POLICY, kid=kid)
-        exact_members(payload, m.POLICY_PAYLOAD, "policy signature payload", err)
-        check_payload_matches(
+        payload = jws_verify(
+            challenge.policy_signature, bound[kid], typ=m.Typ.POLICY, kid=kid, decoded=decoded
+        )
+        PolicyPayload.parse(
             payload,
-            {
+            expected={
                 "protocol_version": m.PROTOCOL_VERSION,
                 "hello_hash": encoding.hash_of(self._hello),
                 "client_did": self.identity.did,
@@ -185,16 +187,15 @@ class ClientHandshake:
                 "nonce_a": self.nonce_a,
                 "nonce_b": nonce_b,
                 "client_manifest_hash": self.manifest_hash,
-                "server_manifest_hash": c["manifest_hash"],
-                "policy_hash": c["policy_hash"],
+                "server_manifest_hash": challenge.manifest_hash,
+                "policy_hash": challenge.policy_hash,
                 "timestamp": ts,
             },
-            err,
         )
         now = self._clock()
         if not is_fresh(ts, now):
             raise StaleTimestamp("challenge timestamp is not fresh")
-        self._challenge = c
+        self._challenge = challenge
         self._server_kid, self._server_key = kid, bound[kid]
         self.nonce_b = nonce_b
         payload = {
@@ -203,8 +204,8 @@ class ClientHandshake:
             "client_did": self.identity.did,
             "server_did": self.server.did,
             "client_manifest_hash": self.manifest_hash,
-            "server_manifest_hash": c["manifest_hash"],
-            "challenge_hash": encoding.hash_of(c),
+            "server_manifest_hash": challenge.manifest_hash,
+            "challenge_hash": encoding.hash_of(c),  # §5: of the CHALLENGE as received
             "timestamp": int(now),
         }
         return {
@@ -224,20 +225,19 @@ class ClientHandshake:
     def _on_policy(self, msg: Any, accept: Callable[[Policy], bool] | None) -> dict[str, Any]:
         assert self._challenge is not None
         err = AuthenticationFailed
-        exact_members(msg, m.POLICY_MSG_MEMBERS, "policy message", err)
-        if msg["type"] != "policy":
-            raise err("reply is not a policy")
-        policy = Policy.from_dict(msg["policy"], error=err)
-        if not json_equal(msg["policy_hash"], self._challenge["policy_hash"]):
+        parsed = PolicyMessage.parse(msg)
+        policy = parsed.policy
+        if not json_equal(parsed.policy_hash, self._challenge.policy_hash):
             raise err("policy_hash differs from the signed one")
-        if not json_equal(encoding.hash_of(msg["policy"]), msg["policy_hash"]):
+        # Hashed as received (to_dict() would give an equal object; this needs no argument).
+        if not json_equal(encoding.hash_of(msg["policy"]), parsed.policy_hash):
             raise err("policy does not hash to policy_hash")
-        if not json_equal(msg["policy_signature"], self._challenge["policy_signature"]):
+        if not json_equal(parsed.policy_signature, self._challenge.policy_signature):
             raise err("policy_signature is not the challenge's")
         if accept is not None and not accept(policy):
             raise PolicyViolation("the offered policy was refused by this client")
         self._policy = policy
-        policy_hash = msg["policy_hash"]
+        policy_hash = self._challenge.policy_hash  # equal to the message's, checked above
         payload = {
             "policy_hash": policy_hash,
             "session_commitment": m.session_commitment(self.nonce_a, self.nonce_b, policy_hash),
@@ -268,26 +268,23 @@ class ClientHandshake:
     def _on_session(self, s: Any) -> ClientSession:
         assert self._policy is not None and self._challenge is not None
         err = AuthenticationFailed
-        exact_members(s, m.SESSION_MEMBERS, "session", err)
-        if s["type"] != "session":
-            raise err("reply is not a session")
-        require_b64u_bytes(s["session_id"], "session_id", m.SESSION_ID_BYTES, err)
-        created = require_int(s["created_at"], "created_at", error=err)
-        expires = require_int(s["expires_at"], "expires_at", error=err)
-        commitment = m.session_commitment(self.nonce_a, self.nonce_b, self._challenge["policy_hash"])
-        m.bind_public_keys(m.parse_public_keys(s["public_keys"], err), self.server)
-        payload = jws_verify(s["session_jws"], self._server_key, typ=m.Typ.SESSION, kid=self._server_kid)
-        exact_members(payload, m.SESSION_PAYLOAD, "session payload", err)
+        session = SessionMessage.parse(s)
+        created, expires = session.created_at, session.expires_at
+        commitment = m.session_commitment(self.nonce_a, self.nonce_b, self._challenge.policy_hash)
+        m.bind_public_keys(PublicKeyEntry.pairs(session.public_keys), self.server)
+        payload = jws_verify(session.session_jws, self._server_key, typ=m.Typ.SESSION, kid=self._server_kid)
         expected = {
-            "session_id": s["session_id"],
+            "session_id": session.session_id,
             "session_commitment": commitment,
             "client_did": self.identity.did,
             "server_did": self.server.did,
             "created_at": created,
             "expires_at": expires,
         }
-        check_payload_matches(payload, expected, err)
-        check_payload_matches(s, {k: v for k, v in expected.items() if k != "session_id"}, err)
+        SessionPayload.parse(payload, expected=expected)
+        check_payload_matches(
+            session.to_dict(), {k: v for k, v in expected.items() if k != "session_id"}, err
+        )
         if expires != created + self._policy.session_timeout:
             raise err("expires_at is not created_at + session_timeout")
         if not is_fresh(created, self._clock()):
@@ -297,12 +294,12 @@ class ClientHandshake:
             server_did=self.server.did,
             server_kid=self._server_kid,
             server_key=self._server_key,
-            session_id=s["session_id"],
+            session_id=session.session_id,
             session_commitment=commitment,
             policy=self._policy,
             created_at=created,
             expires_at=expires,
-            server_manifest_hash=self._challenge["manifest_hash"],
+            server_manifest_hash=self._challenge.manifest_hash,
             clock=self._clock,
         )
 
@@ -415,45 +412,46 @@ class ClientSession:
         params = {**common, **({"intent": body["intent"]} if "intent" in body else {}), "request_jws": token}
         return PreparedRequest(method, params, sequence, m.request_hash(token), ts, goal)
 
-    def _verify_response(self, token: Any, req: PreparedRequest, members: frozenset[str]) -> dict[str, Any]:
+    def _verify_response(self, token: Any, req: PreparedRequest, *, is_error: bool) -> ResponsePayload:
         if not isinstance(token, str):
             raise AuthenticationFailed("response_jws missing")
-        payload = jws_verify(token, self.server_key, typ=m.Typ.RESPONSE, kid=self.server_kid)
-        exact_members(payload, members, "response payload", AuthenticationFailed)
-        check_payload_matches(
-            payload,
-            {"session_id": self.session_id, "sequence": req.sequence, "request_hash": req.request_hash},
-            AuthenticationFailed,
+        payload = ResponsePayload.parse(
+            jws_verify(token, self.server_key, typ=m.Typ.RESPONSE, kid=self.server_kid),
+            expected={
+                "session_id": self.session_id,
+                "sequence": req.sequence,
+                "request_hash": req.request_hash,
+            },
+            is_error=is_error,
         )
-        ts = require_int(payload["timestamp"], "response timestamp", error=AuthenticationFailed)
-        if not is_fresh(ts, self._clock()):
+        if not is_fresh(payload.timestamp, self._clock()):
             raise StaleTimestamp("response timestamp is not fresh")
         return payload
 
     def verify_result(self, req: PreparedRequest, result: Any) -> IntentResult:
         """Verify a JSON-RPC ``result`` for ``req`` (§6.2) and return it."""
         try:
-            exact_members(result, m.RESULT_MEMBERS, "intent result", AuthenticationFailed)
-            payload = self._verify_response(result["response_jws"], req, m.RESPONSE_PAYLOAD)
-            if payload["status"] != "success" or result["status"] != "success":
+            msg = IntentResultMessage.parse(result)
+            payload = self._verify_response(msg.response_jws, req, is_error=False)
+            if payload.status != "success" or msg.status != "success":
                 raise AuthenticationFailed("result status is not the signed success")
-            if result["sequence"] != req.sequence or type(result["sequence"]) is not int:
+            if msg.sequence != req.sequence or type(msg.sequence) is not int:
                 raise AuthenticationFailed("result sequence differs from the request's")
-            if not json_equal(payload["result"], result["result"]):
+            if not json_equal(payload.result, msg.result):
                 raise AuthenticationFailed("result differs from the signed result")
         except InvalidParams as exc:  # a malformed token in a reply is the server's fault
             raise AuthenticationFailed(exc.message) from None
-        return IntentResult("success", req.sequence, result["result"], result["response_jws"])
+        return IntentResult("success", req.sequence, msg.result, msg.response_jws)
 
     def verify_closed(self, req: PreparedRequest, result: Any) -> None:
         """Verify the result of a close (§6.3) and mark the session closed."""
         try:
-            exact_members(result, m.CLOSED_MEMBERS, "close result", AuthenticationFailed)
-            payload = self._verify_response(result["response_jws"], req, m.RESPONSE_PAYLOAD)
+            msg = ClosedMessage.parse(result)
+            payload = self._verify_response(msg.response_jws, req, is_error=False)
             expected = {"type": "closed", "session_id": self.session_id}
-            if payload["status"] != "success" or not json_equal(payload["result"], expected):
+            if payload.status != "success" or not json_equal(payload.result, expected):
                 raise AuthenticationFailed("close result is not the signed one")
-            if result["type"] != "closed" or result["session_id"] != self.session_id:
+            if msg.type != "closed" or msg.session_id != self.session_id:
                 raise AuthenticationFailed("close result differs from the signed one")
         except InvalidParams as exc:
             raise AuthenticationFailed(exc.message) from None
@@ -469,51 +467,30 @@ class ClientSession:
         """
         err = AuthenticationFailed
         try:
-            if not isinstance(event, dict):
-                raise err("event is not an object")
-            is_error = "error" in event
-            members = m.EVENT_ERROR_MEMBERS if is_error else m.EVENT_MEMBERS
-            exact_members(event, members, "event", err)
-            token = event["response_jws"]
-            if not isinstance(token, str):
-                raise err("event response_jws missing")
-            payload = jws_verify(token, self.server_key, typ=m.Typ.EVENT, kid=self.server_kid)
-            exact_members(
-                payload, m.EVENT_ERROR_PAYLOAD if is_error else m.EVENT_PAYLOAD, "event payload", err
+            msg = EventMessage.parse(event)
+            token = msg.response_jws
+            payload = EventPayload.parse(
+                jws_verify(token, self.server_key, typ=m.Typ.EVENT, kid=self.server_kid),
+                expected={
+                    "session_id": self.session_id,
+                    "sequence": req.sequence,
+                    "request_hash": req.request_hash,
+                },
+                event=msg,
+                index=index,
             )
-            check_payload_matches(
-                payload,
-                {"session_id": self.session_id, "sequence": req.sequence, "request_hash": req.request_hash},
-                err,
-            )
-            for name in ("sequence", "index", "final", "status", "error" if is_error else "result"):
-                if not json_equal(payload[name], event[name]):
-                    raise err(f"event {name} differs from the signed one")
-            if type(payload["index"]) is not int or payload["index"] != index:
-                raise err(f"event index {payload['index']!r} where {index} was expected")
-            final = payload["final"]
-            if type(final) is not bool:
-                raise err("event final must be a boolean")
-            status = payload["status"]
-            if status != ("error" if is_error else "success"):
-                raise err("event status does not match its body")
-            if is_error and not final:
-                raise err("an error event must be final")
-            ts = require_int(payload["timestamp"], "event timestamp", error=err)
+            ts = payload.timestamp
             if check_fresh and not (req.timestamp - 300 <= ts <= int(self._clock()) + 300):
                 raise StaleTimestamp("event timestamp is not fresh")
         except InvalidParams as exc:
             raise err(exc.message) from None
         error: A2AError | None = None
-        if is_error:
-            signed_error = payload["error"]
-            exact_members(signed_error, frozenset(("code", "message")), "signed error", err)
-            code, message = signed_error["code"], signed_error["message"]
-            if type(code) is not int or not isinstance(message, str):
-                raise err("signed error must have an integer code and a string message")
-            error = error_for_code(code, message[:512])
+        if payload.is_error:
+            # After freshness (§6.4 order): a stale event is -32045 whatever its error holds.
+            signed_error = ErrorObject.parse(payload.error)
+            error = error_for_code(signed_error.code, signed_error.message[:512])
             error.signed = True
-        return StreamEvent(index, final, None if is_error else payload["result"], error, token)
+        return StreamEvent(index, payload.final, payload.result, error, token)
 
     def error_from_reply(self, req: PreparedRequest, error: Any) -> A2AError:
         """The SDK error for a JSON-RPC ``error`` answering ``req``.
@@ -531,13 +508,13 @@ class ClientSession:
         signed = False
         if token is not None:
             try:
-                payload = self._verify_response(token, req, m.ERROR_PAYLOAD)
-                signed_error = payload["error"]
-                exact_members(
-                    signed_error, frozenset(("code", "message")), "signed error", AuthenticationFailed
-                )
+                payload = self._verify_response(token, req, is_error=True)
+                signed_error = payload.error
+                # Members only: the code and message are compared with the outer ones (§1
+                # equality), which ErrorObject's type checks would make stricter.
+                exact_members(signed_error, _ERROR_MEMBERS, "signed error", AuthenticationFailed)
                 signed = (
-                    payload["status"] == "error"
+                    payload.status == "error"
                     and json_equal(signed_error["code"], code)
                     and json_equal(signed_error["message"], message)
                 )

@@ -34,27 +34,30 @@ from a2a_secure.errors import (
     SessionUnknown,
     StaleTimestamp,
     Unavailable,
-    UnsupportedVersion,
 )
 from a2a_secure.identity import encoding
-from a2a_secure.identity.jws import jws_decode_unverified, jws_sign, jws_verify
+from a2a_secure.identity.jws import jws_sign, jws_verify
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
 from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.models import (
+    AcceptPayload,
+    AcceptPolicy,
+    ClosePayload,
+    CloseRequest,
+    Hello,
+    Intent,
+    IntentRequest,
+    Proof,
+    ProofPayload,
+    PublicKeyEntry,
+    RequestPayload,
+)
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.streaming import MAX_EVENT_BYTES, StreamRecord, result_size
 from a2a_secure.protocol.validate import (
-    check_payload_matches,
     ct_equal,
-    exact_members,
     is_fresh,
-    require_b64u_bytes,
-    require_bool,
-    require_did,
-    require_hash,
-    require_int,
-    require_object,
-    require_str,
 )
 from a2a_secure.store.base import BeginKind, OpenResult, PendingHandshake, SessionRecord, Store, StoredReply
 
@@ -220,28 +223,12 @@ def _stale(what: str, ts: int, now: float) -> StaleTimestamp:
 
 
 def parse_intent(value: Any) -> dict[str, Any]:
-    """Shape of the ``intent`` object of §6.1 (-32602 for any deviation)."""
-    intent = require_object(value, "intent")
-    extra = intent.keys() - m.INTENT_MEMBERS
-    if extra:
-        raise InvalidParams(f"intent: unexpected member {sorted(extra)[0][:64]!r}")
-    if "goal" not in intent or "inputs" not in intent:
-        raise InvalidParams("intent needs goal and inputs")
-    require_str(intent["goal"], "intent goal", min_len=1, max_len=128)
-    require_object(intent["inputs"], "intent inputs")
-    if "domain" in intent:
-        require_str(intent["domain"], "intent domain", max_len=128)
-    if "constraints" in intent:
-        constraints = require_object(intent["constraints"], "intent constraints")
-        unknown = constraints.keys() - m.CONSTRAINT_MEMBERS
-        if unknown:
-            raise InvalidParams(f"unknown constraint {sorted(unknown)[0][:64]!r}")
-        for name in ("timeout_ms", "max_tokens"):
-            if name in constraints:
-                require_int(constraints[name], f"constraints {name}", minimum=1)
-        if "stream" in constraints:
-            require_bool(constraints["stream"], "constraints stream")
-    return intent
+    """Shape of the ``intent`` object of §6.1 (-32602 for any deviation); returns it as given.
+
+    The typed form is :class:`a2a_secure.protocol.models.Intent`.
+    """
+    Intent.parse(value)
+    return value  # type: ignore[no-any-return]
 
 
 class ServerProtocol:
@@ -370,37 +357,22 @@ class ServerProtocol:
     # -- §5.1 HELLO → §5.2 CHALLENGE ------------------------------------------------------
     async def _hello(self, params: Any, source: str, audit: _Audit) -> dict[str, Any]:
         now, now_i = self._now()
-        p = require_object(params, "params")
-        if not isinstance(p.get("type"), str) or not isinstance(p.get("protocol_version"), str):
-            raise InvalidParams("hello needs string type and protocol_version")
-        # §5.1: only "are strings" comes before the version; type == "hello" is one of the
-        # "other shapes" checked after it.
-        if p["protocol_version"] not in m.SUPPORTED_VERSIONS:
-            raise UnsupportedVersion(
-                "unsupported protocol version", data={"supported": list(m.SUPPORTED_VERSIONS)}
-            )
-        if p["type"] != "hello":
-            raise InvalidParams("params type must be 'hello'")
-        exact_members(p, m.HELLO_MEMBERS, "hello")
-        agent_did = require_str(p["agent_did"], "agent_did", min_len=1, max_len=2048)
-        audit.client_did = agent_did[:256]
-        agent_id = require_str(p["agent_id"], "agent_id", min_len=1, max_len=128)
-        client_manifest = require_hash(p["manifest_hash"], "manifest_hash")
-        nonce_a_raw = require_b64u_bytes(p["nonce"], "nonce", m.NONCE_BYTES)
-        if not any(nonce_a_raw):
-            raise InvalidParams("nonce must be random")
-        entries = m.parse_public_keys(p["public_keys"])
-        ts = require_int(p["timestamp"], "timestamp")
-        if not is_fresh(ts, now):
-            raise _stale("hello", ts, now)
-        require_did(agent_did, "agent_did")
+
+        # §5.1 order, up to the DID syntax: string type and version, version (-32046), other
+        # shapes, freshness (-32045), DID syntax. The claimed DID is audited once a string.
+        def claimed(did: str) -> None:
+            audit.client_did = did[:256]
+
+        hello = Hello.parse(params, now=now, on_agent_did=claimed)
+        agent_did = hello.agent_did
+        client_manifest = hello.manifest_hash
         if agent_did == self.identity.did and not self.limits.allow_self_handshake:
             raise AuthenticationFailed("refusing a handshake with this agent's own DID")
         resolved: ResolvedDID = await self.resolver.resolve(agent_did)
-        client_keys = m.bind_public_keys(entries, resolved)
+        client_keys = m.bind_public_keys(PublicKeyEntry.pairs(hello.public_keys), resolved)
 
         nonce_b = encoding.b64u_encode(self._random(m.NONCE_BYTES))
-        hello_hash = encoding.hash_of(p)
+        hello_hash = encoding.hash_of(params)  # §5: of the params as received
         policy = self.policy
         policy_hash = policy.hash
         payload = {
@@ -408,7 +380,7 @@ class ServerProtocol:
             "hello_hash": hello_hash,
             "client_did": agent_did,
             "server_did": self.identity.did,
-            "nonce_a": p["nonce"],
+            "nonce_a": hello.nonce,
             "nonce_b": nonce_b,
             "client_manifest_hash": client_manifest,
             "server_manifest_hash": self.manifest_hash,
@@ -429,9 +401,9 @@ class ServerProtocol:
         }
         pending = PendingHandshake(
             nonce_b=nonce_b,
-            nonce_a=p["nonce"],
+            nonce_a=hello.nonce,
             client_did=agent_did,
-            client_agent_id=agent_id,
+            client_agent_id=hello.agent_id,
             client_keys=client_keys,
             client_manifest_hash=client_manifest,
             server_manifest_hash=self.manifest_hash,
@@ -455,23 +427,16 @@ class ServerProtocol:
         return challenge
 
     # -- §5.3 PROOF → §5.4 POLICY ---------------------------------------------------------
-    async def _pending_for(
-        self, p: Any, method: str, members: frozenset[str], jws_member: str
-    ) -> tuple[dict[str, Any], str, dict[str, Any], PendingHandshake]:
-        now = self._clock()
-        p = require_object(p, "params")
-        if p.get("type") != method:
-            raise InvalidParams(f"params type must be {method!r}")
-        exact_members(p, members, method)
-        require_b64u_bytes(p["nonce_b"], "nonce_b", m.NONCE_BYTES)
-        header, *_ = jws_decode_unverified(p[jws_member])
-        pending = await self.store.get_pending(p["nonce_b"], now)
+    async def _pending_for(self, nonce_b: str) -> PendingHandshake:
+        pending = await self.store.get_pending(nonce_b, self._clock())
         if pending is None:
             raise HandshakeUnknown("unknown or expired handshake")
-        return p, p[jws_member], header, pending
+        return pending
 
     async def _proof(self, params: Any, audit: _Audit) -> dict[str, Any]:
-        _p, token, header, pending = await self._pending_for(params, "proof", m.PROOF_MEMBERS, "proof_jws")
+        proof = Proof.parse(params)
+        header = proof.decoded[0]
+        pending = await self._pending_for(proof.nonce_b)
         audit.client_did = pending.client_did
         if pending.proven_kid is not None:
             raise HandshakeUnknown("handshake already proven")
@@ -480,12 +445,10 @@ class ServerProtocol:
         if key is None or not isinstance(kid, str):
             raise AuthenticationFailed("proof kid is not a key the client's DID resolved to")
         audit.signature_checked = True
-        payload = jws_verify(token, key, typ=m.Typ.PROOF, kid=kid)
-        exact_members(payload, m.PROOF_PAYLOAD, "proof payload", AuthenticationFailed)
-        ts = require_int(payload["timestamp"], "proof timestamp", error=AuthenticationFailed)
-        check_payload_matches(
+        payload = jws_verify(proof.proof_jws, key, typ=m.Typ.PROOF, kid=kid, decoded=proof.decoded)
+        ts = ProofPayload.parse(
             payload,
-            {
+            expected={
                 "nonce_a": pending.nonce_a,
                 "nonce_b": pending.nonce_b,
                 "client_did": pending.client_did,
@@ -494,8 +457,7 @@ class ServerProtocol:
                 "server_manifest_hash": pending.server_manifest_hash,
                 "challenge_hash": pending.challenge_hash,
             },
-            AuthenticationFailed,
-        )
+        ).timestamp
         now = self._clock()
         if not is_fresh(ts, now):
             raise _stale("proof", ts, now)
@@ -511,21 +473,20 @@ class ServerProtocol:
 
     # -- §5.5 ACCEPT_POLICY → §5.6 SESSION ------------------------------------------------
     async def _accept(self, params: Any, audit: _Audit) -> dict[str, Any]:
-        _p, token, _header, pending = await self._pending_for(
-            params, "accept_policy", m.ACCEPT_MEMBERS, "accept_jws"
-        )
+        accept = AcceptPolicy.parse(params)
+        pending = await self._pending_for(accept.nonce_b)
         audit.client_did = pending.client_did
         kid = pending.proven_kid
         if kid is None:
             raise HandshakeUnknown("handshake not proven")
         audit.signature_checked = True
-        payload = jws_verify(token, pending.client_keys[kid], typ=m.Typ.ACCEPT, kid=kid)
-        exact_members(payload, m.ACCEPT_PAYLOAD, "accept payload", AuthenticationFailed)
-        ts = require_int(payload["timestamp"], "accept timestamp", error=AuthenticationFailed)
+        payload = jws_verify(
+            accept.accept_jws, pending.client_keys[kid], typ=m.Typ.ACCEPT, kid=kid, decoded=accept.decoded
+        )
         commitment = m.session_commitment(pending.nonce_a, pending.nonce_b, pending.policy_hash)
-        check_payload_matches(
+        ts = AcceptPayload.parse(
             payload,
-            {
+            expected={
                 "policy_hash": pending.policy_hash,
                 "session_commitment": commitment,
                 "nonce_a": pending.nonce_a,
@@ -533,8 +494,7 @@ class ServerProtocol:
                 "client_did": pending.client_did,
                 "server_did": self.identity.did,
             },
-            AuthenticationFailed,
-        )
+        ).timestamp
         now, now_i = self._now()
         if not is_fresh(ts, now):
             raise _stale("accept_policy", ts, now)
@@ -613,17 +573,14 @@ class ServerProtocol:
     async def _intent_or_close(self, method: str, params: Any, audit: _Audit) -> Reply:
         is_close = method == "close"
         # Step 1: shapes.
-        p = require_object(params, "params")
-        exact_members(p, m.CLOSE_PARAMS if is_close else m.INTENT_PARAMS, method)
-        session_id = p["session_id"]
-        require_b64u_bytes(session_id, "session_id", m.SESSION_ID_BYTES)
-        require_hash(p["session_commitment"], "session_commitment")
-        params_seq = require_int(p["sequence"], "sequence", minimum=1)
-        intent = None if is_close else parse_intent(p["intent"])
-        token = p["request_jws"]
-        decoded = jws_decode_unverified(token)
+        req: IntentRequest | CloseRequest
+        req = CloseRequest.parse(params) if is_close else IntentRequest.parse(params)
+        session_id = req.session_id
+        params_seq = req.sequence
+        intent = req.intent
+        token = req.request_jws
         if intent is not None:
-            audit.intent_goal = intent["goal"][:256]
+            audit.intent_goal = intent.goal[:256]
         audit.sequence = params_seq
         # Step 2: the session.
         now = self._clock()
@@ -633,37 +590,28 @@ class ServerProtocol:
         audit.session_id = session_id
         audit.client_did = session.client_did
         # Step 3: commitment (not a secret, compared in constant time all the same).
-        if not ct_equal(p["session_commitment"], session.session_commitment):
+        if not ct_equal(req.session_commitment, session.session_commitment):
             raise AuthenticationFailed("session_commitment does not match the session")
         # Step 4: signature with the client key pinned by the handshake.
         typ = m.Typ.CLOSE if is_close else m.Typ.REQUEST
-        payload = jws_verify(token, session.client_key, typ=typ, kid=session.client_kid, decoded=decoded)
+        payload = jws_verify(token, session.client_key, typ=typ, kid=session.client_kid, decoded=req.decoded)
         audit.verified = True
         req_hash = m.request_hash(token)
         now_i = int(now)
         # Step 5: payload exact and equal to params; from here on errors are signed.
         try:
-            exact_members(
-                payload,
-                m.CLOSE_PAYLOAD if is_close else m.REQUEST_PAYLOAD,
-                "request payload",
-                AuthenticationFailed,
-            )
-            sequence = require_int(
-                payload["sequence"], "signed sequence", minimum=1, error=AuthenticationFailed
-            )
-            ts = require_int(payload["timestamp"], "signed timestamp", error=AuthenticationFailed)
             expected: dict[str, Any] = {
                 "session_id": session_id,
                 "session_commitment": session.session_commitment,
                 "sequence": params_seq,
             }
-            if is_close:
-                if payload["close"] is not True:
-                    raise AuthenticationFailed("signed close must be true")
+            signed: RequestPayload | ClosePayload
+            if intent is None:
+                signed = ClosePayload.parse(payload, expected=expected)
             else:
-                expected["intent"] = intent
-            check_payload_matches(payload, expected, AuthenticationFailed)
+                expected["intent"] = intent.to_dict()
+                signed = RequestPayload.parse(payload, expected=expected)
+            sequence, ts = signed.sequence, signed.timestamp
         except A2AError as exc:
             return self._signed_error(exc, session_id, params_seq, req_hash, now_i)
         audit.sequence = sequence
@@ -719,9 +667,9 @@ class ServerProtocol:
                 )
         return reply
 
-    def _wants_stream(self, intent: Mapping[str, Any]) -> bool:
-        flag = intent.get("constraints", {}).get("stream")
-        return flag is True or (flag is None and self.dispatcher.is_always_streamed(intent["goal"]))
+    def _wants_stream(self, intent: Intent) -> bool:
+        flag = intent.stream
+        return flag is True or (flag is None and self.dispatcher.is_always_streamed(intent.goal))
 
     async def _replay(
         self, session_id: str, sequence: int, req_hash: str, stored: StoredReply | None, audit: _Audit
@@ -769,10 +717,10 @@ class ServerProtocol:
         session: SessionRecord,
         sequence: int,
         req_hash: str,
-        intent: dict[str, Any],
+        intent: Intent,
         audit: _Audit,
     ) -> Reply:
-        goal = intent["goal"]
+        goal = intent.goal
         # Step 9: the policy agreed in the handshake, not today's configuration.
         if not session.policy.allows(goal):
             raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
@@ -780,7 +728,7 @@ class ServerProtocol:
         if not self.dispatcher.has(goal):
             raise MethodNotFound(f"no handler for intent {goal[:64]!r}")
         # Step 11: run within min(timeout_ms, server maximum).
-        constraints = intent.get("constraints", {})
+        constraints = intent.constraints_dict
         timeout_ms = min(
             constraints.get("timeout_ms", self.limits.max_handler_timeout_ms),
             self.limits.max_handler_timeout_ms,
@@ -790,12 +738,12 @@ class ServerProtocol:
             session_id=session.session_id,
             sequence=sequence,
             goal=goal,
-            domain=intent.get("domain"),
+            domain=intent.domain,
             constraints=constraints,
             client_agent_id=session.client_agent_id,
         )
-        inputs = intent["inputs"]
-        if constraints.get("stream") is False and self.dispatcher.is_always_streamed(goal):
+        inputs = intent.inputs
+        if intent.stream is False and self.dispatcher.is_always_streamed(goal):
             raise InvalidParams(f"intent {goal[:64]!r} is always streamed; stream: false is not allowed")
         if self._wants_stream(intent):
             return await self._start_stream(
