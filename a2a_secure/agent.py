@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity import encoding
-from a2a_secure.identity.did import check_did_syntax
+from a2a_secure.identity.did import A2A_SERVICE_TYPE, check_did_syntax
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.protocol.client import ClientSession, IntentResult
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["A2AAgent", "AgentRegistry", "RegistryEntry", "RegistryError"]
 
-SERVICE_TYPE = "A2ASecureAgent"
+SERVICE_TYPE = A2A_SERVICE_TYPE
 
 
 class RegistryError(A2AError):

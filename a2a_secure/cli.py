@@ -163,6 +163,9 @@ def _build_did(subparsers: Subparsers) -> None:
     document.add_argument("--key-file", required=True, metavar="FILE")
     document.add_argument("--did-web", required=True, metavar="DID", help="the did:web DID to publish")
     document.add_argument("--fragment", default="key-1", help="fragment of the key id (default key-1)")
+    document.add_argument(
+        "--endpoint", metavar="URL", help="the agent's base URL, published as an A2ASecureAgent service"
+    )
     document.set_defaults(handler=_did_document)
 
     resolve = did.add_parser("resolve", help="resolve a DID and print its authentication keys")
@@ -192,7 +195,7 @@ def _did_show(args: argparse.Namespace) -> int:
 
 def _did_document(args: argparse.Namespace) -> int:
     identity = Identity.load(args.key_file)
-    document = did_web_document(args.did_web, identity.public_key, args.fragment)
+    document = did_web_document(args.did_web, identity.public_key, args.fragment, endpoint=args.endpoint)
     print(f"a2a-secure: serve this at {did_web_to_url(args.did_web)}", file=sys.stderr)
     print_json(document)
     return 0

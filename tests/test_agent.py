@@ -12,6 +12,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry, RegistryError
@@ -238,3 +239,37 @@ async def test_example_agents_talk_to_each_other(tmp_path: Path) -> None:
     # Leaving ``hosting`` closed both clients, and with them both sessions.
     assert store_of(tr).counts()["sessions"] == 0
     assert store_of(su).counts()["sessions"] == 0
+
+
+async def test_did_web_peer_endpoint_comes_from_its_did_document() -> None:
+    # The caller knows only the peer's did:web DID: the endpoint is the A2ASecureAgent service
+    # of the DID document the peer publishes. The document is the one the server serves at
+    # /.well-known/did.json, handed to the caller's resolver through its method registry
+    # (the resolver's own HTTPS fetch is covered in test_didweb.py).
+    from a2a_secure.identity import encoding
+    from a2a_secure.identity.didweb import parse_did_document
+    from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
+
+    did = "did:web:translator.example"
+    server_identity = identity("web-translator").with_did_web(did, f"{did}#key-1")
+    host = A2AAgent("translator", server_identity)
+    host.intent("translate")(translator.translate)
+    async with serve_app(host.app) as url:
+        host.server.url = url  # published as the service endpoint
+        async with httpx.AsyncClient() as raw:
+            document = encoding.loads((await raw.get(url + "/.well-known/did.json")).content)
+        assert document["service"] == [{"id": f"{did}#a2a", "type": "A2ASecureAgent", "serviceEndpoint": url}]
+        fetches: list[str] = []
+
+        async def publish(requested: str) -> ResolvedDID:
+            fetches.append(requested)
+            return parse_did_document(requested, document)
+
+        resolver = DIDResolver()
+        resolver.register("web", publish)
+        async with A2AAgent("caller", identity("web-caller"), resolver=resolver) as caller:
+            result = await caller.request(
+                did, {"goal": "translate", "inputs": {"text": "hello", "target_language": "es"}}
+            )
+            assert result == {"translated_text": "Hola", "target_language": "es"}
+        assert fetches == [did]  # resolved once, then cached, for the endpoint and the key

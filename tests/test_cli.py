@@ -395,3 +395,30 @@ def test_did_resolve_did_web_loopback_refused_by_default(
     assert code == 1
     assert out == ""
     _assert_clean_error(err)
+
+
+def test_audit_verify_command_finds_changed_removed_and_reordered_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from a2a_secure.audit import Auditor, JsonlAuditLog
+
+    ident = Identity.generate("auditor")
+    log = tmp_path / "audit.jsonl"
+    auditor = Auditor([JsonlAuditLog(log, ident)], role="server")
+    for seq in range(1, 7):
+        auditor.record(event="intent", status="success", verified=True, session_id="s", sequence=seq)
+    auditor.close()
+    lines = log.read_bytes().splitlines(keepends=True)
+    assert main(["audit", "verify", str(log), "--did", ident.did]) == 0
+    assert "chain intact" in capsys.readouterr().out
+
+    def broken(new_lines: list[bytes]) -> str:
+        log.write_bytes(b"".join(new_lines))
+        assert main(["audit", "verify", str(log), "--did", ident.did]) == 1
+        return capsys.readouterr().err
+
+    changed = list(lines)
+    changed[2] = changed[2].replace(b'"sequence":3', b'"sequence":9')
+    assert "BROKEN at line" in broken(changed)
+    assert "BROKEN at line" in broken(lines[:2] + lines[3:])  # a line removed
+    assert "BROKEN at line" in broken([*lines[:1], lines[2], lines[1], *lines[3:]])  # reordered

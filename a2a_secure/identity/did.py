@@ -18,6 +18,7 @@ import base58
 from a2a_secure.errors import DIDResolutionError, InvalidParams
 
 __all__ = [
+    "A2A_SERVICE_TYPE",
     "MAX_DID_LENGTH",
     "check_did_syntax",
     "did_key_from_public_key",
@@ -31,6 +32,8 @@ __all__ = [
 ]
 
 MAX_DID_LENGTH = 2048
+# The DID document service type under which an agent publishes its base URL.
+A2A_SERVICE_TYPE = "A2ASecureAgent"
 ED25519_MULTICODEC = b"\xed\x01"
 
 # DID Core ABNF: "did:" method-name ":" method-specific-id, with idchar = ALPHA / DIGIT /
@@ -201,13 +204,17 @@ DID_CONTEXT = "https://www.w3.org/ns/did/v1"
 MULTIKEY_CONTEXT = "https://w3id.org/security/multikey/v1"
 
 
-def did_web_document(did: str, public_key: bytes, fragment: str = "key-1") -> dict[str, Any]:
+def did_web_document(
+    did: str, public_key: bytes, fragment: str = "key-1", *, endpoint: str | None = None
+) -> dict[str, Any]:
     """The DID document to serve at ``did_web_to_url(did)`` for one Ed25519 key.
 
     One ``Multikey`` verification method ``did#fragment`` (``publicKeyMultibase`` =
     ``z`` + base58btc(0xed01 ‖ key)), listed under ``authentication`` and
-    ``assertionMethod``. Raises ``InvalidParams`` for a bad fragment or key, and what
-    :func:`did_web_host_port` raises for a DID that is not a usable did:web.
+    ``assertionMethod``; with ``endpoint``, a service ``did#a2a`` of type
+    ``A2ASecureAgent`` whose ``serviceEndpoint`` is the agent's base URL, so that callers
+    can find the agent from its DID alone. Raises ``InvalidParams`` for a bad fragment or
+    key, and what :func:`did_web_host_port` raises for a DID that is not a usable did:web.
     """
     from a2a_secure.identity.keys import check_public_key  # noqa: PLC0415 (keys imports did)
 
@@ -219,7 +226,7 @@ def did_web_document(did: str, public_key: bytes, fragment: str = "key-1") -> di
         check_public_key(public_key)
     except DIDResolutionError:
         raise InvalidParams("not a usable Ed25519 public key") from None
-    return {
+    document: dict[str, Any] = {
         "@context": [DID_CONTEXT, MULTIKEY_CONTEXT],
         "id": did,
         "verificationMethod": [
@@ -228,3 +235,8 @@ def did_web_document(did: str, public_key: bytes, fragment: str = "key-1") -> di
         "authentication": [kid],
         "assertionMethod": [kid],
     }
+    if endpoint is not None:
+        if not isinstance(endpoint, str) or not endpoint.startswith(("https://", "http://")):
+            raise InvalidParams("the service endpoint must be an http(s) URL")
+        document["service"] = [{"id": f"{did}#a2a", "type": A2A_SERVICE_TYPE, "serviceEndpoint": endpoint}]
+    return document

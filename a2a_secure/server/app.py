@@ -406,7 +406,9 @@ class AgentServer(IntentDispatcher):
         if not did.startswith("did:web:"):
             return JSONResponse({"error": "this agent does not use did:web"}, status_code=404)
         fragment = self.identity.kid.split("#", 1)[1]
-        doc = did_module.did_web_document(did, self.identity.public_key, fragment=fragment)
+        doc = did_module.did_web_document(
+            did, self.identity.public_key, fragment=fragment, endpoint=self.url or None
+        )
         return Response(encoding.dumps(doc), media_type="application/json")
 
     async def health_endpoint(self, request: Request) -> Response:
