@@ -20,13 +20,21 @@ class FakeClock:
 
     def __init__(self, now: float = 1_763_700_000.0) -> None:
         self.now = now
+        self.elapsed = 0.0
 
     def __call__(self) -> float:
         return self.now
 
+    def monotonic(self) -> float:
+        """A monotonic companion: it moves with forward steps only (a wall clock set back
+        does not take elapsed time back)."""
+        return self.elapsed
+
     def advance(self, seconds: float) -> None:
         """Move the clock forward (or back, with a negative value)."""
         self.now += seconds
+        if seconds > 0:
+            self.elapsed += seconds
 
 
 @contextlib.asynccontextmanager

@@ -607,6 +607,7 @@ def build_agent(
         audit=Auditor([sink], role="server"),
         limits=limits,
         clock=clock,
+        monotonic=clock.monotonic,
     )
 
     @server.intent("echo")

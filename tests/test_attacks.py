@@ -1809,11 +1809,6 @@ async def test_g11_batches_refused(w: Wire) -> None:
     assert (await w.send(r1)).status_code == 200 and (await w.send(r2)).status_code == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SECURITY.md 'session lifetime': expires_at is absolute Unix seconds compared with the"
-    " wall clock, so a clock stepping back lengthens sessions by that step (ATTACKS.md G12 not met)",
-)
 @WIRE
 async def test_g12_clock_rollback_does_not_extend_a_session() -> None:
     async with start_wire() as x:

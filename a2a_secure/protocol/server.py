@@ -247,6 +247,7 @@ class ServerProtocol:
         audit: AuditHook | None = None,
         clock: Clock = time.time,
         random_bytes: RandomSource = os.urandom,
+        monotonic: Clock = time.monotonic,
     ) -> None:
         self.identity = identity
         self.policy = policy
@@ -257,6 +258,11 @@ class ServerProtocol:
         self.limits = limits or ServerLimits()
         self._audit_hook = audit
         self._clock = clock
+        self._monotonic = monotonic
+        # Session id -> monotonic deadline, for the sessions this process opened: a wall
+        # clock stepping back must not lengthen a session (ATTACKS.md G12). Other workers
+        # sharing a store fall back on the wall-clock expires_at of PROTOCOL.md §5.6.
+        self._deadlines: dict[str, float] = {}
         self._random = random_bytes
         self._public_keys = [identity.public_key_entry()]
         # Live streamed answers by (session, sequence), and how many each DID has open.
@@ -520,6 +526,7 @@ class ServerProtocol:
             raise HandshakeUnknown("handshake already used or expired")
         if opened is OpenResult.FULL:
             raise Unavailable("too many open sessions", retry_after=30)
+        self._note_deadline(session_id, pending.policy.session_timeout)
         audit.session_id = session_id
         session_payload = {
             "session_id": session_id,
@@ -585,7 +592,7 @@ class ServerProtocol:
         # Step 2: the session.
         now = self._clock()
         session = await self.store.get_session(session_id, now)
-        if session is None:
+        if session is None or self._past_deadline(session_id):
             raise SessionUnknown("unknown, expired or closed session")
         audit.session_id = session_id
         audit.client_did = session.client_did
@@ -706,8 +713,23 @@ class ServerProtocol:
         retry = data.get("retry_after") if isinstance(data, Mapping) else None
         return Reply(stored.http_status, stored.result, stored.error, retry if type(retry) is int else None)
 
+    def _note_deadline(self, session_id: str, lifetime: int) -> None:
+        if len(self._deadlines) >= self.limits.max_sessions:
+            now = self._monotonic()
+            for sid in [k for k, v in self._deadlines.items() if v <= now]:
+                del self._deadlines[sid]
+        self._deadlines[session_id] = self._monotonic() + lifetime
+
+    def _past_deadline(self, session_id: str) -> bool:
+        deadline = self._deadlines.get(session_id)
+        if deadline is None or self._monotonic() < deadline:
+            return False
+        del self._deadlines[session_id]
+        return True
+
     async def _close(self, session: SessionRecord, sequence: int, req_hash: str) -> Reply:
         await self.store.close_session(session.session_id)
+        self._deadlines.pop(session.session_id, None)
         result = {"type": "closed", "session_id": session.session_id}
         token = self._signed_result(session.session_id, sequence, req_hash, result, int(self._clock()))
         return Reply(200, {**result, "response_jws": token})
@@ -936,7 +958,11 @@ class ServerProtocol:
                     break
                 self._check_result(item)
                 now = self._clock()
-                if session.expired(now) or await self.store.get_session(sid, now) is None:
+                if (
+                    session.expired(now)
+                    or self._past_deadline(sid)
+                    or await self.store.get_session(sid, now) is None
+                ):
                     raise SessionUnknown("the session ended during the stream")
                 event = self._event(sid, seq, req_hash, index, single, result=item)
                 # §6.4: an event is at most 1 MiB (the result travels twice: in the event and

@@ -219,6 +219,7 @@ class AgentServer(IntentDispatcher):
         limits: ServerLimits | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
         self.identity = identity
@@ -232,6 +233,7 @@ class AgentServer(IntentDispatcher):
         self.limits = limits or ServerLimits()
         self.max_body = max_body
         self._clock = clock
+        self._monotonic = monotonic
         hook: AuditHook | None
         hook = audit if audit is None or callable(audit) else audit.record
         self._audit = hook
@@ -350,6 +352,7 @@ class AgentServer(IntentDispatcher):
                 limits=self.limits,
                 audit=self._audit,
                 clock=self._clock,
+                monotonic=self._monotonic,
             )
         return self._protocol
 
