@@ -422,3 +422,25 @@ def test_audit_verify_command_finds_changed_removed_and_reordered_lines(
     assert "BROKEN at line" in broken(changed)
     assert "BROKEN at line" in broken(lines[:2] + lines[3:])  # a line removed
     assert "BROKEN at line" in broken([*lines[:1], lines[2], lines[1], *lines[3:]])  # reordered
+
+
+def test_demo_runs_the_agents_and_verifies_every_audit_chain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # README's main command: three example agents and an orchestrator on loopback.
+    assert main(["demo", "--keep-logs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for step in (
+        "HELLO         -> CHALLENGE",
+        "PROOF         -> POLICY",
+        "ACCEPT_POLICY -> SESSION",
+        "CLOSE",
+    ):
+        assert step in out
+    assert "server answered HTTP 401, code -32040" in out  # the tampered request is refused
+    assert '"translated_text":"Hola mundo"' in out
+    assert out.rstrip().endswith("demo finished: all handshakes, intents and audit chains verified")
+    logs = sorted(p.name for p in tmp_path.glob("*.audit.jsonl"))
+    assert logs == [f"{n}.audit.jsonl" for n in ("orchestrator", "sentiment", "summarizer", "translator")]
+    for log in tmp_path.glob("*.audit.jsonl"):
+        assert b"Hola" not in log.read_bytes()  # no results (or inputs) in an audit record
