@@ -16,6 +16,7 @@ sleep for as long as the attacker liked (non-503 statuses and streams ignored ``
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import pytest
@@ -26,6 +27,7 @@ from tests.mitm_helpers import MUTATION_NAMES, Answer, Campaign, Wire, _json_ans
 
 SEED = 20_251_121
 RUNS = 40
+EDIT_PREFIXES = ("edit_req:", "edit_resp:", "edit_sse:", "jws-flip")
 
 
 async def test_campaign_keeps_every_invariant_on_every_run() -> None:
@@ -41,8 +43,18 @@ async def test_campaign_keeps_every_invariant_on_every_run() -> None:
     assert report.mutations.total() - report.mutations["pass"] > 300
     for detail in ("replay:same-client", "replay:other-client", "late_delivered", "forged:-32043"):
         assert report.details[detail] > 0, detail
-    for prefix in ("edit_req:", "edit_resp:", "edit_sse:", "jws-flip"):
-        assert any(prefix in k for k in report.details), prefix
+    # Which response a mutation lands on depends on timing as well as on the seed: when a
+    # prefix was not reached, further seeded campaigns run (each one checking every invariant)
+    # until it is, at most three.
+    details = Counter(report.details)
+    for extra_seed in range(SEED + 1, SEED + 4):
+        if all(any(p in k for k in details) for p in EDIT_PREFIXES):
+            break
+        more = await run_campaign(extra_seed, 10, ops_per_client=5)
+        assert more.violations == [], more.summary()
+        details.update(more.details)
+    for prefix in EDIT_PREFIXES:
+        assert any(prefix in k for k in details), prefix
     # ... and honest work still got done, so the invariants were not checked on nothing.
     assert report.sessions_accepted > 40 and report.results_returned > 80 and report.executions > 80
     assert report.outcomes["success"] > 80
