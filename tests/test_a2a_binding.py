@@ -31,12 +31,10 @@ os.environ["OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"] = "false"
 pytest.importorskip("a2a", reason="the a2a-sdk is an optional extra: pip install 'a2a-secure[a2a]'")
 
 from a2a.client import A2ACardResolver, BaseClient, ClientCallContext, ClientConfig, ClientFactory
-from a2a.helpers import get_artifact_text, new_task_from_user_message, new_text_message, new_text_part
-from a2a.server.agent_execution import AgentExecutor, RequestContext
-from a2a.server.events import EventQueue
+from a2a.helpers import get_artifact_text, new_text_message
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
@@ -104,36 +102,17 @@ def ident(name: str) -> Identity:
 SERVER = ident("a2a-echo")
 
 
-class CountingEcho(AgentExecutor):
-    """Opens a task, streams each word back as a chunk of one artifact, completes; counts calls."""
+def load_example(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
-    def __init__(self, delay: float = 0.0) -> None:
-        self.delay = delay
-        self.calls = 0
 
-    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        self.calls += 1
-        assert context.message is not None
-        task = context.current_task or new_task_from_user_message(context.message)
-        await event_queue.enqueue_event(task)
-        updater = TaskUpdater(event_queue, task.id, task.context_id)
-        await updater.start_work()
-        words = context.get_user_input().split() or [""]
-        for i, word in enumerate(words):
-            if self.delay:
-                await asyncio.sleep(self.delay)
-            await updater.add_artifact(
-                [new_text_part(word)],
-                artifact_id="echo",
-                name="echo",
-                append=i > 0,
-                last_chunk=i == len(words) - 1,
-            )
-        await updater.complete()
-
-    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        assert context.task_id is not None and context.context_id is not None
-        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+# The example's executor (examples/a2a_echo_agent.py) counts its calls, which the tests use.
+CountingEcho = load_example("a2a_echo_agent").EchoExecutor
 
 
 def template_card() -> AgentCard:
@@ -765,15 +744,6 @@ async def test_an_unsigned_a2a_error_never_becomes_an_a2a_domain_error() -> None
 
 
 # -- the example -------------------------------------------------------------------------------------
-
-
-def load_example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"_example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 async def test_the_example_agent_and_client(capsys: pytest.CaptureFixture[str]) -> None:
