@@ -34,6 +34,7 @@ from a2a_secure.identity.encoding import (
     MAX_SAFE_INT,
     dumps,
     hash_bytes,
+    ijson_problem,
     is_hash_string,
     jcs,
     loads,
@@ -474,3 +475,72 @@ def test_prop_loads_of_python_json_output(value: Any) -> None:
     except ParseError:
         return
     assert json.dumps(parsed) == text
+
+
+# -- ijson_problem: a handler's result checked without encoding it ------------------------------------
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"a": [1, 2.5, "x", True, None]}, None),
+        ((1, "tuple encodes as an array"), None),
+        ({"n": MAX_SAFE_INT, "m": -MAX_SAFE_INT}, None),
+        ({"n": MAX_SAFE_INT + 1}, "integer out of the I-JSON range"),
+        ([-(2**64)], "integer out of the I-JSON range"),
+        ({"x": float("nan")}, "non-finite number"),
+        ([float("-inf")], "non-finite number"),
+        ({1: "int key"}, "member name is not a string"),
+        ({None: "null key"}, "member name is not a string"),
+        ({"s": "\ud800"}, "lone surrogate in string"),
+        ({"\udfff": 1}, "lone surrogate in string"),
+        ({"set": {1, 2}}, "set is not a JSON type"),
+        ([b"bytes"], "bytes is not a JSON type"),
+        ({"o": object()}, "object is not a JSON type"),
+    ],
+)
+def test_ijson_problem_names_the_first_problem(value: Any, problem: str | None) -> None:
+    assert ijson_problem(value) == problem
+
+
+def test_ijson_problem_depth_counts_containers() -> None:
+    value: Any = "leaf"
+    for _ in range(MAX_DEPTH):
+        value = [value]
+    assert ijson_problem(value) is None
+    assert ijson_problem([value]) == f"nested deeper than {MAX_DEPTH}"
+    assert ijson_problem(value, max_depth=MAX_DEPTH - 1) is not None
+    # Iterative: a hostile depth costs no Python stack.
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert ijson_problem(deep) is not None
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats()
+    | st.text(alphabet=st.characters(), max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(alphabet=st.characters(), max_size=8) | st.integers(), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(json_values)
+def test_prop_ijson_problem_agrees_with_encoding_and_parsing(value: Any) -> None:
+    # No problem found means the value survives dumps then loads unchanged; a problem found
+    # means one of them refuses it or changes it (an int key comes back as a string).
+    problem = ijson_problem(value)
+    try:
+        back = loads(dumps(value))
+    except (A2AError, ValueError, TypeError):
+        assert problem is not None
+        return
+    if problem is None:
+        assert back == value
+    else:
+        assert problem == "member name is not a string"

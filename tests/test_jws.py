@@ -19,6 +19,8 @@ from joserfc.jwk import OKPKey
 
 from a2a_secure.errors import A2AError, AuthenticationFailed, InvalidParams
 from a2a_secure.identity import Identity, b64u_encode, jws_sign, jws_verify
+from a2a_secure.identity import jws as jws_module
+from a2a_secure.identity.jws import jws_decode_unverified
 
 TYP = "a2a-request+jws"
 PAYLOAD: dict[str, Any] = {"session_id": "abc", "sequence": 1, "intent": {"goal": "echo"}}
@@ -450,3 +452,44 @@ def test_payload_with_bom(ident: Identity) -> None:
 def test_payload_too_deep(ident: Identity) -> None:
     payload = b'{"a":' * 40 + b"1" + b"}" * 40
     expect(InvalidParams, -32602, craft(header_bytes(ident), payload, ident), ident)
+
+
+# -- the decoded-header cache -----------------------------------------------------------------------
+
+
+def test_cached_header_decode_is_a_copy(ident: Identity) -> None:
+    token = good_token(ident)
+    first = jws_decode_unverified(token)[0]
+    first["alg"] = "none"
+    first["jwk"] = {"kty": "OKP"}
+    again = jws_decode_unverified(token)[0]
+    assert again == {"alg": "EdDSA", "typ": TYP, "kid": ident.kid}
+    assert verify(token, ident) == PAYLOAD
+
+
+def test_a_bad_header_is_refused_every_time_it_comes(ident: Identity) -> None:
+    # The cache holds decodes, never verdicts: the same hostile header fails on each use.
+    token = craft(header_bytes(ident, alg="none"), _raw(PAYLOAD), ident)
+    for _ in range(3):
+        expect(AuthenticationFailed, -32040, token, ident)
+    duplicate = b'{"alg":"EdDSA","typ":"%s","kid":"%s","kid":"%s"}' % (
+        TYP.encode(),
+        ident.kid.encode(),
+        ident.kid.encode(),
+    )
+    for _ in range(3):
+        expect(InvalidParams, -32602, craft(duplicate, _raw(PAYLOAD), ident), ident)
+
+
+def test_header_cache_stays_bounded_under_a_flood_of_distinct_headers(ident: Identity) -> None:
+    for i in range(jws_module._HEADER_CACHE_MAX + 50):
+        token = craft(header_bytes(ident, kid=f"{ident.did}#k{i}"), _raw(PAYLOAD), ident)
+        expect(AuthenticationFailed, -32040, token, ident)
+        assert len(jws_module._HEADER_CACHE) <= jws_module._HEADER_CACHE_MAX
+    # A header too long to keep is decoded each time and never stored.
+    long_kid = ident.did + "#" + "k" * 600
+    before = len(jws_module._HEADER_CACHE)
+    long_token = craft(header_bytes(ident, kid=long_kid), _raw(PAYLOAD), ident)
+    expect(AuthenticationFailed, -32040, long_token, ident)
+    assert len(jws_module._HEADER_CACHE) == before
+    assert verify(good_token(ident), ident) == PAYLOAD

@@ -32,11 +32,38 @@ Decoded = tuple[dict[str, Any], dict[str, Any], bytes, bytes]
 
 def jws_sign(payload: Mapping[str, Any], identity: Identity, typ: str) -> str:
     """Sign ``payload`` (a JSON object) as a compact JWS with header ``{alg, typ, kid}``."""
-    header = encoding.b64u_encode(encoding.dumps({"alg": "EdDSA", "typ": typ, "kid": identity.kid}))
+    header = _HEADERS.get((identity.kid, typ))
+    if header is None:
+        header = encoding.b64u_encode(encoding.dumps({"alg": "EdDSA", "typ": typ, "kid": identity.kid}))
+        if len(_HEADERS) >= _HEADER_CACHE_MAX:
+            _HEADERS.clear()
+        _HEADERS[(identity.kid, typ)] = header
     body = encoding.b64u_encode(encoding.dumps(dict(payload)))
     signing_input = f"{header}.{body}"
     signature = identity.sign(signing_input.encode("ascii"))
     return f"{signing_input}.{encoding.b64u_encode(signature)}"
+
+
+# A peer signs every message with the same few headers: their decodes are kept (a copy is
+# returned each time). Bounded in count and entry size, emptied when full, so a stream of
+# distinct headers costs what it would without the cache.
+_HEADER_CACHE: dict[str, dict[str, Any]] = {}
+_HEADER_CACHE_MAX = 1024
+_HEADER_CACHE_MAX_TEXT = 512
+# The encoded header each signer puts on each typ.
+_HEADERS: dict[tuple[str, str], str] = {}
+
+
+def _decode_header(h_text: str) -> Any:
+    cached = _HEADER_CACHE.get(h_text)
+    if cached is not None:
+        return dict(cached)
+    header = encoding.loads(encoding.b64u_decode(h_text), error=InvalidParams)
+    if isinstance(header, dict) and len(h_text) <= _HEADER_CACHE_MAX_TEXT:
+        if len(_HEADER_CACHE) >= _HEADER_CACHE_MAX:
+            _HEADER_CACHE.clear()
+        _HEADER_CACHE[h_text] = dict(header)
+    return header
 
 
 def jws_decode_unverified(token: object) -> Decoded:
@@ -53,7 +80,7 @@ def jws_decode_unverified(token: object) -> Decoded:
     if len(parts) != 3:
         raise InvalidParams("JWS must have three segments")
     h_text, p_text, s_text = parts
-    header = encoding.loads(encoding.b64u_decode(h_text), error=InvalidParams)
+    header = _decode_header(h_text)
     payload = encoding.loads(encoding.b64u_decode(p_text), error=InvalidParams)
     signature = encoding.b64u_decode(s_text)
     if not isinstance(header, dict) or not isinstance(payload, dict):

@@ -799,14 +799,15 @@ class ServerProtocol:
 
     @staticmethod
     def _check_result(result: Any) -> None:
-        try:
-            encoding.loads(encoding.dumps(result))
-        except (A2AError, TypeError, ValueError):
-            raise InternalError("the intent handler returned a value that is not I-JSON") from None
+        # The result sits two containers deep in the reply the client parses (§6.2).
+        if encoding.ijson_problem(result, max_depth=encoding.MAX_DEPTH - 2) is not None:
+            raise InternalError("the intent handler returned a value that is not I-JSON")
 
     async def _call_handler(self, work: Awaitable[Any], timeout_ms: int) -> Any:
+        # asyncio.timeout runs the handler in this task: no task is created per intent.
         try:
-            result = await asyncio.wait_for(work, timeout_ms / 1000)
+            async with asyncio.timeout(timeout_ms / 1000):
+                result = await work
         except Exception as exc:
             raise self._handler_error(exc, timeout_ms) from None
         self._check_result(result)
