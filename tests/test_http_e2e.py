@@ -127,6 +127,45 @@ async def test_client_handshake_intents_close_and_session_reuse() -> None:
     assert all(r["role"] == "client" and r["verified"] for r in client_audit)
 
 
+def cookie_planting(app: Any, seen: list[dict[bytes, bytes]]) -> Any:
+    """``app`` that records each request's headers and sets a cookie on every answer."""
+
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        seen.append(dict(scope["headers"]))
+
+        async def planting(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message["headers"], (b"set-cookie", b"track=1; Path=/")]}
+            await send(message)
+
+        await app(scope, receive, planting)
+
+    return wrapped
+
+
+async def test_the_clients_own_http_path_sends_exact_headers_and_keeps_no_cookies() -> None:
+    # A2AClient's own httpx client calls its transport directly (no AsyncClient layers): the
+    # requests still name the host and JSON, keep the connection, and a cookie a server (or
+    # anyone on the path) sets is never sent back: no state rides along with signed calls.
+    server = build_server()
+    seen: list[dict[bytes, bytes]] = []
+    async with serve_app(cookie_planting(server.app(), seen)) as url, A2AClient(identity("client")) as client:
+        did = server.identity.did
+        results = [await client.request(did, echo(n=i), endpoint=url) for i in range(3)]
+        assert [r.result for r in results] == [{"echo": {"n": i}} for i in range(3)]
+    assert len(seen) == 3 + 3 + 1  # handshake, intents, close
+    host = url.removeprefix("http://").encode()
+    for headers in seen:
+        assert b"cookie" not in headers
+        assert headers[b"host"] == host
+        assert headers[b"content-type"] == b"application/json"
+        assert b"accept-encoding" not in headers  # nothing to decompress: no compression bomb
+        assert int(headers[b"content-length"]) > 0
+
+
 async def test_explicit_handshake_send_intent_close() -> None:
     server = build_server()
     async with hosted(server) as url, A2AClient(identity("client")) as client:

@@ -101,6 +101,7 @@ class _Retryable(Exception):
         self.error = error
 
 
+_POST_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 MAX_EVENT_BYTES = 1024 * 1024
 # A reply carries the result twice (in ``result`` and inside ``response_jws``): a 1 MiB result
 # makes a reply of about 2.4 MiB.
@@ -256,6 +257,10 @@ class A2AClient:
         self.http = http or httpx.AsyncClient(
             transport=transport, timeout=httpx.Timeout(timeout), follow_redirects=False
         )
+        # With its own client, a call goes straight to the transport (see _exchange).
+        self._transport = transport if http is None else None
+        self._timeout_ext = httpx.Timeout(timeout).as_dict()
+        self._urls: dict[str, httpx.URL] = {}
         self.retry = retry or RetryPolicy()
         self.manifest_hash = manifest_hash
         self.accept_policy = accept_policy
@@ -312,23 +317,47 @@ class A2AClient:
     # -- transport -----------------------------------------------------------------------------
     async def _post(self, url: str, body: bytes, rid: int) -> tuple[int, Any, Any, float | None]:
         """One JSON-RPC call; returns (HTTP status, result, error, Retry-After)."""
-        # The reply is read with a bound: a hostile server must not exhaust the client's memory.
-        async with self.http.stream(
-            "POST", url, content=body, headers={"Content-Type": "application/json"}
-        ) as resp:
-            content = await _read_capped(resp, MAX_REPLY_BYTES)
-        retry_after = _retry_after(resp.headers.get("retry-after"))
+        status, content, retry_header = await self._exchange(url, body)
+        retry_after = _retry_after(retry_header)
         try:
             obj = encoding.loads(content)
         except A2AError:
-            raise InternalError(f"HTTP {resp.status_code} with a body that is not JSON") from None
+            raise InternalError(f"HTTP {status} with a body that is not JSON") from None
         if not isinstance(obj, dict) or obj.get("jsonrpc") != "2.0" or obj.get("id") not in (rid, None):
             raise AuthenticationFailed("reply is not a JSON-RPC response to this request")
         if "error" in obj:
-            return resp.status_code, None, obj["error"], retry_after
-        if resp.status_code != 200 or "result" not in obj or obj.get("id") != rid:
+            return status, None, obj["error"], retry_after
+        if status != 200 or "result" not in obj or obj.get("id") != rid:
             raise AuthenticationFailed("malformed JSON-RPC result")
-        return resp.status_code, obj["result"], None, retry_after
+        return status, obj["result"], None, retry_after
+
+    async def _exchange(self, url: str, body: bytes) -> tuple[int, bytes, str | None]:
+        """POST ``body``; (HTTP status, reply body, Retry-After header).
+
+        The reply is read with a bound: a hostile server must not exhaust the client's memory.
+        """
+        if self._transport is None:
+            async with self.http.stream("POST", url, content=body, headers=_POST_HEADERS) as resp:
+                content = await _read_capped(resp, MAX_REPLY_BYTES)
+            return resp.status_code, content, resp.headers.get("retry-after")
+        # The client's own httpx client: the request goes straight to its transport. The
+        # AsyncClient layers skipped (URL merging, cookie jar, auth and redirect flows, event
+        # hooks) do nothing for these calls and cost as much as a signature check; the
+        # transport maps every failure to the same httpx exceptions.
+        target = self._urls.get(url)
+        if target is None:
+            if len(self._urls) >= 256:
+                self._urls.clear()
+            target = self._urls[url] = httpx.URL(url)
+        request = httpx.Request(
+            "POST", target, content=body, headers=_POST_HEADERS, extensions={"timeout": self._timeout_ext}
+        )
+        resp = await self._transport.handle_async_request(request)
+        try:
+            content = await _read_capped(resp, MAX_REPLY_BYTES)
+        finally:
+            await resp.aclose()
+        return resp.status_code, content, resp.headers.get("retry-after")
 
     @staticmethod
     def _plain_error(error: Any) -> A2AError:
