@@ -15,6 +15,7 @@ from typing import Any
 
 import nacl.signing
 import pytest
+import rfc8785
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -544,3 +545,46 @@ def test_prop_ijson_problem_agrees_with_encoding_and_parsing(value: Any) -> None
         assert back == value
     else:
         assert problem == "member name is not a string"
+
+
+# -- jcs: the C encoder where it writes what RFC 8785 writes ------------------------------------------
+jcs_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**54), max_value=2**54)
+    | st.floats()
+    | st.text(alphabet=st.characters(), max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(alphabet=st.characters(), max_size=6), inner, max_size=4)
+    ),
+    max_leaves=24,
+)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], max_examples=400)
+@given(jcs_values)
+def test_prop_jcs_is_byte_identical_to_rfc8785(value: Any) -> None:
+    # Whichever path jcs takes, its bytes are the reference implementation's, and it refuses
+    # exactly what the reference refuses (as InvalidParams).
+    try:
+        reference = rfc8785.dumps(value)
+    except Exception:
+        with pytest.raises(InvalidParams):
+            jcs(value)
+        return
+    assert jcs(value) == reference
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"b": 1, "a": [True, None, "x"], "A": {"z": '\u0000\u001f\b\f\n\r\t"\\/\u007f\u2028'}},
+        {"é": 1, "e": 2, "\U0001f600": 3, "\ufb33": 4},  # non-ASCII names: UTF-16 order
+        {"n": 2**53 - 1, "m": -(2**53 - 1), "f": 1.0, "g": 1e21},
+        [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["deep"]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],
+    ],
+)
+def test_jcs_matches_rfc8785_on_the_edges_of_the_fast_path(value: Any) -> None:
+    assert jcs(value) == rfc8785.dumps(value)

@@ -213,14 +213,53 @@ def _short(exc: Exception) -> str:
     return msg[:80]
 
 
+# Built once: json.dumps with any non-default option builds an encoder on every call.
+_WIRE_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_JCS_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
 def dumps(obj: Any) -> bytes:
     """Compact UTF-8 JSON for the wire (not canonical; hashes use :func:`jcs`)."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return _WIRE_ENCODER.encode(obj).encode()
+
+
+def _plain(value: Any) -> bool:
+    """True if ``json.dumps`` with sorted keys writes ``value`` exactly as RFC 8785 does.
+
+    That holds for values made only of dicts with ASCII member names (code point order is
+    then UTF-16 order), lists, str, bool, None and ints within ±(2^53−1): Python escapes
+    strings as ECMAScript does (short forms, else ``\\u00xx`` in lowercase). Floats, whose
+    ECMAScript form differs, and everything else take the rfc8785 path, as do values nested
+    deeper than ``MAX_DEPTH`` (the C encoder recurses).
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is dict or kind is list:
+            if depth >= MAX_DEPTH:
+                return False
+            if kind is dict:
+                for key in item:
+                    if type(key) is not str or not key.isascii():
+                        return False
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+        elif kind is int:
+            if not -MAX_SAFE_INT <= item <= MAX_SAFE_INT:
+                return False
+        elif kind is not str and kind is not bool and item is not None:
+            return False
+    return True
 
 
 def jcs(obj: Any) -> bytes:
     """RFC 8785 canonical JSON bytes."""
     try:
+        if _plain(obj):
+            # The C encoder: the pure-Python rfc8785 costs about a handshake step's signature.
+            return _JCS_ENCODER.encode(obj).encode()
         return rfc8785.dumps(obj)
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
         raise InvalidParams(f"value cannot be canonicalized: {exc}"[:120]) from None
