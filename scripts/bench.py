@@ -1634,15 +1634,15 @@ def _fake_pending(i: int, policy: Any, server_did: str, now: int) -> tuple[Any, 
 
 
 def _fake_reply(i: int) -> Any:
-    """The stored answer of an echo intent, as large as a real one (a distinct copy each)."""
-    from a2a_secure.identity import encoding
+    """The stored answer of an echo intent, as ServerProtocol keeps it (a distinct copy each).
+
+    The engine keeps an answered request's result and signing time, not its signed token: a
+    byte-identical retry gets the same token signed again (``Reply.stored``).
+    """
     from a2a_secure.store.base import StoredReply
 
-    # A real response_jws for INTENT is ~640 characters (header, payload, signature).
-    jws = encoding.b64u_encode(os.urandom(480))
-    result = {"status": "success", "sequence": 1, "result": json.loads(json.dumps(INTENT["inputs"]))}
-    result["response_jws"] = jws + str(i)
-    return StoredReply(200, result, None)
+    result = json.loads(json.dumps(INTENT["inputs"]))
+    return StoredReply(200, result, signed_at=int(time.time()) + i % 7)
 
 
 def probe_memory(n: int) -> dict[str, Any]:

@@ -799,3 +799,49 @@ async def test_replayed_503_keeps_retry_after(w: World, sess: ClientSession) -> 
     again = await rejected(w, sess, req, -32048, 503, signed=True)
     assert first.retry_after == again.retry_after == 7
     assert again.error == first.error
+
+
+async def test_stored_answer_is_kept_unsigned_and_replayed_byte_for_byte(
+    w: World, sess: ClientSession
+) -> None:
+    """The store keeps the result and its timestamp, not the token: a retry re-signs it."""
+    req = sess.prepare_intent({"goal": "echo", "inputs": {"text": "x" * 300, "n": [1.5, -0.0, 2**53 - 1]}})
+    reply = await send(w, req)
+    token = reply.result["response_jws"]
+    kept = w.store._seq[sess.session_id].reply
+    assert kept is not None
+    assert token.encode() not in kept and token.split(".")[2].encode() not in kept
+    assert len(kept) < len(token) // 2
+    stored = encoding.loads(kept)
+    assert stored["signed_at"] == payload_of(token)["timestamp"]
+    w.clock.advance(120)  # a re-sign with today's time would differ
+    again = await send(w, req)
+    assert encoding.dumps(again.result) == encoding.dumps(reply.result)
+    assert w.handlers.count() == 1
+
+
+async def test_stored_signed_error_with_data_is_replayed_byte_for_byte(w: World, sess: ClientSession) -> None:
+    async def busy(inputs: Any, ctx: IntentContext) -> Any:
+        raise Unavailable("backend busy", retry_after=7)
+
+    w.handlers.dispatcher.add("busy", busy)
+    req = sess.prepare_intent({"goal": "busy", "inputs": {}})
+    first = await send(w, req)
+    w.clock.advance(60)
+    again = await send(w, req)
+    assert encoding.dumps(again.error) == encoding.dumps(first.error)
+    assert first.error["data"]["retry_after"] == 7 and again.retry_after == 7
+
+
+async def test_an_answer_kept_whole_by_an_older_version_is_still_replayed(
+    w: World, sess: ClientSession
+) -> None:
+    # Entries written before answers were kept unsigned hold the reply as sent.
+    req = sess.prepare_intent(ECHO)
+    reply = await send(w, req)
+    state = w.store._seq[sess.session_id]
+    state.reply = encoding.dumps({"http_status": 200, "result": reply.result, "error": None})
+    w.clock.advance(30)
+    again = await send(w, req)
+    assert again.http_status == 200 and again.result == reply.result
+    sess.verify_result(req, again.result)

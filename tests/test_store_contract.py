@@ -368,6 +368,11 @@ async def test_begin_request_kinds(store: Store) -> None:
         assert b.kind is BeginKind.STALE and b.last_sequence == 5
     # Only the last request is kept: the answer to 1 is gone, 5 is in progress.
     assert (await begin(store, rec, 5, "e")).kind is BeginKind.IN_PROGRESS
+    # An answer kept unsigned, to be signed again on a retry, comes back whole.
+    unsigned = StoredReply(200, {"x": [1, 2.5, "é"]}, signed_at=1_800_000_123)
+    await store.finish_request(rec.session_id, 5, unsigned)
+    b = await begin(store, rec, 5, "e")
+    assert b.kind is BeginKind.REPLAY and b.reply == unsigned
 
 
 async def test_begin_request_sequence_zero_is_not_a_replay(store: Store) -> None:
@@ -486,6 +491,9 @@ def test_session_round_trip() -> None:
         StoredReply(409, None, {"code": -32044, "message": "m", "data": {"response_jws": "a.b.c"}}),
         StoredReply(503, None, {"code": -32048, "message": "m", "data": {"retry_after": 5}}),
         StoredReply(200),
+        StoredReply(200, {"echo": [1, 2.5, None]}, signed_at=1_800_000_000),
+        StoredReply(200, None, signed_at=1_800_000_000),  # a handler that returned null
+        StoredReply(503, error={"code": -32048, "message": "m", "data": {"retry_after": 5}}, signed_at=7),
     ],
 )
 def test_stored_reply_round_trip(reply: StoredReply) -> None:

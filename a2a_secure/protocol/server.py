@@ -195,6 +195,8 @@ class Reply:
     stream: AsyncIterator[Mapping[str, Any]] | None = None
     # Called by the adapter when the server shuts down in the middle of the stream.
     abort: Callable[[int], AsyncIterator[Mapping[str, Any]]] | None = None
+    # What a byte-identical retry needs to give this very answer again (§6.1 step 7).
+    stored: StoredReply | None = None
 
     @property
     def is_error(self) -> bool:
@@ -552,19 +554,58 @@ class ServerProtocol:
     def _signed_error(
         self, exc: A2AError, session_id: str, sequence: int, req_hash: str, now_i: int
     ) -> Reply:
-        error = {"code": exc.code, "message": exc.message}
+        retry = exc.retry_after if isinstance(exc, Unavailable) else None
+        error = {"code": exc.code, "message": exc.message, "data": dict(exc.data or {})}
+        return self._error_reply(exc.http_status, error, retry, session_id, sequence, req_hash, now_i)
+
+    def _error_reply(
+        self,
+        http_status: int,
+        error: Mapping[str, Any],
+        retry: int | None,
+        session_id: str,
+        sequence: int,
+        req_hash: str,
+        now_i: int,
+    ) -> Reply:
+        """A signed error; ``error`` is code, message and the data besides ``response_jws``."""
+        signed = {"code": error["code"], "message": error["message"]}
         payload = {
             "session_id": session_id,
             "sequence": sequence,
             "request_hash": req_hash,
             "status": "error",
-            "error": error,
+            "error": signed,
             "timestamp": now_i,
         }
-        data: dict[str, Any] = dict(exc.data or {})
+        data: dict[str, Any] = dict(error["data"])
         data["response_jws"] = jws_sign(payload, self.identity, m.Typ.RESPONSE)
-        retry = exc.retry_after if isinstance(exc, Unavailable) else None
-        return Reply(exc.http_status, error={**error, "data": data}, retry_after=retry)
+        stored = StoredReply(http_status, error=error, signed_at=now_i)
+        return Reply(http_status, error={**signed, "data": data}, retry_after=retry, stored=stored)
+
+    def _success_reply(self, session_id: str, sequence: int, req_hash: str, result: Any, now_i: int) -> Reply:
+        token = self._signed_result(session_id, sequence, req_hash, result, now_i)
+        return Reply(
+            200,
+            {"status": "success", "sequence": sequence, "result": result, "response_jws": token},
+            stored=StoredReply(200, result=result, signed_at=now_i),
+        )
+
+    def _from_stored(self, stored: StoredReply, session_id: str, sequence: int, req_hash: str) -> Reply:
+        """The answer a byte-identical retry gets (§6.1 step 7)."""
+        # A stored 503 (a handler that raised Unavailable) keeps its Retry-After on replay.
+        data = stored.error.get("data") if stored.error is not None else None
+        retry = data.get("retry_after") if isinstance(data, Mapping) else None
+        retry = retry if type(retry) is int else None
+        if stored.signed_at is None:  # kept as sent (written by an older version)
+            return Reply(stored.http_status, stored.result, stored.error, retry)
+        # Kept without its signature: Ed25519 is deterministic, so signing the same payload
+        # again gives the same token, and the store holds a fraction of the bytes.
+        if stored.error is None:
+            return self._success_reply(session_id, sequence, req_hash, stored.result, stored.signed_at)
+        return self._error_reply(
+            stored.http_status, stored.error, retry, session_id, sequence, req_hash, stored.signed_at
+        )
 
     def _signed_result(self, session_id: str, sequence: int, req_hash: str, result: Any, now_i: int) -> Any:
         payload = {
@@ -668,10 +709,9 @@ class ServerProtocol:
         if not is_close and reply.stream is None:
             # The intent ran: its answer goes out even if the store cannot keep it (a shared
             # store down). A byte-identical retry then finds no stored answer and gets 503.
+            stored = reply.stored or StoredReply(reply.http_status, reply.result, reply.error)
             with contextlib.suppress(Exception):
-                await self.store.finish_request(
-                    session_id, sequence, StoredReply(reply.http_status, reply.result, reply.error)
-                )
+                await self.store.finish_request(session_id, sequence, stored)
         return reply
 
     def _wants_stream(self, intent: Intent) -> bool:
@@ -708,10 +748,7 @@ class ServerProtocol:
             replayed = self._replay_stored(stored, session_id, sequence, req_hash)
             audit.deferred = True
             return Reply(200, stream=self._audited(replayed, audit))
-        # A stored 503 (a handler that raised Unavailable) keeps its Retry-After on replay.
-        data = stored.error.get("data") if stored.error is not None else None
-        retry = data.get("retry_after") if isinstance(data, Mapping) else None
-        return Reply(stored.http_status, stored.result, stored.error, retry if type(retry) is int else None)
+        return self._from_stored(stored, session_id, sequence, req_hash)
 
     def _note_deadline(self, session_id: str, lifetime: int) -> None:
         if len(self._deadlines) >= self.limits.max_sessions:
@@ -777,10 +814,7 @@ class ServerProtocol:
         else:
             work = self.dispatcher.run(goal, inputs, context)
         result = await self._call_handler(work, timeout_ms)
-        token = self._signed_result(session.session_id, sequence, req_hash, result, int(self._clock()))
-        return Reply(
-            200, {"status": "success", "sequence": sequence, "result": result, "response_jws": token}
-        )
+        return self._success_reply(session.session_id, sequence, req_hash, result, int(self._clock()))
 
     @staticmethod
     async def _collect(stream: AsyncIterator[Any]) -> list[Any]:

@@ -130,8 +130,12 @@ class SessionRecord:
 class StoredReply:
     """The answer to an accepted request, kept for a byte-identical retry (§6.1 step 7).
 
-    For a streamed answer (§6.4) ``events`` holds the kept events' ``result`` objects in
-    order, and ``truncated`` says that later events did not fit the replay bound.
+    With ``signed_at`` set, the answer is kept unsigned: ``result`` is the handler's result,
+    or ``error`` the error's code, message and data besides ``response_jws``, and the engine
+    signs it again with that timestamp on a retry (Ed25519 signatures are deterministic, so
+    the token is the same). Without it, ``result``/``error`` are the reply as sent. For a
+    streamed answer (§6.4) ``events`` holds the kept events' ``result`` objects in order,
+    and ``truncated`` says that later events did not fit the replay bound.
     """
 
     http_status: int
@@ -139,13 +143,20 @@ class StoredReply:
     error: Mapping[str, Any] | None = None
     events: tuple[Mapping[str, Any], ...] | None = None
     truncated: bool = False
+    signed_at: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form for shared stores."""
-        out = {"http_status": self.http_status, "result": self.result, "error": self.error}
+        """A JSON-ready form for shared stores (members left out when empty)."""
+        out: dict[str, Any] = {"http_status": self.http_status}
+        if self.result is not None:
+            out["result"] = self.result
+        if self.error is not None:
+            out["error"] = self.error
         if self.events is not None:
             out["events"] = list(self.events)
             out["truncated"] = self.truncated
+        if self.signed_at is not None:
+            out["signed_at"] = self.signed_at
         return out
 
     @classmethod
@@ -158,6 +169,7 @@ class StoredReply:
             obj.get("error"),
             tuple(events) if events is not None else None,
             bool(obj.get("truncated", False)),
+            obj.get("signed_at"),
         )
 
 
