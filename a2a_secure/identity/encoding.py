@@ -232,25 +232,27 @@ def _plain(value: Any) -> bool:
     ECMAScript form differs, and everything else take the rfc8785 path, as do values nested
     deeper than ``MAX_DEPTH`` (the C encoder recurses).
     """
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        kind = type(item)
-        if kind is dict or kind is list:
-            if depth >= MAX_DEPTH:
-                return False
+    level: list[Any] = [value]
+    depth = 0
+    while level:
+        below: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                continue
             if kind is dict:
                 for key in item:
                     if type(key) is not str or not key.isascii():
                         return False
-                stack.extend((v, depth + 1) for v in item.values())
-            else:
-                stack.extend((v, depth + 1) for v in item)
-        elif kind is int:
-            if not -MAX_SAFE_INT <= item <= MAX_SAFE_INT:
+                below.extend(item.values())
+            elif kind is list:
+                below.extend(item)
+            elif kind is not int or not -MAX_SAFE_INT <= item <= MAX_SAFE_INT:
                 return False
-        elif kind is not str and kind is not bool and item is not None:
+        depth += 1
+        if below and depth > MAX_DEPTH:
             return False
+        level = below
     return True
 
 
