@@ -466,7 +466,7 @@ async def test_redis_get_session_cache_and_close_elsewhere(redis_url: str, redis
         assert b.round_trips == trips
         assert (await begin(b, s, 1, h("1"))).kind is BeginKind.NEW
         await b.finish_request(s.session_id, 1, StoredReply(200, {"ok": True}))
-        assert b.round_trips == trips + 2  # an intent: begin + finish
+        assert b.round_trips == trips + 1  # the answer goes with the next command
         # Closed on another worker: b's cache still knows the record, the begin script does not.
         await a.close_session(s.session_id)
         assert await uncached.get_session(s.session_id, T0) is None
@@ -479,6 +479,134 @@ async def test_redis_get_session_cache_and_close_elsewhere(redis_url: str, redis
         assert await b.get_session(s2.session_id, T0 + 10) is None
     finally:
         for st in (a, b, uncached):
+            await st.aclose()
+
+
+# -- answers sent with the next command (finish_linger) --------------------------------------------------
+@pytest.fixture
+async def two_workers(redis_url: str, redis_prefix: str) -> AsyncIterator[tuple[RedisStore, RedisStore]]:  # noqa: F811
+    # ``a`` holds its answers until its next command (or a flush); ``b`` is another worker.
+    a = RedisStore(redis_url, prefix=redis_prefix, finish_linger=60)
+    b = RedisStore(redis_url, prefix=redis_prefix)
+    try:
+        yield a, b
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_redis_answer_rides_with_the_next_command(two_workers: tuple[RedisStore, RedisStore]) -> None:
+    a, b = two_workers
+    s = await open_one(a, "ride")
+    assert (await begin(a, s, 1, h("1"))).kind is BeginKind.NEW
+    trips, commands = a.round_trips, a.commands
+    reply = StoredReply(200, {"ok": 1}, signed_at=1_800_000_000)
+    await a.finish_request(s.session_id, 1, reply)
+    assert (a.round_trips, a.commands) == (trips, commands)  # nothing sent yet
+    # Another worker sees the request still running: a retry there waits for the answer.
+    assert (await begin(b, s, 1, h("1"))).kind is BeginKind.IN_PROGRESS
+    # The same worker's next command carries the answer first: one round trip, two commands.
+    again = await begin(a, s, 1, h("1"))
+    assert again.kind is BeginKind.REPLAY and again.reply == reply
+    assert (a.round_trips, a.commands) == (trips + 1, commands + 2)
+    replayed = await begin(b, s, 1, h("1"))
+    assert replayed.kind is BeginKind.REPLAY and replayed.reply == reply
+
+
+async def test_redis_sequential_intents_cost_one_round_trip_each(
+    two_workers: tuple[RedisStore, RedisStore],
+) -> None:
+    a, b = two_workers
+    s = await open_one(a, "seq")
+    trips, commands = a.round_trips, a.commands
+    for seq in range(1, 21):
+        assert (await begin(a, s, seq, h(str(seq)), limit=None)).kind is BeginKind.NEW
+        await a.finish_request(s.session_id, seq, StoredReply(200, {"n": seq}, signed_at=seq))
+    assert a.round_trips - trips == 20  # each begin carried the answer before it
+    assert a.commands - commands == 20 + 19
+    await a.flush()  # the last answer, on its own
+    assert (a.round_trips - trips, a.commands - commands) == (21, 40)
+    last = await begin(b, s, 20, h("20"), limit=None)
+    assert last.kind is BeginKind.REPLAY and last.reply == StoredReply(200, {"n": 20}, signed_at=20)
+
+
+async def test_redis_answer_is_sent_after_the_linger(redis_url: str, redis_prefix: str) -> None:  # noqa: F811
+    a = RedisStore(redis_url, prefix=redis_prefix, finish_linger=0.01)
+    b = RedisStore(redis_url, prefix=redis_prefix)
+    try:
+        s = await open_one(a, "linger")
+        assert (await begin(a, s, 1, h("1"))).kind is BeginKind.NEW
+        trips = a.round_trips
+        await a.finish_request(s.session_id, 1, StoredReply(200, {"late": False}))
+        deadline = time.monotonic() + 5
+        while (await begin(b, s, 1, h("1"))).kind is BeginKind.IN_PROGRESS:
+            assert time.monotonic() < deadline, "the answer never reached Redis"
+            await asyncio.sleep(0.005)
+        assert (await begin(b, s, 1, h("1"))).reply == StoredReply(200, {"late": False})
+        assert a.round_trips == trips + 1
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_redis_without_linger_stores_before_returning(redis_url: str, redis_prefix: str) -> None:  # noqa: F811
+    a = RedisStore(redis_url, prefix=redis_prefix, finish_linger=None)
+    b = RedisStore(redis_url, prefix=redis_prefix)
+    try:
+        s = await open_one(a, "sync")
+        assert (await begin(a, s, 1, h("1"))).kind is BeginKind.NEW
+        trips = a.round_trips
+        await a.finish_request(s.session_id, 1, StoredReply(200, {"now": True}))
+        assert a.round_trips == trips + 1
+        assert (await begin(b, s, 1, h("1"))).reply == StoredReply(200, {"now": True})
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_redis_aclose_sends_what_is_left(two_workers: tuple[RedisStore, RedisStore]) -> None:
+    a, b = two_workers
+    s = await open_one(a, "closing")
+    assert (await begin(a, s, 1, h("1"))).kind is BeginKind.NEW
+    await a.finish_request(s.session_id, 1, StoredReply(200, {"kept": True}))
+    await a.aclose()
+    assert (await begin(b, s, 1, h("1"))).reply == StoredReply(200, {"kept": True})
+
+
+async def test_redis_pipelined_answer_survives_a_script_flush(
+    two_workers: tuple[RedisStore, RedisStore],
+    redis_url: str,  # noqa: F811
+) -> None:
+    # After SCRIPT FLUSH (as after a Redis restart) both commands of the round trip are
+    # refused with NOSCRIPT: each is sent again once, after its script is loaded.
+    a, b = two_workers
+    s1, s2 = await open_one(a, "flush-1"), await open_one(a, "flush-2")
+    assert (await begin(a, s1, 1, h("1"))).kind is BeginKind.NEW
+    await a.finish_request(s1.session_id, 1, StoredReply(200, {"s": 1}))
+    r = redis_sync.Redis.from_url(redis_url)
+    try:
+        r.script_flush()
+    finally:
+        r.close()
+    assert (await begin(a, s2, 1, h("1"))).kind is BeginKind.NEW
+    assert (await begin(b, s1, 1, h("1"))).reply == StoredReply(200, {"s": 1})
+    assert (await begin(b, s2, 1, h("1"))).kind is BeginKind.IN_PROGRESS  # ran exactly once
+
+
+async def test_redis_background_send_failure_is_quiet(tmp_path: Path) -> None:
+    with OwnedRedis(tmp_path, persist=False) as server:
+        st = RedisStore(server.url, prefix="bg:", socket_timeout=0.3, finish_linger=0.01)
+        try:
+            s = await open_one(st, "bg")
+            assert (await begin(st, s, 1, h("1"))).kind is BeginKind.NEW
+            server.kill()
+            await st.finish_request(s.session_id, 1, StoredReply(200, {}))
+            await asyncio.sleep(0.3)  # the background send fails: logged, nothing raised
+            assert not st._unsent and not st._flushes
+            server.start()
+            s2 = await open_one(st, "bg-after")
+            assert (await begin(st, s2, 1, h("1"))).kind is BeginKind.NEW
+        finally:
             await st.aclose()
 
 
@@ -532,6 +660,7 @@ async def test_redis_down_then_back(tmp_path: Path) -> None:
             server.kill()
             started = time.monotonic()
             failed = await _every_method(st, "down")
+            # finish_request only queues its answer; the next command carries it, and fails.
             assert failed == [
                 "add_pending",
                 "get_pending",
@@ -539,7 +668,6 @@ async def test_redis_down_then_back(tmp_path: Path) -> None:
                 "open_session",
                 "get_session",
                 "begin_request",
-                "finish_request",
                 "close_session",
             ]
             assert time.monotonic() - started < 5  # no retry loops with backoff

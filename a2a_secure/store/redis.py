@@ -35,9 +35,16 @@ client must move on to a new sequence; the intent itself never runs twice.
 **Round trips per intent.** ``get_session`` is served from a small per-process cache of the
 session records (they never change once opened); ``begin_request``'s script re-checks that
 the session still exists, so a close or an expiry seen by another worker still wins (the
-answer is then a signed -32043 instead of an unsigned one). An intent therefore costs two
-round trips (``begin_request`` + ``finish_request``), three on a worker's first request of
-a session. ``session_cache_ttl=0`` turns the cache off.
+answer is then a signed -32043 instead of an unsigned one). ``session_cache_ttl=0`` turns
+the cache off. ``finish_request`` does not wait for Redis: the answer is queued and sent in
+one pipeline with this process's next command (by SHA; a command refused with NOSCRIPT did
+not run and is sent again alone), or on its own after ``finish_linger`` (5 ms) when no
+command comes first. An intent therefore costs one round trip (``begin_request``, carrying
+the answer to the request before it), two on a worker's first request of a session or
+after a pause. Until its answer is sent, a retry that reaches another worker finds the
+request still running and waits (§6.1 step 7); a worker that dies in those milliseconds
+loses the answer, as a failed ``finish_request`` did before. ``finish_linger=None`` stores
+every answer before ``finish_request`` returns.
 
 **Cluster.** Keys derived inside scripts (a pending handshake's per-source set) are not
 declared, so on Redis Cluster give a prefix with a hash tag (``"{a2a}:"``): every key then
@@ -46,6 +53,7 @@ lives in one slot.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -364,6 +372,13 @@ class RedisStore:
 
     ``session_cache_ttl`` (seconds, 0 = off) and ``session_cache_size`` bound the
     per-process cache of session records used by :meth:`get_session`.
+
+    ``finish_linger`` (seconds): :meth:`finish_request` does not wait for Redis. The answer
+    goes in the same round trip as this process's next command (so an intent costs one
+    round trip), or on its own after ``finish_linger`` if no command comes first. Until
+    then, a retry that reaches another worker finds the request still running and waits
+    for the answer (§6.1 step 7). ``None`` stores each answer before ``finish_request``
+    returns, in a round trip of its own.
     """
 
     def __init__(
@@ -375,6 +390,7 @@ class RedisStore:
         client: Redis | None = None,
         session_cache_ttl: float = 30.0,
         session_cache_size: int = 10_000,
+        finish_linger: float | None = 0.005,
     ) -> None:
         redis_asyncio = _import_redis()
         if client is None:
@@ -415,7 +431,14 @@ class RedisStore:
         self._cache_size = session_cache_size
         self._cache: OrderedDict[str, tuple[float, SessionRecord]] = OrderedDict()
         self._last_logged = -math.inf
-        self.round_trips = 0  # commands sent to Redis (tests and metrics)
+        # Answers not yet sent to Redis: session key -> (sequence, stored reply JSON).
+        self._finish_linger = finish_linger
+        self._unsent: dict[str, tuple[int, bytes]] = {}
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._flush_loop: asyncio.AbstractEventLoop | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
+        self.round_trips = 0  # network round trips to Redis (tests and metrics)
+        self.commands = 0  # commands sent to Redis, several per round trip when pipelined
 
     @property
     def client(self) -> Redis:
@@ -460,11 +483,70 @@ class RedisStore:
     async def _script(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         from redis.exceptions import RedisError  # noqa: PLC0415 - optional extra
 
+        if self._unsent:
+            return await self._pipelined(script, keys, args)
         self.round_trips += 1
+        self.commands += 1
         try:
             return await script(keys=list(keys), args=list(args))
         except (RedisError, OSError) as exc:
             raise await self._unavailable(exc) from exc
+
+    async def _pipelined(self, script: AsyncScript | None, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """The unsent answers, then ``script`` (if any), in one round trip; the script's reply.
+
+        The scripts are called by their SHA. A command refused with NOSCRIPT (Redis restarted
+        or its script cache was flushed) did not run: that one is sent again after loading
+        its script; the commands that did run are not repeated.
+        """
+        from redis.exceptions import NoScriptError, RedisError  # noqa: PLC0415 - optional extra
+
+        unsent, self._unsent = self._unsent, {}
+        calls: list[tuple[AsyncScript, list[Any]]] = [
+            (self._finish_request, [key, str(seq), data]) for key, (seq, data) in unsent.items()
+        ]
+        if script is not None:
+            calls.append((script, [*keys, *args]))
+        pipe = self._r.pipeline(transaction=False)
+        for sc, argv in calls:
+            nkeys = 1 if sc is self._finish_request else len(keys)
+            pipe.evalsha(sc.sha, nkeys, *argv)
+        self.round_trips += 1
+        self.commands += len(calls)
+        try:
+            out = await pipe.execute(raise_on_error=False)
+            for i, (sc, argv) in enumerate(calls):
+                if isinstance(out[i], NoScriptError):
+                    nkeys = 1 if sc is self._finish_request else len(keys)
+                    self.round_trips += 1
+                    self.commands += 1
+                    out[i] = await sc(keys=argv[:nkeys], args=argv[nkeys:])
+        except (RedisError, OSError) as exc:
+            raise await self._unavailable(exc) from exc
+        failed = [r for r in out if isinstance(r, Exception)]
+        if failed:
+            raise await self._unavailable(failed[0])
+        return out[-1] if script is not None else None
+
+    async def flush(self) -> None:
+        """Send the answers :meth:`finish_request` has not sent yet (one round trip)."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        if self._unsent:
+            await self._pipelined(None, (), ())
+
+    def _flush_later(self) -> None:
+        self._flush_timer = None
+        task = asyncio.ensure_future(self._flush_quietly())
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def _flush_quietly(self) -> None:
+        # In the background nobody waits for the answer: a failure is logged (by
+        # _unavailable) and the answers are lost, as a failed finish_request loses its own.
+        with contextlib.suppress(Unavailable):
+            await self.flush()
 
     # -- pending handshakes ---------------------------------------------------------------------
     async def add_pending(
@@ -616,12 +698,15 @@ class RedisStore:
         return Begin(kind, last)
 
     async def finish_request(self, session_id: str, sequence: int, reply: StoredReply) -> None:
-        """See :meth:`Store.finish_request`."""
-        await self._script(
-            self._finish_request,
-            [self._k_session(session_id)],
-            [str(sequence), encoding.dumps(reply.to_dict())],
-        )
+        """See :meth:`Store.finish_request`; sent with the next command (``finish_linger``)."""
+        self._unsent[self._k_session(session_id)] = (sequence, encoding.dumps(reply.to_dict()))
+        if self._finish_linger is None:
+            await self.flush()
+        else:
+            loop = asyncio.get_running_loop()
+            if self._flush_timer is None or self._flush_loop is not loop:  # none yet, or an old loop's
+                self._flush_loop = loop
+                self._flush_timer = loop.call_later(self._finish_linger, self._flush_later)
 
     async def close_session(self, session_id: str) -> None:
         """See :meth:`Store.close_session`."""
@@ -631,7 +716,11 @@ class RedisStore:
         )
 
     async def aclose(self) -> None:
-        """Close the connection pool (only when the store built its own client)."""
+        """Send the answers not yet sent, then close the pool (if the store built its client)."""
+        with contextlib.suppress(Unavailable):
+            await self.flush()
+        if self._flushes:
+            await asyncio.gather(*self._flushes, return_exceptions=True)
         self._cache.clear()
         if self._owns_client:
             await self._r.aclose()
