@@ -521,7 +521,10 @@ async def test_redis_sequential_intents_cost_one_round_trip_each(
     trips, commands = a.round_trips, a.commands
     for seq in range(1, 21):
         assert (await begin(a, s, seq, h(str(seq)), limit=None)).kind is BeginKind.NEW
+        # The begin carried the answer before it: that answer's timer had nothing left to send.
+        assert a._flush_timer is None
         await a.finish_request(s.session_id, seq, StoredReply(200, {"n": seq}, signed_at=seq))
+        assert a._flush_timer is not None
     assert a.round_trips - trips == 20  # each begin carried the answer before it
     assert a.commands - commands == 20 + 19
     await a.flush()  # the last answer, on its own

@@ -502,6 +502,9 @@ class RedisStore:
         from redis.exceptions import NoScriptError, RedisError  # noqa: PLC0415 - optional extra
 
         unsent, self._unsent = self._unsent, {}
+        if self._flush_timer is not None:  # nothing left for it to send
+            self._flush_timer.cancel()
+            self._flush_timer = None
         calls: list[tuple[AsyncScript, list[Any]]] = [
             (self._finish_request, [key, str(seq), data]) for key, (seq, data) in unsent.items()
         ]
