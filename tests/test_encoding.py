@@ -457,12 +457,26 @@ def test_prop_loads_jsonish_only_parse_error(text: str) -> None:
     _loads_only_parse_error(text.encode("utf-8", "surrogatepass"))
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4)
-    ),
-    max_leaves=20,
+def json_like(*, int_bound: int, keys: st.SearchStrategy[Any], tuples: bool) -> st.SearchStrategy[Any]:
+    """Values close to JSON: any float, ints up to ``int_bound``, member names from ``keys``."""
+    leaves = (
+        st.none()
+        | st.booleans()
+        | st.integers(min_value=-int_bound, max_value=int_bound)
+        | st.floats()
+        | st.text(alphabet=st.characters(), max_size=8)
+    )
+
+    def containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        out = st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4)
+        return out | st.tuples(inner, inner) if tuples else out
+
+    return st.recursive(leaves, containers, max_leaves=24)
+
+
+# Integer member names too: they must be refused, not silently turned into strings.
+json_values = json_like(
+    int_bound=2**60, keys=st.text(alphabet=st.characters(), max_size=8) | st.integers(), tuples=False
 )
 
 
@@ -548,19 +562,7 @@ def test_prop_ijson_problem_agrees_with_encoding_and_parsing(value: Any) -> None
 
 
 # -- jcs: the C encoder where it writes what RFC 8785 writes ------------------------------------------
-jcs_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**54), max_value=2**54)
-    | st.floats()
-    | st.text(alphabet=st.characters(), max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=4)
-        | st.tuples(inner, inner)
-        | st.dictionaries(st.text(alphabet=st.characters(), max_size=6), inner, max_size=4)
-    ),
-    max_leaves=24,
-)
+jcs_values = json_like(int_bound=2**54, keys=st.text(alphabet=st.characters(), max_size=6), tuples=True)
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow], max_examples=400)

@@ -15,6 +15,7 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -483,16 +484,26 @@ async def test_redis_get_session_cache_and_close_elsewhere(redis_url: str, redis
 
 
 # -- answers sent with the next command (finish_linger) --------------------------------------------------
-@pytest.fixture
-async def two_workers(redis_url: str, redis_prefix: str) -> AsyncIterator[tuple[RedisStore, RedisStore]]:  # noqa: F811
-    # ``a`` holds its answers until its next command (or a flush); ``b`` is another worker.
-    a = RedisStore(redis_url, prefix=redis_prefix, finish_linger=60)
-    b = RedisStore(redis_url, prefix=redis_prefix)
+Pair = tuple[RedisStore, RedisStore]
+
+
+@asynccontextmanager
+async def workers(url: str, prefix: str, linger: float | None) -> AsyncIterator[Pair]:
+    """Worker ``a`` with ``finish_linger=linger``, and another worker ``b``."""
+    a = RedisStore(url, prefix=prefix, finish_linger=linger)
+    b = RedisStore(url, prefix=prefix)
     try:
         yield a, b
     finally:
         await a.aclose()
         await b.aclose()
+
+
+@pytest.fixture
+async def two_workers(redis_url: str, redis_prefix: str) -> AsyncIterator[tuple[RedisStore, RedisStore]]:  # noqa: F811
+    # ``a`` holds its answers until its next command (or a flush).
+    async with workers(redis_url, redis_prefix, 60) as pair:
+        yield pair
 
 
 async def test_redis_answer_rides_with_the_next_command(two_workers: tuple[RedisStore, RedisStore]) -> None:
@@ -534,9 +545,7 @@ async def test_redis_sequential_intents_cost_one_round_trip_each(
 
 
 async def test_redis_answer_is_sent_after_the_linger(redis_url: str, redis_prefix: str) -> None:  # noqa: F811
-    a = RedisStore(redis_url, prefix=redis_prefix, finish_linger=0.01)
-    b = RedisStore(redis_url, prefix=redis_prefix)
-    try:
+    async with workers(redis_url, redis_prefix, 0.01) as (a, b):
         s = await open_one(a, "linger")
         assert (await begin(a, s, 1, h("1"))).kind is BeginKind.NEW
         trips = a.round_trips
@@ -547,24 +556,16 @@ async def test_redis_answer_is_sent_after_the_linger(redis_url: str, redis_prefi
             await asyncio.sleep(0.005)
         assert (await begin(b, s, 1, h("1"))).reply == StoredReply(200, {"late": False})
         assert a.round_trips == trips + 1
-    finally:
-        await a.aclose()
-        await b.aclose()
 
 
 async def test_redis_without_linger_stores_before_returning(redis_url: str, redis_prefix: str) -> None:  # noqa: F811
-    a = RedisStore(redis_url, prefix=redis_prefix, finish_linger=None)
-    b = RedisStore(redis_url, prefix=redis_prefix)
-    try:
+    async with workers(redis_url, redis_prefix, None) as (a, b):
         s = await open_one(a, "sync")
         assert (await begin(a, s, 1, h("1"))).kind is BeginKind.NEW
         trips = a.round_trips
         await a.finish_request(s.session_id, 1, StoredReply(200, {"now": True}))
         assert a.round_trips == trips + 1
         assert (await begin(b, s, 1, h("1"))).reply == StoredReply(200, {"now": True})
-    finally:
-        await a.aclose()
-        await b.aclose()
 
 
 async def test_redis_aclose_sends_what_is_left(two_workers: tuple[RedisStore, RedisStore]) -> None:
