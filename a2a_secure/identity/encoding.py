@@ -181,7 +181,8 @@ def ijson_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
-            if _SURROGATE_RE.search(item) is not None:
+            # isascii() is O(1) in CPython: only a non-ASCII string can hold a surrogate.
+            if not item.isascii() and _SURROGATE_RE.search(item) is not None:
                 return "lone surrogate in string"
         elif isinstance(item, dict | list | tuple):
             if depth > max_depth:
@@ -190,7 +191,7 @@ def ijson_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
                 for key in item:
                     if not isinstance(key, str):
                         return "member name is not a string"
-                    if _SURROGATE_RE.search(key) is not None:
+                    if not key.isascii() and _SURROGATE_RE.search(key) is not None:
                         return "lone surrogate in string"
                 stack.extend((v, depth + 1) for v in item.values())
             else:
