@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Before/after: the same measurements on two source trees, alternating, in one run.
+
+An optimisation is judged against the tree it changed, on the same machine at the same
+time: shared machines drift by tens of percent between runs, so each round measures tree A
+then tree B, and the report gives the minimum and the median of the rounds per tree.
+
+    python scripts/bench_ab.py OLD_TREE NEW_TREE [--rounds 5]
+
+A tree is a directory holding ``a2a_secure/`` (a ``git worktree add /tmp/old <commit>``).
+Each measurement runs in a fresh interpreter whose ``PYTHONPATH`` is the tree, through only
+the public API both trees have:
+
+* ``server``: server CPU µs per signed intent through ``AgentServer.app()`` called as ASGI
+  (no socket), 200-intent batches, the fastest and the median batch;
+* ``client``: client CPU µs per ``A2AClient.request`` and intents/s, one session against a
+  uvicorn server of the same tree in its own process;
+* ``handshake``: client CPU µs per ``A2AClient.handshake`` against that server;
+* ``memory``: the bytes one real intent through ``ServerProtocol`` adds to each open session
+  in ``MemoryStore`` (RSS delta over 5000 sessions, one client DID each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+INTENT = {"goal": "echo", "domain": "bench", "inputs": {"text": "Hello world", "target_language": "es"}}
+KINDS = ("server", "client", "handshake", "memory")
+
+
+# -- child side: runs inside the tree under test ------------------------------------------------
+def _server(identity: Any, sessions: int = 100) -> Any:
+    from a2a_secure.protocol.policy import Policy
+    from a2a_secure.protocol.server import ServerLimits
+    from a2a_secure.server.app import AgentServer
+    from a2a_secure.store.memory import MemoryStore
+
+    policy = Policy.build(rate_limit=10**9, rate_period=3600, session_timeout=3600)
+    limits = ServerLimits(max_sessions=sessions + 10, max_pending_total=sessions + 10)
+    server = AgentServer(identity, policy, store=MemoryStore(), limits=limits)
+
+    @server.intent("echo")
+    async def echo(inputs: Any) -> Any:
+        return inputs
+
+    return server
+
+
+async def _asgi_post(app: Any, body: bytes) -> int:
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/a2a/intent",
+        "raw_path": b"/a2a/intent",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+    }
+    sent, status = False, 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = int(message["status"])
+
+    await app(scope, receive, send)
+    return status
+
+
+async def _open(server: Any, client_id: Any) -> Any:
+    from a2a_secure.protocol.client import ClientHandshake
+
+    protocol = server.protocol
+    hs = ClientHandshake(client_id, await server.resolver.resolve(server.identity.did))
+    challenge = await protocol.handle("hello", hs.hello())
+    policy = await protocol.handle("proof", hs.receive_challenge(challenge.result))
+    return hs.receive_session(
+        (await protocol.handle("accept_policy", hs.receive_policy(policy.result))).result
+    )
+
+
+async def measure_server(batches: int = 30, size: int = 200) -> dict[str, float]:
+    from a2a_secure.identity import encoding
+    from a2a_secure.identity.keys import Identity
+
+    server = _server(Identity.generate("ab-server"))
+    session = await _open(server, Identity.generate("ab-client"))
+    app = server.app()
+    bodies = []
+    for i in range((batches + 1) * size):
+        req = session.prepare_intent(INTENT)
+        bodies.append(encoding.dumps({"jsonrpc": "2.0", "method": "intent", "params": req.params, "id": i}))
+    for body in bodies[:size]:  # warm-up
+        assert await _asgi_post(app, body) == 200
+    per: list[float] = []
+    for b in range(1, batches + 1):
+        t = time.process_time()
+        for body in bodies[b * size : (b + 1) * size]:
+            assert await _asgi_post(app, body) == 200
+        per.append((time.process_time() - t) / size * 1e6)
+    return {"us_min": min(per), "us_median": statistics.median(per)}
+
+
+def serve_child() -> None:
+    """``--serve``: an echo agent under uvicorn on an ephemeral port; prints READY <url> <did>."""
+    import uvicorn
+
+    from a2a_secure.identity.keys import Identity
+
+    server = _server(Identity.generate("ab-server"), sessions=100_000)
+    config = uvicorn.Config(server.app(), host="127.0.0.1", port=0, log_level="warning", access_log=False)
+    userver = uvicorn.Server(config)
+
+    async def main() -> None:
+        task = asyncio.create_task(userver.serve())
+        while not userver.started:  # noqa: ASYNC110 - uvicorn offers no event to wait on
+            await asyncio.sleep(0.01)
+        port = userver.servers[0].sockets[0].getsockname()[1]
+        print(f"READY http://127.0.0.1:{port} {server.identity.did}", flush=True)
+        await task
+
+    asyncio.run(main())
+
+
+async def measure_client(kind: str, batches: int = 12, size: int = 100) -> dict[str, float]:
+    from a2a_secure.client.http import A2AClient
+    from a2a_secure.identity.keys import Identity
+
+    proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "--serve", stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        _ready, url, did = (await proc.stdout.readline()).decode().split()
+        async with A2AClient(Identity.generate("ab-client")) as client:
+
+            async def one() -> None:
+                if kind == "handshake":
+                    await client.handshake(did, url)
+                else:
+                    await client.request(did, INTENT, endpoint=url)
+
+            for _ in range(size):
+                await one()
+            cpu: list[float] = []
+            rate: list[float] = []
+            n = size // 4 if kind == "handshake" else size
+            for _ in range(batches):
+                t, w = time.process_time(), time.perf_counter()
+                for _ in range(n):
+                    await one()
+                cpu.append((time.process_time() - t) / n * 1e6)
+                rate.append(n / (time.perf_counter() - w))
+        return {
+            "us_min": min(cpu),
+            "us_median": statistics.median(cpu),
+            "per_s_median": statistics.median(rate),
+        }
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+def measure_memory(n: int = 5000) -> dict[str, float]:
+    """What one intent adds to each open session's memory (the stored answer, its rate window)."""
+    import gc
+
+    from a2a_secure.identity.keys import Identity
+
+    server = _server(Identity.generate("ab-server"), sessions=n)
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    async def run() -> None:
+        # One client DID per session, as many callers would have; requests signed beforehand,
+        # so that only what the server keeps lies between the two readings.
+        sessions = [await _open(server, Identity.generate(f"ab-{i}")) for i in range(n)]
+        reqs = [s.prepare_intent(INTENT) for s in sessions]
+        gc.collect()
+        before = rss()
+        for r in reqs:
+            reply = await server.protocol.handle(r.method, r.params)
+            assert reply.error is None, reply.error
+        gc.collect()
+        out["bytes_added_per_session_by_one_intent"] = (rss() - before) / n
+
+    out: dict[str, float] = {}
+    asyncio.run(run())
+    return out
+
+
+def child(kind: str) -> None:
+    if kind == "server":
+        out = asyncio.run(measure_server())
+    elif kind in ("client", "handshake"):
+        out = asyncio.run(measure_client(kind))
+    else:
+        out = measure_memory()
+    print(json.dumps(out))
+
+
+# -- parent side ------------------------------------------------------------------------------------
+def run_in(tree: Path, kind: str) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{kind} in {tree} failed:\n{out.stderr[-2000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("old", type=Path, nargs="?")
+    p.add_argument("new", type=Path, nargs="?")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--only", choices=KINDS, action="append")
+    p.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
+    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.serve:
+        serve_child()
+        return
+    if args.child:
+        child(args.child)
+        return
+    if args.old is None or args.new is None:
+        p.error("give the old and the new tree")
+    trees = {"old": args.old.resolve(), "new": args.new.resolve()}
+    for name, tree in trees.items():
+        if not (tree / "a2a_secure").is_dir():
+            p.error(f"{name} tree {tree} has no a2a_secure/")
+    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    for kind in args.only or KINDS:
+        for r in range(args.rounds):
+            for name, tree in trees.items():
+                print(
+                    f"[{time.strftime('%H:%M:%S')}] {kind} round {r + 1}/{args.rounds}: {name}",
+                    file=sys.stderr,
+                )
+                results.setdefault(kind, {}).setdefault(name, []).append(run_in(tree, kind))
+    print(f"old: {trees['old']}\nnew: {trees['new']}\n{args.rounds} rounds, alternating old/new\n")
+    print(f"{'measure':52s} {'old':>10s} {'new':>10s} {'new/old':>8s}")
+    for kind, by_tree in results.items():
+        for metric in by_tree["old"][0]:
+            old = [m[metric] for m in by_tree["old"]]
+            new = [m[metric] for m in by_tree["new"]]
+            pick = min if metric.endswith("_min") else statistics.median
+            o, n = pick(old), pick(new)
+            print(f"{kind + ': ' + metric:52s} {o:10.1f} {n:10.1f} {n / o:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
