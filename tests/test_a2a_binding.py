@@ -34,21 +34,28 @@ from a2a.client import A2ACardResolver, BaseClient, ClientCallContext, ClientCon
 from a2a.helpers import get_artifact_text, new_text_message
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore
+from a2a.server.tasks import InMemoryPushNotificationConfigStore, InMemoryTaskStore
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
     AgentInterface,
     AgentSkill,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    InvalidParamsError,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
+    PushNotificationNotSupportedError,
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
     SubscribeToTaskRequest,
     TaskNotCancelableError,
     TaskNotFoundError,
+    TaskPushNotificationConfig,
     TaskState,
     UnsupportedOperationError,
     VersionNotSupportedError,
@@ -64,6 +71,7 @@ from a2a_secure.a2a_binding import (
     EXTENSION_URI,
     A2ABridge,
     CardVerificationError,
+    PushUrlPolicy,
     SecureA2ATransport,
     SecureTransportError,
     build_agent_card,
@@ -115,7 +123,7 @@ def load_example(name: str) -> ModuleType:
 CountingEcho = load_example("a2a_echo_agent").EchoExecutor
 
 
-def template_card() -> AgentCard:
+def template_card(*, push: bool = False, extended: bool = False) -> AgentCard:
     return AgentCard(
         name="a2a-echo",
         # Replaced by the bridge; given so that the SDK does not log the card as incomplete.
@@ -124,7 +132,7 @@ def template_card() -> AgentCard:
         ],
         description="Echoes words back as artifact chunks",
         version="1.0.0",
-        capabilities=AgentCapabilities(streaming=True),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=push, extended_agent_card=extended),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id="echo", name="Echo", description="Echo", tags=["echo"])],
@@ -164,13 +172,26 @@ class Env:
 
 
 @contextlib.asynccontextmanager
-async def running(*, policy: Policy | None = None, delay: float = 0.0) -> AsyncIterator[Env]:
+async def running(
+    *,
+    policy: Policy | None = None,
+    delay: float = 0.0,
+    push: bool = False,
+    push_url_validator: Callable[[str], Any] | None = None,
+    extended_card: AgentCard | None = None,
+) -> AsyncIterator[Env]:
     executor = CountingEcho(delay)
+    card = template_card(push=push, extended=extended_card is not None)
     handler = DefaultRequestHandler(
-        agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=template_card()
+        agent_executor=executor,
+        task_store=InMemoryTaskStore(),
+        agent_card=card,
+        push_config_store=InMemoryPushNotificationConfigStore() if push else None,
+        push_url_validator=push_url_validator,
+        extended_agent_card=extended_card,
     )
     server = AgentServer(SERVER, policy or Policy(), name="a2a-echo")
-    bridge = A2ABridge(handler, agent_card=template_card())
+    bridge = A2ABridge(handler, agent_card=card)
     bridge.mount(server)
     try:
         async with serve_app(server.app()) as url:
@@ -449,6 +470,94 @@ async def test_another_did_gets_task_not_found() -> None:
         assert getattr(info.value.__cause__, "signed", False) is True
         assert getattr(info.value.__cause__, "code", None) == -32001
         assert list((await bob_sdk.list_tasks(ListTasksRequest())).tasks) == []
+
+
+async def test_push_notification_configs_create_get_list_delete_per_caller() -> None:
+    # The four push-notification methods go through the DID session like the others, and
+    # the SDK scopes them by the caller's DID: another caller cannot see or delete them.
+    async with (
+        running(push=True) as env,
+        env.a2a_client("alice") as alice,
+        env.a2a_client("bob") as bob,
+    ):
+        sdk = env.sdk_client(alice, streaming=False)
+        _kinds, task = await text_of(sdk, send_request())
+        config = TaskPushNotificationConfig(
+            task_id=task.id, id="hook-1", url="https://hooks.example.com/a2a", token="t-1"
+        )
+        created = await sdk.create_task_push_notification_config(config)
+        assert (created.task_id, created.id, created.url, created.token) == (
+            task.id,
+            "hook-1",
+            "https://hooks.example.com/a2a",
+            "t-1",
+        )
+        got = await sdk.get_task_push_notification_config(
+            GetTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+        )
+        assert got.url == "https://hooks.example.com/a2a"
+        listed = await sdk.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task.id)
+        )
+        assert [c.id for c in listed.configs] == ["hook-1"]
+        bob_sdk = env.sdk_client(bob, streaming=False)
+        with pytest.raises(TaskNotFoundError) as info:
+            await bob_sdk.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task.id)
+            )
+        assert getattr(info.value.__cause__, "signed", False) is True
+        with pytest.raises(TaskNotFoundError):
+            await bob_sdk.delete_task_push_notification_config(
+                DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+            )
+        await sdk.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+        )
+        listed = await sdk.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task.id)
+        )
+        assert list(listed.configs) == []
+
+
+async def test_push_url_policy_refuses_private_receivers_with_a_signed_error() -> None:
+    async with running(push=True, push_url_validator=PushUrlPolicy()) as env, env.a2a_client() as client:
+        sdk = env.sdk_client(client, streaming=False)
+        _kinds, task = await text_of(sdk, send_request())
+        for url in ("https://127.0.0.1/hook", "https://169.254.169.254/latest", "http://93.184.216.34/x"):
+            with pytest.raises(InvalidParamsError) as info:
+                await sdk.create_task_push_notification_config(
+                    TaskPushNotificationConfig(task_id=task.id, id="h", url=url)
+                )
+            assert getattr(info.value.__cause__, "signed", False) is True, url
+        ok = await sdk.create_task_push_notification_config(
+            TaskPushNotificationConfig(task_id=task.id, id="h", url="https://93.184.216.34/hook")
+        )
+        assert ok.url == "https://93.184.216.34/hook"
+
+
+async def test_push_notifications_on_an_agent_without_them_get_a_signed_error() -> None:
+    async with running() as env, env.a2a_client() as client:
+        sdk = env.sdk_client(client, streaming=False)
+        _kinds, task = await text_of(sdk, send_request())
+        with pytest.raises(PushNotificationNotSupportedError) as info:
+            await sdk.create_task_push_notification_config(
+                TaskPushNotificationConfig(task_id=task.id, id="h", url="https://hooks.example.com/x")
+            )
+        assert getattr(info.value.__cause__, "signed", False) is True
+
+
+async def test_extended_agent_card_comes_over_the_session() -> None:
+    extended = template_card(extended=True)
+    extended.name = "a2a-echo (for callers with a session)"
+    extended.skills.append(AgentSkill(id="secret", name="Secret", description="Only here", tags=["x"]))
+    async with running(extended_card=extended) as env, env.a2a_client() as client:
+        assert env.bridge.agent_card.capabilities.extended_agent_card
+        sdk = env.sdk_client(client, streaming=False)
+        card = await sdk.get_extended_agent_card(GetExtendedAgentCardRequest())
+        assert card.name == "a2a-echo (for callers with a session)"
+        assert [s.id for s in card.skills] == ["echo", "secret"]
+        # The public card, signed and served to anyone, does not have the extra skill.
+        assert [s.id for s in env.bridge.agent_card.skills] == ["echo"]
 
 
 async def test_a_blocked_a2a_method_gets_32042() -> None:
