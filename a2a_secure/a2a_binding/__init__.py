@@ -9,7 +9,9 @@ call is signed and sequenced, and every answer, streamed ones included, is signe
   :func:`fetch_agent_card`: the agent card as a valid, signed A2A ``AgentCard`` whose hash is
   the handshake's ``manifest_hash``;
 - :class:`SecureA2ATransport` and :func:`register_secure_transport`: the a2a-sdk client
-  transport, so an a2a-sdk client calls a secured agent unchanged.
+  transport, so an a2a-sdk client calls a secured agent unchanged;
+- :class:`PushUrlPolicy`: the ``push_url_validator`` that keeps push notifications away
+  from loopback, private and metadata addresses.
 
 This subpackage needs ``pip install 'a2a-secure[a2a]'``; the core never imports ``a2a``.
 """
@@ -44,6 +46,7 @@ from a2a_secure.a2a_binding.client import (
     secure_client_config,
 )
 from a2a_secure.a2a_binding.errors import A2AProtocolError, SecureTransportError
+from a2a_secure.a2a_binding.push import PushUrlPolicy
 from a2a_secure.a2a_binding.server import (
     A2A_DOMAIN,
     SERVICE_PARAMETERS,
@@ -65,6 +68,7 @@ __all__ = [
     "A2AProtocolError",
     "CardVerificationError",
     "DIDUser",
+    "PushUrlPolicy",
     "SecureA2ATransport",
     "SecureTransportError",
     "VerifiedCard",

@@ -53,6 +53,7 @@ __all__ = [
     "MAX_SERVICES",
     "MAX_VERIFICATION_METHODS",
     "DidWebResolver",
+    "host_name_blocked",
     "is_public_address",
     "make_resolver",
     "parse_did_document",
@@ -200,8 +201,13 @@ def _parse_address(text: str) -> IPAddress:
         raise DIDResolutionError("did:web host resolves to an unusable address") from None
 
 
-def _host_name_blocked(host: str) -> bool:
-    # Single-label names are completed with the resolver's search domains: intranet hosts.
+def host_name_blocked(host: str) -> bool:
+    """True for a host name that names no public host.
+
+    That is ``localhost`` and the like, a name without a dot (completed with the resolver's
+    search domains: an intranet host), and the private-use and intranet suffixes
+    (``.internal``, ``.local``, ``.home.arpa`` …).
+    """
     return host in _BLOCKED_NAMES or "." not in host or host.endswith(_BLOCKED_SUFFIXES)
 
 
@@ -464,7 +470,7 @@ class DidWebResolver:
             return
         if self._dev_allow_loopback and (host == "localhost" or host.endswith(".localhost")):
             return
-        if _host_name_blocked(host):
+        if host_name_blocked(host):
             raise DIDResolutionError("did:web host name is local or internal")
 
     def _plan(self, did: str) -> tuple[str, int | None, str]:
