@@ -483,6 +483,23 @@ async def test_redis_get_session_cache_and_close_elsewhere(redis_url: str, redis
             await st.aclose()
 
 
+async def test_redis_ttl_ends_a_session_for_a_worker_whose_clock_stepped_back(rstore: RedisStore) -> None:
+    """ATTACKS.md G12 across workers: Redis's own clock ends the session key.
+
+    A worker whose wall clock stepped back still believes the session is open (its ``now`` is
+    before ``expires_at``), but the key's TTL, counted by Redis from the session's lifetime,
+    has run out: the authoritative check answers GONE, about a second of slack late at most.
+    """
+    now = float(int(time.time()))  # whole seconds, as created_at and expires_at are
+    s = await open_one(rstore, "g12", now=now, lifetime=1)
+    assert (await begin(rstore, s, 1, h("1"), now=now)).kind is BeginKind.NEW
+    await asyncio.sleep(2.3)  # lifetime + the TTL's one second of slack, on the real clock
+    stepped_back = now + 0.5  # this worker's clock: the session looks half a second old
+    assert not s.expired(stepped_back)
+    assert (await begin(rstore, s, 2, h("2"), now=stepped_back)).kind is BeginKind.GONE
+    assert await rstore.get_session(s.session_id, stepped_back) is None
+
+
 # -- answers sent with the next command (finish_linger) --------------------------------------------------
 Pair = tuple[RedisStore, RedisStore]
 

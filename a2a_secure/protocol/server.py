@@ -263,7 +263,8 @@ class ServerProtocol:
         self._monotonic = monotonic
         # Session id -> monotonic deadline, for the sessions this process opened: a wall
         # clock stepping back must not lengthen a session (ATTACKS.md G12). Other workers
-        # sharing a store fall back on the wall-clock expires_at of PROTOCOL.md §5.6.
+        # sharing a store check the wall-clock expires_at of PROTOCOL.md §5.6; with Redis,
+        # the session key's TTL (Redis's clock) ends the session for them as well.
         self._deadlines: dict[str, float] = {}
         self._random = random_bytes
         self._public_keys = [identity.public_key_entry()]
