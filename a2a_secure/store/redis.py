@@ -38,7 +38,7 @@ the session still exists, so a close or an expiry seen by another worker still w
 answer is then a signed -32043 instead of an unsigned one). ``session_cache_ttl=0`` turns
 the cache off. ``finish_request`` does not wait for Redis: the answer is queued and sent in
 one pipeline with this process's next command (by SHA; a command refused with NOSCRIPT did
-not run and is sent again alone), or on its own after ``finish_linger`` (5 ms) when no
+not run and is sent again alone), or on its own after ``finish_linger`` (20 ms) when no
 command comes first. An intent therefore costs one round trip (``begin_request``, carrying
 the answer to the request before it), two on a worker's first request of a session or
 after a pause. Until its answer is sent, a retry that reaches another worker finds the
@@ -390,7 +390,7 @@ class RedisStore:
         client: Redis | None = None,
         session_cache_ttl: float = 30.0,
         session_cache_size: int = 10_000,
-        finish_linger: float | None = 0.005,
+        finish_linger: float | None = 0.02,
     ) -> None:
         redis_asyncio = _import_redis()
         if client is None:
