@@ -36,6 +36,10 @@ from typing import Any
 INTENT = {"goal": "echo", "domain": "bench", "inputs": {"text": "Hello world", "target_language": "es"}}
 KINDS = ("server", "client", "handshake", "memory")
 
+# This script's own bench.py (it imports a2a_secure only inside its functions).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import _asgi_post  # noqa: E402
+
 
 # -- child side: runs inside the tree under test ------------------------------------------------
 def _server(identity: Any, sessions: int = 100) -> Any:
@@ -53,39 +57,6 @@ def _server(identity: Any, sessions: int = 100) -> Any:
         return inputs
 
     return server
-
-
-async def _asgi_post(app: Any, body: bytes) -> int:
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/a2a/intent",
-        "raw_path": b"/a2a/intent",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 40000),
-        "server": ("127.0.0.1", 8000),
-    }
-    sent, status = False, 0
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = int(message["status"])
-
-    await app(scope, receive, send)
-    return status
 
 
 async def _open(server: Any, client_id: Any) -> Any:
@@ -112,12 +83,12 @@ async def measure_server(batches: int = 30, size: int = 200) -> dict[str, float]
         req = session.prepare_intent(INTENT)
         bodies.append(encoding.dumps({"jsonrpc": "2.0", "method": "intent", "params": req.params, "id": i}))
     for body in bodies[:size]:  # warm-up
-        assert await _asgi_post(app, body) == 200
+        assert await _asgi_post(app, "/a2a/intent", body) == 200
     per: list[float] = []
     for b in range(1, batches + 1):
         t = time.process_time()
         for body in bodies[b * size : (b + 1) * size]:
-            assert await _asgi_post(app, body) == 200
+            assert await _asgi_post(app, "/a2a/intent", body) == 200
         per.append((time.process_time() - t) / size * 1e6)
     return {"us_min": min(per), "us_median": statistics.median(per)}
 
