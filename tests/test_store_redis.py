@@ -614,6 +614,27 @@ async def test_redis_pipelined_answer_survives_a_script_flush(
     assert (await begin(b, s2, 1, h("1"))).kind is BeginKind.IN_PROGRESS  # ran exactly once
 
 
+async def test_redis_an_answer_that_fails_does_not_fail_the_command_it_rode_with(
+    two_workers: Pair,
+    redis_url: str,
+    redis_prefix: str,  # noqa: F811
+) -> None:
+    # A queued answer whose script fails (here its session key holds a string) is lost and
+    # logged; the begin_request sent in the same round trip did run, and its outcome stands:
+    # reporting 503 for it would tell the client that a consumed sequence was not.
+    a, b = two_workers
+    s = await open_one(a, "rides")
+    broken = session("broken")
+    r = redis_sync.Redis.from_url(redis_url)
+    try:
+        r.set(f"{redis_prefix}s:{broken.session_id}", b"not a hash")
+    finally:
+        r.close()
+    await a.finish_request(broken.session_id, 1, StoredReply(200, {}))
+    assert (await begin(a, s, 1, h("1"))).kind is BeginKind.NEW
+    assert (await begin(b, s, 1, h("1"))).kind is BeginKind.IN_PROGRESS  # consumed, for everyone
+
+
 async def test_redis_background_send_failure_is_quiet(tmp_path: Path) -> None:
     with OwnedRedis(tmp_path, persist=False) as server:
         st = RedisStore(server.url, prefix="bg:", socket_timeout=0.3, finish_linger=0.01)

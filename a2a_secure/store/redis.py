@@ -526,10 +526,19 @@ class RedisStore:
                     out[i] = await sc(keys=argv[:nkeys], args=argv[nkeys:])
         except (RedisError, OSError) as exc:
             raise await self._unavailable(exc) from exc
-        failed = [r for r in out if isinstance(r, Exception)]
-        if failed:
-            raise await self._unavailable(failed[0])
-        return out[-1] if script is not None else None
+        if script is None:
+            failed = [r for r in out if isinstance(r, Exception)]
+            if failed:
+                raise await self._unavailable(failed[0])
+            return None
+        # The answers that failed are lost (logged), as a failed finish_request loses its own;
+        # they must not fail the script, which did run: its outcome stands.
+        lost = [r for r in out[:-1] if isinstance(r, Exception)]
+        if lost:
+            _log.warning("%d stored answer(s) lost: %s", len(lost), str(lost[0])[:200])
+        if isinstance(out[-1], Exception):
+            raise await self._unavailable(out[-1])
+        return out[-1]
 
     async def flush(self) -> None:
         """Send the answers :meth:`finish_request` has not sent yet (one round trip)."""
