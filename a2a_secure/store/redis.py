@@ -518,14 +518,18 @@ class RedisStore:
         self.commands += len(calls)
         try:
             out = await pipe.execute(raise_on_error=False)
-            for i, (sc, argv) in enumerate(calls):
-                if isinstance(out[i], NoScriptError):
-                    nkeys = 1 if sc is self._finish_request else len(keys)
-                    self.round_trips += 1
-                    self.commands += 1
-                    out[i] = await sc(keys=argv[:nkeys], args=argv[nkeys:])
         except (RedisError, OSError) as exc:
             raise await self._unavailable(exc) from exc
+        for i, (sc, argv) in enumerate(calls):
+            if not isinstance(out[i], NoScriptError):
+                continue
+            nkeys = 1 if sc is self._finish_request else len(keys)
+            self.round_trips += 1
+            self.commands += 1
+            try:
+                out[i] = await sc(keys=argv[:nkeys], args=argv[nkeys:])
+            except (RedisError, OSError) as exc:  # decided below, command by command
+                out[i] = exc
         if script is None:
             failed = [r for r in out if isinstance(r, Exception)]
             if failed:
