@@ -616,7 +616,7 @@ async def test_redis_pipelined_answer_survives_a_script_flush(
 
 async def test_redis_an_answer_that_fails_does_not_fail_the_command_it_rode_with(
     two_workers: Pair,
-    redis_url: str,
+    redis_url: str,  # noqa: F811
     redis_prefix: str,  # noqa: F811
 ) -> None:
     # A queued answer whose script fails (here its session key holds a string) is lost and
