@@ -27,7 +27,11 @@ from tests.mitm_helpers import MUTATION_NAMES, Answer, Campaign, Wire, _json_ans
 
 SEED = 20_251_121
 RUNS = 40
-EDIT_PREFIXES = ("edit_req:", "edit_resp:", "edit_sse:", "jws-flip")
+# Edits of streamed events depend on timing in the campaign (a stream must get that far
+# while its response is the one picked): test_every_edited_stream_is_refused_or_exact below
+# edits streams on purpose instead.
+EDIT_PREFIXES = ("edit_req:", "edit_resp:", "jws-flip")
+SSE_EDITS = ("drop", "duplicate", "swap", "edit", "truncate", "keepalive")
 
 
 async def test_campaign_keeps_every_invariant_on_every_run() -> None:
@@ -142,4 +146,40 @@ async def test_stream_retry_after_beyond_max_wait_fails_fast(campaign: Campaign)
         ]
         assert [i["i"] for i in items] == [0, 1]
         await alice.aclose()
+    assert campaign.ledger.check() == []
+
+
+async def test_every_edited_stream_is_refused_or_exact(campaign: Campaign) -> None:
+    """Every streamed answer is edited on the way back (drop, duplicate, swap, edit,
+    truncate or a keep-alive inserted): the client raises an A2AError, or what it yielded
+    is exactly the handler's items for that request; never anything else."""
+    mitm = campaign.mitm
+    assert mitm is not None
+    honest = mitm.exchange
+
+    async def exchange(wire: Wire) -> Answer:
+        answer = await honest(wire)
+        if answer.is_sse:
+            return Answer(answer.status, answer.headers, mitm.edit_sse(answer.body))
+        return answer
+
+    mitm.exchange = exchange  # type: ignore[method-assign]
+    refused = exact = 0
+    async with campaign._clients() as clients:
+        alice = clients["alice"]
+        me = alice.identity.did
+        for k in range(36):
+            intent = {"goal": "count", "inputs": {"tag": f"sse-{k}", "n": 2 + k % 3}}
+            try:
+                await campaign._stream(alice, me, intent)
+            except A2AError:
+                refused += 1
+            else:
+                exact += 1
+        await alice.aclose()
+    kinds = {k.removeprefix("edit_sse:") for k in mitm.details if k.startswith("edit_sse:")}
+    assert set(SSE_EDITS) <= kinds, kinds  # an edit also names the member it edited
+    # Both outcomes happened (a keep-alive or an identical duplicate changes nothing signed),
+    # and the ledger holds every yielded item against the handler's own output.
+    assert refused > 0 and exact > 0, (refused, exact)
     assert campaign.ledger.check() == []
