@@ -45,20 +45,19 @@ async def test_campaign_keeps_every_invariant_on_every_run() -> None:
     missing = [name for name in MUTATION_NAMES if report.mutations[name] == 0]
     assert not missing, missing
     assert report.mutations.total() - report.mutations["pass"] > 300
-    for detail in ("replay:same-client", "replay:other-client", "late_delivered", "forged:-32043"):
-        assert report.details[detail] > 0, detail
-    # Which response a mutation lands on depends on timing as well as on the seed: when a
-    # prefix was not reached, further seeded campaigns run (each one checking every invariant)
-    # until it is, at most three.
+    # Which request or response a mutation lands on depends on timing as well as on the seed:
+    # when something was not reached, further seeded campaigns run (each one checking every
+    # invariant) until it is, at most three.
+    wanted = ("replay:same-client", "replay:other-client", "late_delivered", "forged:-32043", *EDIT_PREFIXES)
     details = Counter(report.details)
     for extra_seed in range(SEED + 1, SEED + 4):
-        if all(any(p in k for k in details) for p in EDIT_PREFIXES):
+        if all(any(w in k for k in details) for w in wanted):
             break
         more = await run_campaign(extra_seed, 10, ops_per_client=5)
         assert more.violations == [], more.summary()
         details.update(more.details)
-    for prefix in EDIT_PREFIXES:
-        assert any(prefix in k for k in details), prefix
+    for w in wanted:
+        assert any(w in k for k in details), w
     # ... and honest work still got done, so the invariants were not checked on nothing.
     assert report.sessions_accepted > 40 and report.results_returned > 80 and report.executions > 80
     assert report.outcomes["success"] > 80
