@@ -241,6 +241,11 @@ class A2AClient:
         let the first request run can forge it and have the intent run a second time, under a
         new session. Pass False for intents that must not run twice; the caller then gets
         ``SessionUnknown`` and decides (SECURITY.md).
+
+        ``http``: an ``httpx.AsyncClient`` to use (proxies, TLS settings, hooks, cookies all
+        apply as configured); it stays open when this client closes. Without one, the client
+        builds its own (``verify``, ``timeout``, TCP_NODELAY) and sends each call straight to
+        its transport: no cookie jar, no redirects, no compression asked for.
         """
         self.identity = identity
         self.resend_on_unknown_session = resend_on_unknown_session
