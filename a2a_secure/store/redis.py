@@ -107,6 +107,23 @@ local function drop_pending(key, all, nonce, prefix, source)
 end
 """
 
+# The pending handshake as {expires_at, source, data, kid}, or nil when there is none or it
+# has expired (then it is dropped at once).
+_LIVE_PENDING = (
+    _DROP_PENDING
+    + """
+local function live_pending(key, all, now, nonce, prefix)
+  local v = redis.call('HMGET', key, 'e', 's', 'd', 'k')
+  if not v[1] then return nil end
+  if tonumber(v[1]) <= tonumber(now) then
+    drop_pending(key, all, nonce, prefix, v[2])
+    return nil
+  end
+  return v
+end
+"""
+)
+
 # KEYS: pending hash, per-source zset, global zset
 # ARGV: now, max_per_source, max_total, data, expires_at, ttl_ms, source, nonce_b, prefix
 _ADD_PENDING = (
@@ -141,29 +158,20 @@ return 1
 
 # KEYS: pending hash, global zset.  ARGV: now, nonce_b, prefix.  Returns {data, kid} or nil.
 _GET_PENDING = (
-    _DROP_PENDING
+    _LIVE_PENDING
     + """
-local v = redis.call('HMGET', KEYS[1], 'd', 'e', 'k', 's')
-if not v[1] then return false end
-if tonumber(v[2]) <= tonumber(ARGV[1]) then
-  drop_pending(KEYS[1], KEYS[2], ARGV[2], ARGV[3], v[4])
-  return false
-end
-return {v[1], v[3]}
+local v = live_pending(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
+if not v then return false end
+return {v[3], v[4]}
 """
 )
 
 # KEYS: pending hash, global zset.  ARGV: kid, now, nonce_b, prefix
 _MARK_PROVEN = (
-    _DROP_PENDING
+    _LIVE_PENDING
     + """
-local v = redis.call('HMGET', KEYS[1], 'e', 'k', 's')
-if not v[1] then return 0 end
-if tonumber(v[1]) <= tonumber(ARGV[2]) then
-  drop_pending(KEYS[1], KEYS[2], ARGV[3], ARGV[4], v[3])
-  return 0
-end
-if v[2] then return 0 end
+local v = live_pending(KEYS[1], KEYS[2], ARGV[2], ARGV[3], ARGV[4])
+if not v or v[4] then return 0 end
 redis.call('HSET', KEYS[1], 'k', ARGV[1])
 return 1
 """
@@ -173,18 +181,13 @@ return 1
 # ARGV: now, max_sessions, record, expires_at, ttl_ms, nonce_b, session_id, prefix
 _OPEN_SESSION = (
     _EXTEND
-    + _DROP_PENDING
+    + _LIVE_PENDING
     + """
-local v = redis.call('HMGET', KEYS[1], 'e', 'k', 's')
-if not v[1] then return 0 end
-if tonumber(v[1]) <= tonumber(ARGV[1]) then
-  drop_pending(KEYS[1], KEYS[4], ARGV[6], ARGV[8], v[3])
-  return 0
-end
-if not v[2] then return 0 end
+local v = live_pending(KEYS[1], KEYS[4], ARGV[1], ARGV[6], ARGV[8])
+if not v or not v[4] then return 0 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
 if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[2]) then return 2 end
-drop_pending(KEYS[1], KEYS[4], ARGV[6], ARGV[8], v[3])
+drop_pending(KEYS[1], KEYS[4], ARGV[6], ARGV[8], v[2])
 local ttl = tonumber(ARGV[5])
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'r', ARGV[3], 'e', ARGV[4], 'l', '0')
