@@ -499,8 +499,8 @@ def test_prop_loads_of_python_json_output(value: Any) -> None:
         ({"a": [1, 2.5, "x", True, None]}, None),
         ((1, "tuple encodes as an array"), None),
         ({"n": MAX_SAFE_INT, "m": -MAX_SAFE_INT}, None),
-        ({"n": MAX_SAFE_INT + 1}, "integer out of the I-JSON range"),
-        ([-(2**64)], "integer out of the I-JSON range"),
+        ({"n": MAX_SAFE_INT + 1}, "not I-JSON: integer out of the I-JSON range"),
+        ([-(2**64)], "not I-JSON: integer out of the I-JSON range"),
         ({"x": float("nan")}, "non-finite number"),
         ([float("-inf")], "non-finite number"),
         ({1: "int key"}, "member name is not a string"),
@@ -521,7 +521,7 @@ def test_ijson_problem_depth_counts_containers() -> None:
     for _ in range(MAX_DEPTH):
         value = [value]
     assert ijson_problem(value) is None
-    assert ijson_problem([value]) == f"nested deeper than {MAX_DEPTH}"
+    assert ijson_problem([value]) == f"JSON nested deeper than {MAX_DEPTH}"
     assert ijson_problem(value, max_depth=MAX_DEPTH - 1) is not None
     # Iterative: a hostile depth costs no Python stack.
     deep: Any = []

@@ -102,30 +102,6 @@ _DECODER = json.JSONDecoder(
 )
 
 
-def _scan(value: Any, max_depth: int | None, ints: bool, surrogates: bool) -> str | None:
-    """Walk a parsed value for what the C parser cannot refuse by itself; the first problem."""
-    # Iterative, so a hostile depth cannot exhaust the Python stack here.
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        kind = type(item)
-        if kind is dict or kind is list:
-            if max_depth is not None and depth > max_depth:
-                return f"JSON nested deeper than {max_depth}"
-            if kind is dict:
-                if surrogates and any(_SURROGATE_RE.search(k) for k in item):
-                    return "lone surrogate in string"
-                stack.extend((v, depth + 1) for v in item.values())
-            else:
-                stack.extend((v, depth + 1) for v in item)
-        elif kind is int:
-            if ints and not -MAX_SAFE_INT <= item <= MAX_SAFE_INT:
-                return "not I-JSON: integer out of the I-JSON range"
-        elif kind is str and surrogates and _SURROGATE_RE.search(item):
-            return "lone surrogate in string"
-    return None
-
-
 def loads(
     data: bytes | str,
     *,
@@ -163,7 +139,7 @@ def loads(
         not from_bytes and _SURROGATE_RE.search(text) is not None
     )
     if depth or ints or surrogates:
-        problem = _scan(value, max_depth if depth else None, ints, surrogates)
+        problem = ijson_problem(value, max_depth=max_depth)
         if problem is not None:
             raise error(problem)
     return value
@@ -175,7 +151,9 @@ def ijson_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
     A value encodes to I-JSON if it is built of dicts with str keys, lists or tuples, str
     without lone surrogates, bool, None, int within ±(2^53−1) and finite floats, nested at
     most ``max_depth`` containers deep. It is what ``loads(dumps(value))`` would accept,
-    at a fraction of the cost (a handler's result is checked this way on every intent).
+    at a fraction of the cost (a handler's result is checked this way on every intent);
+    :func:`loads` also runs it on a parsed value, for what the C parser cannot refuse.
+    Iterative, so a hostile depth cannot exhaust the Python stack.
     """
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -186,7 +164,7 @@ def ijson_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
                 return "lone surrogate in string"
         elif isinstance(item, dict | list | tuple):
             if depth > max_depth:
-                return f"nested deeper than {max_depth}"
+                return f"JSON nested deeper than {max_depth}"
             if isinstance(item, dict):
                 for key in item:
                     if not isinstance(key, str):
@@ -200,7 +178,7 @@ def ijson_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
             pass
         elif isinstance(item, int):
             if not -MAX_SAFE_INT <= item <= MAX_SAFE_INT:
-                return "integer out of the I-JSON range"
+                return "not I-JSON: integer out of the I-JSON range"
         elif isinstance(item, float):
             if not math.isfinite(item):
                 return "non-finite number"
