@@ -707,12 +707,11 @@ class ServerProtocol:
             reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
         except Exception:
             reply = self._signed_error(InternalError(), session_id, sequence, req_hash, int(self._clock()))
-        if not is_close and reply.stream is None:
+        if not is_close and reply.stored is not None:  # a stream stores its events itself
             # The intent ran: its answer goes out even if the store cannot keep it (a shared
             # store down). A byte-identical retry then finds no stored answer and gets 503.
-            stored = reply.stored or StoredReply(reply.http_status, reply.result, reply.error)
             with contextlib.suppress(Exception):
-                await self.store.finish_request(session_id, sequence, stored)
+                await self.store.finish_request(session_id, sequence, reply.stored)
         return reply
 
     def _wants_stream(self, intent: Intent) -> bool:
