@@ -508,29 +508,28 @@ class RedisStore:
         if self._flush_timer is not None:  # nothing left for it to send
             self._flush_timer.cancel()
             self._flush_timer = None
-        calls: list[tuple[AsyncScript, list[Any]]] = [
-            (self._finish_request, [key, str(seq), data]) for key, (seq, data) in unsent.items()
+        # (script, its keys, its args)
+        calls: list[tuple[AsyncScript, list[Any], list[Any]]] = [
+            (self._finish_request, [key], [str(seq), data]) for key, (seq, data) in unsent.items()
         ]
         if script is not None:
-            calls.append((script, [*keys, *args]))
+            calls.append((script, list(keys), list(args)))
         pipe = self._r.pipeline(transaction=False)
-        for sc, argv in calls:
-            nkeys = 1 if sc is self._finish_request else len(keys)
-            pipe.evalsha(sc.sha, nkeys, *argv)
+        for sc, call_keys, call_args in calls:
+            pipe.evalsha(sc.sha, len(call_keys), *call_keys, *call_args)
         self.round_trips += 1
         self.commands += len(calls)
         try:
             out = await pipe.execute(raise_on_error=False)
         except (RedisError, OSError) as exc:
             raise await self._unavailable(exc) from exc
-        for i, (sc, argv) in enumerate(calls):
+        for i, (sc, call_keys, call_args) in enumerate(calls):
             if not isinstance(out[i], NoScriptError):
                 continue
-            nkeys = 1 if sc is self._finish_request else len(keys)
             self.round_trips += 1
             self.commands += 1
             try:
-                out[i] = await sc(keys=argv[:nkeys], args=argv[nkeys:])
+                out[i] = await sc(keys=call_keys, args=call_args)
             except (RedisError, OSError) as exc:  # decided below, command by command
                 out[i] = exc
         if script is None:
