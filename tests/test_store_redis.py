@@ -575,6 +575,55 @@ async def test_redis_answer_is_sent_after_the_linger(redis_url: str, redis_prefi
         assert a.round_trips == trips + 1
 
 
+def slow_pipelines(store: RedisStore, delay: float) -> tuple[asyncio.Event, list[int]]:
+    """Make ``store``'s pipelines (its answers' round trips) leave ``delay`` late, as on a slow
+    link; its single commands are untouched. Returns (set when one starts, pipelines done)."""
+    started = asyncio.Event()
+    done: list[int] = []
+    real = store._r.pipeline
+
+    def pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = real(*args, **kwargs)
+        execute = pipe.execute
+
+        async def late_execute(*a: Any, **k: Any) -> Any:
+            started.set()
+            await asyncio.sleep(delay)
+            out = await execute(*a, **k)
+            done.append(1)
+            return out
+
+        pipe.execute = late_execute
+        return pipe
+
+    store._r.pipeline = pipeline  # type: ignore[method-assign]
+    return started, done
+
+
+async def test_redis_a_command_does_not_overtake_an_answer_on_its_way(
+    redis_url: str,  # noqa: F811
+    redis_prefix: str,  # noqa: F811
+) -> None:
+    # The linger's send is on its way (on one pooled connection) when the same worker's next
+    # command about that session starts: it must not reach Redis first on another connection.
+    # The worker has given that answer, so a retry it gets must replay it, not see "running".
+    async with workers(redis_url, redis_prefix, 0.0) as (a, b):
+        s, other = await open_one(a, "inflight"), await open_one(a, "inflight-other")
+        started, done = slow_pipelines(a, 0.05)
+        for n in range(1, 4):
+            assert (await begin(a, s, n, h(str(n)), limit=None)).kind is BeginKind.NEW
+            await a.finish_request(s.session_id, n, StoredReply(200, {"n": n}, signed_at=n))
+            await asyncio.wait_for(started.wait(), 5)  # the background send leaves
+            started.clear()
+            # A command about another session does not wait for it; one about this session does.
+            assert (await begin(a, other, n, h(str(n)), limit=None)).kind is BeginKind.NEW
+            assert len(done) == n - 1
+            again = await begin(a, s, n, h(str(n)), limit=None)
+            assert len(done) == n
+            assert again.kind is BeginKind.REPLAY and again.reply == StoredReply(200, {"n": n}, signed_at=n)
+        assert (await begin(b, s, 3, h("3"), limit=None)).kind is BeginKind.REPLAY
+
+
 async def test_redis_without_linger_stores_before_returning(redis_url: str, redis_prefix: str) -> None:  # noqa: F811
     async with workers(redis_url, redis_prefix, None) as (a, b):
         s = await open_one(a, "sync")

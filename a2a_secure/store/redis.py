@@ -440,6 +440,10 @@ class RedisStore:
         self._flush_timer: asyncio.TimerHandle | None = None
         self._flush_loop: asyncio.AbstractEventLoop | None = None
         self._flushes: set[asyncio.Task[None]] = set()
+        # Answers on their way to Redis: session key -> done when their round trip ends. A
+        # command about that session waits for it (it would overtake them on another
+        # connection of the pool, and miss the answer this process has already given).
+        self._sending: dict[str, asyncio.Future[None]] = {}
         self.round_trips = 0  # network round trips to Redis (tests and metrics)
         self.commands = 0  # commands sent to Redis, several per round trip when pipelined
 
@@ -486,6 +490,8 @@ class RedisStore:
     async def _script(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         from redis.exceptions import RedisError  # noqa: PLC0415 - optional extra
 
+        if self._sending:
+            await self._after_sending(keys)
         if self._unsent:
             return await self._pipelined(script, keys, args)
         self.round_trips += 1
@@ -502,12 +508,41 @@ class RedisStore:
         or its script cache was flushed) did not run: that one is sent again after loading
         its script; the commands that did run are not repeated.
         """
-        from redis.exceptions import NoScriptError, RedisError  # noqa: PLC0415 - optional extra
-
+        if self._sending:
+            await self._after_sending(keys)
         unsent, self._unsent = self._unsent, {}
         if self._flush_timer is not None:  # nothing left for it to send
             self._flush_timer.cancel()
             self._flush_timer = None
+        if not unsent:
+            return None if script is None else await self._send(script, keys, args, unsent)
+        sent = asyncio.get_running_loop().create_future()
+        for key in unsent:
+            self._sending[key] = sent
+        try:
+            return await self._send(script, keys, args, unsent)
+        finally:
+            for key in unsent:
+                if self._sending.get(key) is sent:
+                    del self._sending[key]
+            sent.set_result(None)
+
+    async def _after_sending(self, keys: Sequence[str]) -> None:
+        """Wait until the answers being sent for any of ``keys`` have reached Redis."""
+        for key in keys:
+            sent = self._sending.get(key)
+            if sent is not None:
+                await asyncio.wait((sent,))  # not cancelled with its waiter
+
+    async def _send(
+        self,
+        script: AsyncScript | None,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        unsent: dict[str, tuple[int, bytes]],
+    ) -> Any:
+        from redis.exceptions import NoScriptError, RedisError  # noqa: PLC0415 - optional extra
+
         # (script, its keys, its args)
         calls: list[tuple[AsyncScript, list[Any], list[Any]]] = [
             (self._finish_request, [key], [str(seq), data]) for key, (seq, data) in unsent.items()
