@@ -147,9 +147,9 @@ def cookie_planting(app: Any, seen: list[dict[bytes, bytes]]) -> Any:
 
 
 async def test_the_clients_own_http_path_sends_exact_headers_and_keeps_no_cookies() -> None:
-    # A2AClient's own httpx client calls its transport directly (no AsyncClient layers): the
-    # requests still name the host and JSON, keep the connection, and a cookie a server (or
-    # anyone on the path) sets is never sent back: no state rides along with signed calls.
+    # Without a given httpx client, A2AClient sends through its own HTTP/1.1 pool: the
+    # requests name the host and JSON, keep the connection, and a cookie a server (or anyone
+    # on the path) sets is never sent back: no state rides along with signed calls.
     server = build_server()
     seen: list[dict[bytes, bytes]] = []
     async with serve_app(cookie_planting(server.app(), seen)) as url, A2AClient(identity("client")) as client:
@@ -162,7 +162,7 @@ async def test_the_clients_own_http_path_sends_exact_headers_and_keeps_no_cookie
         assert b"cookie" not in headers
         assert headers[b"host"] == host
         assert headers[b"content-type"] == b"application/json"
-        assert b"accept-encoding" not in headers  # nothing to decompress: no compression bomb
+        assert headers[b"accept-encoding"] == b"identity"  # nothing to inflate: no compression bomb
         assert int(headers[b"content-length"]) > 0
 
 

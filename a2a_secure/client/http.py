@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from a2a_secure.client.pool import ConnectionPool
 from a2a_secure.errors import (
     A2AError,
     AuthenticationFailed,
@@ -108,13 +109,17 @@ MAX_EVENT_BYTES = 1024 * 1024
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 
 
+def _reply_too_large() -> A2AError:
+    return AuthenticationFailed("reply too large")
+
+
 async def _read_capped(resp: httpx.Response, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     async for chunk in resp.aiter_bytes():
         size += len(chunk)
         if size > limit:
-            raise AuthenticationFailed("reply too large")
+            raise _reply_too_large()
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -243,9 +248,11 @@ class A2AClient:
         ``SessionUnknown`` and decides (SECURITY.md).
 
         ``http``: an ``httpx.AsyncClient`` to use (proxies, TLS settings, hooks, cookies all
-        apply as configured); it stays open when this client closes. Without one, the client
-        builds its own (``verify``, ``timeout``, TCP_NODELAY) and sends each call straight to
-        its transport: no cookie jar, no redirects, no compression asked for.
+        apply as configured); it stays open when this client closes. Without one, handshakes,
+        intents and closes go through the client's own HTTP/1.1 pool (``client/pool.py``:
+        ``verify`` as httpx takes it, kept-alive connections, no cookie jar, redirects,
+        proxies or compression, one ``timeout`` for each whole exchange), and streamed
+        intents through an httpx client it builds with the same ``verify`` and ``timeout``.
         """
         self.identity = identity
         self.resend_on_unknown_session = resend_on_unknown_session
@@ -262,10 +269,8 @@ class A2AClient:
         self.http = http or httpx.AsyncClient(
             transport=transport, timeout=httpx.Timeout(timeout), follow_redirects=False
         )
-        # With its own client, a call goes straight to the transport (see _exchange).
-        self._transport = transport if http is None else None
-        self._timeout_ext = httpx.Timeout(timeout).as_dict()
-        self._urls: dict[str, httpx.URL] = {}
+        # With its own client, a JSON-RPC call goes through its own pool (see _exchange).
+        self._pool = ConnectionPool(verify=verify, timeout=timeout) if http is None else None
         self.retry = retry or RetryPolicy()
         self.manifest_hash = manifest_hash
         self.accept_policy = accept_policy
@@ -287,6 +292,8 @@ class A2AClient:
                 if peer.session is not None and not peer.session.expired():
                     with contextlib.suppress(A2AError, httpx.HTTPError):
                         await self.close_session(peer.did)
+        if self._pool is not None:
+            await self._pool.aclose()
         if self._own_http:
             await self.http.aclose()
 
@@ -341,28 +348,15 @@ class A2AClient:
 
         The reply is read with a bound: a hostile server must not exhaust the client's memory.
         """
-        if self._transport is None:
+        if self._pool is None:
             async with self.http.stream("POST", url, content=body, headers=_POST_HEADERS) as resp:
                 content = await _read_capped(resp, MAX_REPLY_BYTES)
             return resp.status_code, content, resp.headers.get("retry-after")
-        # The client's own httpx client: the request goes straight to its transport. The
-        # AsyncClient layers skipped (URL merging, cookie jar, auth and redirect flows, event
-        # hooks) do nothing for these calls and cost as much as a signature check; the
-        # transport maps every failure to the same httpx exceptions.
-        target = self._urls.get(url)
-        if target is None:
-            if len(self._urls) >= 256:
-                self._urls.clear()
-            target = self._urls[url] = httpx.URL(url)
-        request = httpx.Request(
-            "POST", target, content=body, headers=_POST_HEADERS, extensions={"timeout": self._timeout_ext}
-        )
-        resp = await self._transport.handle_async_request(request)
-        try:
-            content = await _read_capped(resp, MAX_REPLY_BYTES)
-        finally:
-            await resp.aclose()
-        return resp.status_code, content, resp.headers.get("retry-after")
+        # Without a given httpx client the call goes through the client's own small HTTP/1.1
+        # pool (client/pool.py): the httpx layers (URL merging, cookie jar, auth and redirect
+        # flows, hooks, anyio) do nothing for these calls and cost more than the signature
+        # check of the reply. It raises the same httpx exceptions.
+        return await self._pool.post(url, body, limit=MAX_REPLY_BYTES, too_large=_reply_too_large)
 
     @staticmethod
     def _plain_error(error: Any) -> A2AError:

@@ -1,0 +1,324 @@
+"""A small HTTP/1.1 client for ``A2AClient``'s JSON-RPC calls: asyncio and h11, nothing else.
+
+Every handshake step and every intent is one POST of a JSON body whose reply is read whole,
+with a bound. httpx's transport spends about 330 µs of CPU on such a call here (anyio cancel
+scopes, httpcore's pool bookkeeping, the httpx models), more than checking the reply's
+signature; this pool does the same exchange in about a third of that. The wire format is
+h11's, the parser httpcore itself uses, so framing (Content-Length, chunked, keep-alive,
+``Connection: close``, a reply cut short) is handled by the same code as before.
+
+Failures raise the exception classes httpx raises (``httpx.ConnectError``,
+``httpx.ReadTimeout``, ``httpx.RemoteProtocolError``, ...), chained to their cause (a TLS
+certificate error stays reachable through ``__cause__``), so callers treat both alike.
+
+Differences from httpx, on purpose:
+
+* a whole exchange (sending the request and reading the entire reply) has one deadline,
+  ``timeout``: a server that drips its reply a byte at a time cannot hold the caller longer
+  (httpx applies the timeout to each read);
+* a request that fails on a kept-alive connection before any byte of a reply arrived (the
+  server closed the idle connection as the request went out) is sent once more on a new
+  connection; every request this client sends may be resent byte for byte (PROTOCOL.md §6.1);
+* no proxies, cookies, redirects or compression (``Accept-Encoding: identity``; an encoded
+  reply is refused): ``A2AClient`` takes an ``httpx.AsyncClient`` for those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any
+
+import h11
+import httpx
+
+__all__ = ["ConnectionPool"]
+
+# What a reply's head may take (status line and headers), as in h11's default.
+MAX_HEAD_BYTES = 64 * 1024
+
+
+class _Origin:
+    """Where a URL's requests go, and the parts of each request that never change."""
+
+    __slots__ = ("headers", "host", "key", "port", "target", "tls")
+
+    def __init__(self, url: str) -> None:
+        u = httpx.URL(url)  # the same parsing (IDNA, percent-encoding) as httpx's
+        if u.scheme not in ("http", "https") or not u.raw_host:
+            raise httpx.UnsupportedProtocol(f"cannot send to {url!r}")
+        self.tls = u.scheme == "https"
+        self.host = u.raw_host.decode("ascii")
+        self.port = u.port or (443 if self.tls else 80)
+        self.target = u.raw_path
+        self.key = (self.tls, self.host, self.port)
+        self.headers = [
+            (b"Host", u.netloc),
+            (b"Content-Type", b"application/json"),
+            (b"Accept", b"application/json"),
+            # No compressed reply to inflate (so no decompression bomb); one that comes
+            # compressed anyway is refused.
+            (b"Accept-Encoding", b"identity"),
+        ]
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP (or TLS) connection and its h11 state; the event loop feeds it bytes."""
+
+    def __init__(self) -> None:
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self.idle_since = 0.0
+        self._eof = False
+        self._received = 0  # bytes received since the current request went out
+        self._lost: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    # -- protocol callbacks --------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if not self._eof:
+            self._received += len(data)
+            self.h11.receive_data(data)
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._end_of_data()
+        return False  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._lost = exc
+        self._end_of_data()
+
+    def _end_of_data(self) -> None:
+        if not self._eof:
+            self._eof = True
+            self.h11.receive_data(b"")
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- use -------------------------------------------------------------------------------
+    def reusable(self) -> bool:
+        """Idle, open, and nothing received since the last reply (no EOF, no stray bytes)."""
+        h = self.h11
+        return (
+            not self.closed
+            and h.our_state is h11.IDLE
+            and h.their_state is h11.IDLE
+            and h.trailing_data == (b"", False)
+        )
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    async def exchange(
+        self, origin: _Origin, body: bytes, limit: int, too_large: Callable[[], Exception]
+    ) -> tuple[int, bytes, str | None]:
+        """Send one POST and read its whole reply; (status, body, Retry-After)."""
+        assert self.transport is not None
+        h = self.h11
+        headers = [*origin.headers, (b"Content-Length", str(len(body)).encode())]
+        self.transport.write(
+            h.send(h11.Request(method="POST", target=origin.target, headers=headers))
+            + h.send(h11.Data(data=body))
+            + h.send(h11.EndOfMessage())
+        )
+        self._received = 0
+        status = 0
+        retry_after: str | None = None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                event = h.next_event()
+            except h11.RemoteProtocolError:
+                if self._eof and not self._received:
+                    raise _ClosedEarly(self._lost) from None
+                raise
+            kind = type(event)
+            if event is h11.NEED_DATA:
+                # After an EOF h11 never answers NEED_DATA: it raises (reply cut short).
+                self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+            elif kind is h11.Response:
+                assert isinstance(event, h11.Response)
+                status = event.status_code
+                for name, value in event.headers:
+                    if name == b"retry-after":
+                        retry_after = value.decode("latin-1")
+                    elif name == b"content-encoding" and value.lower() != b"identity":
+                        raise httpx.DecodingError("reply has a content-encoding that was not asked for")
+            elif kind is h11.Data:
+                assert isinstance(event, h11.Data)
+                size += len(event.data)
+                if size > limit:
+                    raise too_large()
+                chunks.append(bytes(event.data))
+            elif kind is h11.EndOfMessage:
+                break
+            elif kind is h11.ConnectionClosed:  # h11 raises instead while a reply is due
+                raise _ClosedEarly(self._lost)
+            # InformationalResponse (1xx): nothing to do, the final response follows.
+        if h.our_state is h11.DONE and h.their_state is h11.DONE:
+            h.start_next_cycle()
+        return status, b"".join(chunks), retry_after
+
+
+class _ClosedEarly(Exception):
+    """The server closed the connection before the start of a reply."""
+
+    def __init__(self, cause: BaseException | None) -> None:
+        super().__init__("server closed the connection without replying")
+        self.cause = cause
+
+
+class ConnectionPool:
+    """Kept-alive connections per origin; ``post`` sends one body and returns the reply.
+
+    ``max_connections`` bounds the requests in flight; at most ``max_idle`` connections per
+    origin are kept, each for at most ``keepalive_expiry`` seconds of idleness (below
+    uvicorn's default 5 s, so a connection is rarely reused just as the server drops it).
+    """
+
+    def __init__(
+        self,
+        *,
+        verify: Any = True,
+        timeout: float = 30.0,
+        max_connections: int = 16,
+        max_idle: int = 8,
+        keepalive_expiry: float = 4.0,
+    ) -> None:
+        self.timeout = timeout
+        self.keepalive_expiry = keepalive_expiry
+        self._verify = verify
+        self._ssl: ssl.SSLContext | None = None
+        self._max_idle = max_idle
+        self._slots = asyncio.Semaphore(max_connections)
+        self._idle: dict[tuple[bool, str, int], list[_Connection]] = {}
+        self._origins: dict[str, _Origin] = {}
+        self._closed = False
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            # The same trust as httpx given the same ``verify`` (certifi's roots by default).
+            ctx = httpx.create_ssl_context(verify=self._verify)
+            if not isinstance(self._verify, ssl.SSLContext):  # never alter a caller's context
+                ctx.set_alpn_protocols(["http/1.1"])
+            self._ssl = ctx
+        return self._ssl
+
+    def _origin(self, url: str) -> _Origin:
+        origin = self._origins.get(url)
+        if origin is None:
+            if len(self._origins) >= 256:
+                self._origins.clear()
+            origin = self._origins[url] = _Origin(url)
+        return origin
+
+    async def post(
+        self, url: str, body: bytes, *, limit: int, too_large: Callable[[], Exception]
+    ) -> tuple[int, bytes, str | None]:
+        """POST ``body`` to ``url``; (HTTP status, reply body, Retry-After header).
+
+        A reply body over ``limit`` bytes raises ``too_large()`` (and the connection is
+        dropped). Transport failures raise ``httpx.TransportError`` subclasses.
+        """
+        if self._closed:
+            raise httpx.ConnectError("the client is closed")
+        origin = self._origin(url)
+        if self._slots.locked():
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise httpx.PoolTimeout("no connection free within the timeout") from None
+        else:
+            await self._slots.acquire()  # free: returns at once
+        try:
+            for _ in range(2):
+                conn = self._take_idle(origin) or await self._connect(origin)
+                try:
+                    async with asyncio.timeout(self.timeout):
+                        reply = await conn.exchange(origin, body, limit, too_large)
+                except _ClosedEarly as exc:
+                    conn.close()
+                    if conn.reused:
+                        continue  # a stale kept-alive connection: once more on a new one
+                    raise httpx.RemoteProtocolError(str(exc)) from exc.cause
+                except TimeoutError:
+                    conn.close()
+                    raise httpx.ReadTimeout("no complete reply within the timeout") from None
+                except h11.ProtocolError as exc:
+                    conn.close()
+                    raise httpx.RemoteProtocolError(f"malformed reply: {exc}") from exc
+                except BaseException:
+                    conn.close()  # cancelled, or a reply over the limit: its state is unknown
+                    raise
+                self._put_idle(origin, conn)
+                return reply
+            raise httpx.RemoteProtocolError("server closed the connection without replying")
+        finally:
+            self._slots.release()
+
+    def _take_idle(self, origin: _Origin) -> _Connection | None:
+        idle = self._idle.get(origin.key)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if conn.reusable() and now - conn.idle_since < self.keepalive_expiry:
+                conn.reused = True
+                return conn
+            conn.close()
+        return None
+
+    def _put_idle(self, origin: _Origin, conn: _Connection) -> None:
+        idle = self._idle.setdefault(origin.key, [])
+        if self._closed or not conn.reusable() or len(idle) >= self._max_idle:
+            conn.close()
+            return
+        conn.idle_since = time.monotonic()
+        idle.append(conn)
+
+    async def _connect(self, origin: _Origin) -> _Connection:
+        loop = asyncio.get_running_loop()
+        tls = self._ssl_context() if origin.tls else None
+        try:
+            async with asyncio.timeout(self.timeout):
+                _transport, conn = await loop.create_connection(
+                    _Connection,
+                    origin.host,
+                    origin.port,
+                    ssl=tls,
+                    server_hostname=origin.host if tls is not None else None,
+                )
+        except TimeoutError:
+            raise httpx.ConnectTimeout("connection not established within the timeout") from None
+        except (OSError, ssl.SSLError) as exc:  # ssl.SSLCertVerificationError stays the cause
+            raise httpx.ConnectError(f"cannot connect: {exc}") from exc
+        return conn
+
+    async def aclose(self) -> None:
+        """Close every kept-alive connection; later calls fail."""
+        self._closed = True
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
