@@ -432,3 +432,22 @@ async def test_tls_with_an_untrusted_certificate_is_a_connect_error_caused_by_it
             await post(p, server.url)
         assert isinstance(exc.value.__cause__, ssl.SSLCertVerificationError)
     assert server.requests == []
+
+
+def test_the_pool_runs_on_uvloop() -> None:
+    # uvloop (which uvicorn[standard] brings, and services often run) has transports of its
+    # own classes: the same requests, kept-alive, plain and over TLS.
+    uvloop = pytest.importorskip("uvloop")
+    ca = trustme.CA()
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+
+    async def main() -> tuple[int, int]:
+        async with raw_server(echo_ok) as plain, raw_server(echo_ok, server_context(ca)) as tls:
+            async with pool(verify=trusting) as p:
+                for url in (plain.url, tls.url) * 3:
+                    assert await post(p, url, b'{"uv":1}') == (200, b'{"uv":1}', None)
+            return plain.connections, tls.connections
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(main()) == (1, 1)

@@ -29,7 +29,7 @@ import asyncio
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import h11
 import httpx
@@ -80,8 +80,8 @@ class _Connection(asyncio.Protocol):
 
     # -- protocol callbacks --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses; both have write/abort.
+        self.transport = cast("asyncio.Transport", transport)
 
     def data_received(self, data: bytes) -> None:
         if not self._eof:
