@@ -451,3 +451,54 @@ def test_the_pool_runs_on_uvloop() -> None:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         assert runner.run(main()) == (1, 1)
+
+
+async def test_extra_headers_are_sent_and_malformed_ones_refused() -> None:
+    async with raw_server(echo_ok) as server, pool() as p:
+        more = [(b"A2A-Version", b"1.0")]
+        assert (await p.post(server.url, b"{}", limit=1024, too_large=TooLarge, headers=more))[0] == 200
+        assert server.requests[0][1][b"a2a-version"] == b"1.0"
+        for bad in ([(b"X", b"a\r\nInjected: 1")], [(b"Bad Name", b"v")]):
+            with pytest.raises(httpx.LocalProtocolError):
+                await p.post(server.url, b"{}", limit=1024, too_large=TooLarge, headers=bad)
+        assert (await post(p, server.url))[0] == 200
+    assert len(server.requests) == 2
+
+
+async def test_bytes_sent_to_an_idle_connection_are_not_kept() -> None:
+    # Whatever a server writes to a kept-alive connection between requests is not buffered:
+    # the connection is dropped at once, and the next request goes on a new one.
+    async def then_flood(c: int, _n: int, body: bytes, writer: Writer) -> bool:
+        writer.write(ok(body))
+        if c == 1:
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the connection is idle in the pool by now
+            with contextlib.suppress(ConnectionError):
+                for _ in range(64):
+                    writer.write(b"x" * 65536)
+                    await writer.drain()
+        return True
+
+    async with raw_server(then_flood) as server, pool() as p:
+        assert (await post(p, server.url))[0] == 200
+        await asyncio.sleep(0.2)
+        (first,) = [c for idle in p._idle.values() for c in idle]
+        assert first.closed and first.h11.trailing_data[0] == b""  # dropped, nothing kept
+        assert await post(p, server.url, b'{"after":1}') == (200, b'{"after":1}', None)
+    assert server.connections == 2
+
+
+def test_one_pool_across_successive_event_loops() -> None:
+    # asyncio.run twice with the same client: the second loop does not get the first loop's
+    # connections (nor its semaphore's waiters).
+    p = ConnectionPool(timeout=5.0)
+
+    async def once() -> tuple[int, int]:
+        async with raw_server(echo_ok) as server:
+            for _ in range(3):
+                assert (await post(p, server.url))[0] == 200
+            return server.connections, len(server.requests)
+
+    assert asyncio.run(once()) == (1, 3)
+    assert asyncio.run(once()) == (1, 3)
+    asyncio.run(p.aclose())

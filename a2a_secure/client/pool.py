@@ -26,9 +26,10 @@ Differences from httpx, on purpose:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import h11
@@ -74,6 +75,7 @@ class _Connection(asyncio.Protocol):
         self.reused = False
         self.idle_since = 0.0
         self._eof = False
+        self._exchanging = False  # a request is out and its reply not yet read whole
         self._received = 0  # bytes received since the current request went out
         self._lost: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -84,6 +86,11 @@ class _Connection(asyncio.Protocol):
         self.transport = cast("asyncio.Transport", transport)
 
     def data_received(self, data: bytes) -> None:
+        if not self._exchanging:
+            # Nothing is due on an idle connection: whatever comes is not kept (a server
+            # could otherwise fill this process's memory through a kept-alive connection).
+            self.close()
+            return
         if not self._eof:
             self._received += len(data)
             self.h11.receive_data(data)
@@ -126,18 +133,24 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
     async def exchange(
-        self, origin: _Origin, body: bytes, limit: int, too_large: Callable[[], Exception]
+        self,
+        origin: _Origin,
+        body: bytes,
+        limit: int,
+        too_large: Callable[[], Exception],
+        more_headers: Sequence[tuple[bytes, bytes]],
     ) -> tuple[int, bytes, str | None]:
         """Send one POST and read its whole reply; (status, body, Retry-After)."""
         assert self.transport is not None
         h = self.h11
-        headers = [*origin.headers, (b"Content-Length", str(len(body)).encode())]
+        headers = [*origin.headers, *more_headers, (b"Content-Length", str(len(body)).encode())]
         self.transport.write(
             h.send(h11.Request(method="POST", target=origin.target, headers=headers))
             + h.send(h11.Data(data=body))
             + h.send(h11.EndOfMessage())
         )
         self._received = 0
+        self._exchanging = True
         status = 0
         retry_after: str | None = None
         chunks: list[bytes] = []
@@ -176,6 +189,7 @@ class _Connection(asyncio.Protocol):
             elif kind is h11.ConnectionClosed:  # h11 raises instead while a reply is due
                 raise _ClosedEarly(self._lost)
             # InformationalResponse (1xx): nothing to do, the final response follows.
+        self._exchanging = False
         if h.our_state is h11.DONE and h.their_state is h11.DONE:
             h.start_next_cycle()
         return status, b"".join(chunks), retry_after
@@ -211,7 +225,9 @@ class ConnectionPool:
         self._verify = verify
         self._ssl: ssl.SSLContext | None = None
         self._max_idle = max_idle
+        self._max_connections = max_connections
         self._slots = asyncio.Semaphore(max_connections)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: dict[tuple[bool, str, int], list[_Connection]] = {}
         self._origins: dict[str, _Origin] = {}
         self._closed = False
@@ -234,15 +250,26 @@ class ConnectionPool:
         return origin
 
     async def post(
-        self, url: str, body: bytes, *, limit: int, too_large: Callable[[], Exception]
+        self,
+        url: str,
+        body: bytes,
+        *,
+        limit: int,
+        too_large: Callable[[], Exception],
+        headers: Sequence[tuple[bytes, bytes]] = (),
     ) -> tuple[int, bytes, str | None]:
         """POST ``body`` to ``url``; (HTTP status, reply body, Retry-After header).
 
         A reply body over ``limit`` bytes raises ``too_large()`` (and the connection is
-        dropped). Transport failures raise ``httpx.TransportError`` subclasses.
+        dropped). Transport failures raise ``httpx.TransportError`` subclasses. ``headers``
+        are sent after the pool's own (Host, Content-Type, Accept, Accept-Encoding) and
+        before Content-Length; a malformed one is refused (``httpx.LocalProtocolError``),
+        nothing sent.
         """
         if self._closed:
             raise httpx.ConnectError("the client is closed")
+        if asyncio.get_running_loop() is not self._loop:
+            self._rebind()
         origin = self._origin(url)
         if self._slots.locked():
             try:
@@ -257,7 +284,7 @@ class ConnectionPool:
                 conn = self._take_idle(origin) or await self._connect(origin)
                 try:
                     async with asyncio.timeout(self.timeout):
-                        reply = await conn.exchange(origin, body, limit, too_large)
+                        reply = await conn.exchange(origin, body, limit, too_large, headers)
                 except _ClosedEarly as exc:
                     conn.close()
                     if conn.reused:
@@ -266,6 +293,9 @@ class ConnectionPool:
                 except TimeoutError:
                     conn.close()
                     raise httpx.ReadTimeout("no complete reply within the timeout") from None
+                except h11.LocalProtocolError as exc:  # a header the caller gave
+                    conn.close()
+                    raise httpx.LocalProtocolError(f"request refused: {exc}") from exc
                 except h11.ProtocolError as exc:
                     conn.close()
                     raise httpx.RemoteProtocolError(f"malformed reply: {exc}") from exc
@@ -277,6 +307,17 @@ class ConnectionPool:
             raise httpx.RemoteProtocolError("server closed the connection without replying")
         finally:
             self._slots.release()
+
+    def _rebind(self) -> None:
+        """First use, or use from another event loop than before (successive ``asyncio.run``):
+        connections and waiters belong to their loop, so start afresh on this one."""
+        self._loop = asyncio.get_running_loop()
+        for idle in self._idle.values():
+            for conn in idle:
+                with contextlib.suppress(RuntimeError):  # the old loop may be closed
+                    conn.close()
+        self._idle.clear()
+        self._slots = asyncio.Semaphore(self._max_connections)
 
     def _take_idle(self, origin: _Origin) -> _Connection | None:
         idle = self._idle.get(origin.key)
@@ -320,5 +361,6 @@ class ConnectionPool:
         self._closed = True
         for idle in self._idle.values():
             for conn in idle:
-                conn.close()
+                with contextlib.suppress(RuntimeError):  # its loop may be closed
+                    conn.close()
         self._idle.clear()
