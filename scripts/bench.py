@@ -7,13 +7,16 @@ alike). Servers run in their own process (uvicorn, one worker, uvloop + httptool
 installed, access log off); their CPU time is read from ``/proc/<pid>/stat``.
 
 1. baseline: FastAPI JSON echo (``body: dict``), ~500-byte JSON-RPC body, one httpx client
-   sequential, and 32 clients concurrently (one httpx client each);
+   sequential, and 32 clients concurrently (one httpx client each); and, to tell the client's
+   share from the server's, one client sequential through a2a_secure's own HTTP/1.1 pool
+   (``a2a_secure.client.pool``, what ``A2AClient`` sends with);
 2. a2a_secure signed intents through ``A2AClient.request`` to an ``AgentServer`` serving
    ``echo``: one session sequential; 32 sessions concurrently (32 identities, one client each);
 3. a2a-sdk echo agent, JSON-RPC ``SendMessage`` driven by the same httpx loop: only if ``a2a``
    is importable here, or ``--a2a-python`` names an interpreter that has a2a-sdk (the agent
    then runs under that interpreter; the client side is plain httpx); OpenTelemetry as the
-   environment leaves it (on by default);
+   environment leaves it (on by default); and one client sequential through a2a_secure's
+   pool, so that the intents/s ratio can also be read with the same client on both sides;
    3b. what the DID session costs per a2a-sdk call: the same echo executor served by a2a-sdk
    directly (A: its JSON-RPC ``SendMessage`` route) and behind a2a_secure (B: ``A2ABridge``
    in an ``AgentServer``), both with OpenTelemetry off (as in BASELINES.md), back to back in
@@ -82,6 +85,8 @@ REPLAY_LUA = SCRIPTS / "wrk" / "replay.lua"
 CONCURRENCY = 32
 WRK_THREADS = 2
 JSON_HEADERS = {"Content-Type": "application/json"}
+PLAIN_POOL_NAME = "FastAPI echo, 1 client, pool"
+A2A_POOL_NAME = "a2a-sdk SendMessage, 1 client, pool"
 A2A_HEADERS = {"Content-Type": "application/json", "A2A-Version": "1.0"}
 # The intent every signed case sends (the echo handler returns the inputs unchanged).
 INTENT: dict[str, Any] = {
@@ -598,6 +603,26 @@ def new_http(connections: int = 16) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=transport, timeout=10.0)
 
 
+def pool_call(pool: Any, url: str, body: Callable[[], bytes], headers: dict[str, str] | None = None) -> Call:
+    """POST a JSON body through a2a_secure's ConnectionPool and parse the JSON answer.
+
+    ``headers``: request headers beyond the pool's own (Host, Content-Type, Accept,
+    Accept-Encoding, Content-Length), such as a2a-sdk's ``A2A-Version``.
+    """
+    own = {"host", "content-type", "accept", "accept-encoding", "content-length"}
+    more = [(k.encode(), v.encode()) for k, v in (headers or {}).items() if k.lower() not in own]
+
+    async def call() -> None:
+        status, content, _ = await pool.post(url, body(), limit=1 << 22, too_large=RuntimeError, headers=more)
+        if status != 200:
+            raise RuntimeError(f"HTTP {status}")
+        obj = json.loads(content)
+        if isinstance(obj, dict) and "error" in obj:
+            raise RuntimeError(str(obj["error"])[:200])
+
+    return call
+
+
 def json_call(http: httpx.AsyncClient, url: str, body: Callable[[], bytes], headers: dict[str, str]) -> Call:
     """POST a JSON body and parse the JSON answer, as a JSON-RPC client would."""
 
@@ -1097,6 +1122,15 @@ class Bench:
         plain_calls = [
             json_call(h, plain.url + "/echo", lambda: PLAIN_BODY, JSON_HEADERS) for h in plain_http
         ]
+        from a2a_secure.client.pool import ConnectionPool
+
+        plain_pool = ConnectionPool(timeout=10.0)
+        plain_pool_call = pool_call(plain_pool, plain.url + "/echo", lambda: PLAIN_BODY)
+        a2a_pool_call = (
+            pool_call(plain_pool, a2a.url + "/", lambda: _a2a_body(A2A_TEXT), A2A_HEADERS)
+            if a2a is not None
+            else None
+        )
         a2a_calls = (
             [json_call(h, a2a.url + "/", lambda: _a2a_body(A2A_TEXT), A2A_HEADERS) for h in a2a_http]
             if a2a is not None
@@ -1122,6 +1156,7 @@ class Bench:
             self.log(f"round {r + 1}/{self.s.rounds}: end to end")
             e2e: list[tuple[str, str, list[Call], Proc, str]] = [
                 ("plain_seq", "FastAPI echo, 1 client", plain_calls[:1], plain, "req/s"),
+                ("plain_pool_seq", PLAIN_POOL_NAME, [plain_pool_call], plain, "req/s"),
                 ("plain_conc", f"FastAPI echo, {CONCURRENCY} clients", plain_calls, plain, "req/s"),
                 ("signed_seq", "a2a_secure intent, 1 session", seq_signed.calls(), signed, "req/s"),
                 (
@@ -1138,6 +1173,8 @@ class Bench:
                     ("a2a_seq", "a2a-sdk SendMessage, 1 client", a2a_calls[:1], a2a, "req/s"),
                     ("a2a_conc", f"a2a-sdk SendMessage, {CONCURRENCY} clients", a2a_calls, a2a, "req/s"),
                 ]
+                if a2a_pool_call is not None:
+                    e2e.append(("a2a_pool_seq", A2A_POOL_NAME, [a2a_pool_call], a2a, "req/s"))
             if pair is not None:  # back to back: A, then B
                 for key, call, proc in (
                     ("a2a_direct_seq", pair.direct_call(), pair.direct),
@@ -1189,6 +1226,7 @@ class Bench:
         async def close_clients() -> None:
             for h in plain_http + a2a_http:
                 await h.aclose()
+            await plain_pool.aclose()
             if pair is not None:
                 await pair.aclose()
             await seq_signed.aclose()
@@ -1939,6 +1977,13 @@ def build_targets(cases: dict[str, dict[str, Any]], results: dict[str, Any]) -> 
         f"{_f(get('signed_seq', 'rate'))} / {_f(get('a2a_seq', 'rate'))} req/s",
     )
     add(
+        "same, a2a-sdk driven through the same pool",
+        _ratio(get("signed_seq", "rate"), get("a2a_pool_seq", "rate")),
+        TARGETS["signed_vs_a2a_sdk"],
+        ">=",
+        f"{_f(get('signed_seq', 'rate'))} / {_f(get('a2a_pool_seq', 'rate'))} req/s",
+    )
+    add(
         "signed intents/s / a2a-sdk, 32 clients",
         _ratio(get("signed_conc", "rate"), get("a2a_conc", "rate")),
         TARGETS["signed_vs_a2a_sdk"],
@@ -2005,18 +2050,20 @@ def print_report(out: dict[str, Any]) -> None:
     )
     print()
     hdr = (
-        f"{'end to end, Python httpx clients':<42} {'rate':>10} {'p50 ms':>8} {'p99 ms':>8}"
+        f"{'end to end, Python clients':<42} {'rate':>10} {'p50 ms':>8} {'p99 ms':>8}"
         f" {'srv µs':>8} {'cli µs':>8}"
     )
     print(hdr)
     print("-" * len(hdr))
     for key in (
         "plain_seq",
+        "plain_pool_seq",
         "plain_conc",
         "signed_seq",
         "signed_conc",
         "handshake_seq",
         "a2a_seq",
+        "a2a_pool_seq",
         "a2a_conc",
         "a2a_direct_seq",
         "a2a_secured_seq",
@@ -2035,7 +2082,9 @@ def print_report(out: dict[str, Any]) -> None:
             f" {_f(c['server_cpu_us']):>8} {_f(c['client_cpu_us']):>8}"
         )
         print(line + (f"  {c['note']}" if c.get("note") else ""))
-    print("(srv µs / cli µs: CPU time per request of the server process / of this client process)")
+    print("(srv µs / cli µs: CPU time per request of the server process / of this client process;")
+    print(" echo and a2a-sdk rows: an httpx.AsyncClient each, except the 'pool' rows, which send")
+    print(" through a2a_secure.client.pool, the HTTP/1.1 pool A2AClient itself sends with)")
     print()
     bodies = out.get("bodies", {})
     hdr = (
@@ -2207,7 +2256,7 @@ def plot(out: dict[str, Any], path: Path) -> str:
     ax.barh(names, [c["p99_ms"] for _, c in rows], color="#f4a582", label="p99")
     ax.barh(names, [c["p50_ms"] for _, c in rows], color="#2166ac", label="p50")
     ax.set_xscale("log")
-    ax.set_xlabel("latency (ms, log scale); wrk: 32 connections, otherwise Python httpx clients")
+    ax.set_xlabel("latency (ms, log scale); wrk: 32 connections, otherwise Python clients")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
