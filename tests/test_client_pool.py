@@ -502,3 +502,10 @@ def test_one_pool_across_successive_event_loops() -> None:
     assert asyncio.run(once()) == (1, 3)
     assert asyncio.run(once()) == (1, 3)
     asyncio.run(p.aclose())
+
+
+async def test_a_host_name_is_resolved_and_named_in_the_host_header() -> None:
+    async with raw_server(echo_ok) as server, pool() as p:
+        url = server.url.replace("127.0.0.1", "localhost")
+        assert await post(p, url, b'{"name":1}') == (200, b'{"name":1}', None)
+        assert server.requests[0][1][b"host"] == url.split("/")[2].encode()

@@ -341,6 +341,11 @@ class ConnectionPool:
     async def _connect(self, origin: _Origin) -> _Connection:
         loop = asyncio.get_running_loop()
         tls = self._ssl_context() if origin.tls else None
+        # A host with several addresses: try the next one after 250 ms rather than after the
+        # whole timeout (RFC 8305, as httpx's anyio backend does). uvloop has no such option.
+        extra: dict[str, Any] = (
+            {"happy_eyeballs_delay": 0.25} if isinstance(loop, asyncio.BaseEventLoop) else {}
+        )
         try:
             async with asyncio.timeout(self.timeout):
                 _transport, conn = await loop.create_connection(
@@ -349,6 +354,7 @@ class ConnectionPool:
                     origin.port,
                     ssl=tls,
                     server_hostname=origin.host if tls is not None else None,
+                    **extra,
                 )
         except TimeoutError:
             raise httpx.ConnectTimeout("connection not established within the timeout") from None
