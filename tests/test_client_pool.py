@@ -509,3 +509,134 @@ async def test_a_host_name_is_resolved_and_named_in_the_host_header() -> None:
         url = server.url.replace("127.0.0.1", "localhost")
         assert await post(p, url, b'{"name":1}') == (200, b'{"name":1}', None)
         assert server.requests[0][1][b"host"] == url.split("/")[2].encode()
+
+
+# -- streamed replies -----------------------------------------------------------------------------
+
+
+def chunked_head(ctype: bytes = b"text/event-stream") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n" % ctype
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def test_a_stream_is_read_as_it_comes_and_its_connection_kept() -> None:
+    go_on = asyncio.Event()
+
+    async def events(_c: int, _n: int, _b: bytes, writer: Writer) -> bool:
+        writer.write(chunked_head() + chunk(b"id: 0\n"))
+        await writer.drain()
+        await go_on.wait()  # the second part only once the client has the first
+        writer.write(chunk(b"data: {}\n\n") + b"0\r\n\r\n")
+        return True
+
+    async with raw_server(events) as server, pool() as p:
+        async with p.stream(server.url, b"{}") as reply:
+            assert (reply.status, reply.content_type) == (200, "text/event-stream")
+            parts = reply.chunks()
+            assert await anext(parts) == b"id: 0\n"
+            go_on.set()
+            assert [c async for c in parts] == [b"data: {}\n\n"]
+            assert reply.complete
+        assert (await post(p, server.url))[0] == 200
+    assert server.connections == 1
+    assert server.requests[0][1][b"accept"] == b"text/event-stream, application/json"
+    assert server.requests[1][1][b"accept"] == b"application/json"
+
+
+async def test_a_stream_left_before_its_end_closes_its_connection() -> None:
+    async def endless(c: int, _n: int, body: bytes, writer: Writer) -> bool:
+        if c > 1:
+            writer.write(ok(body))
+            return True
+        writer.write(chunked_head())
+        with contextlib.suppress(ConnectionError):
+            while True:
+                writer.write(chunk(b": keep-alive\n\n"))
+                await writer.drain()
+                await asyncio.sleep(0.01)
+        return False
+
+    async with raw_server(endless) as server, pool() as p:
+        async with p.stream(server.url, b"{}") as reply:
+            async for _ in reply.chunks():
+                break
+        assert not reply.complete
+        assert (await post(p, server.url, b'{"next":1}')) == (200, b'{"next":1}', None)
+    assert server.connections == 2
+
+
+async def test_a_stream_may_outlast_the_timeout_while_bytes_keep_coming() -> None:
+    async def slow_events(_c: int, _n: int, _b: bytes, writer: Writer) -> bool:
+        writer.write(chunked_head())
+        for i in range(8):  # 0.8 s in all, a part every 0.1 s
+            await asyncio.sleep(0.1)
+            writer.write(chunk(b"part %d\n" % i))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        return True
+
+    expected = b"".join(b"part %d\n" % i for i in range(8))
+    async with (
+        raw_server(slow_events) as server,
+        pool(timeout=0.3) as p,
+        p.stream(server.url, b"{}") as reply,
+    ):
+        assert b"".join([c async for c in reply.chunks()]) == expected
+
+
+async def test_a_stream_that_falls_silent_times_out() -> None:
+    async def stalls(_c: int, _n: int, _b: bytes, writer: Writer) -> bool:
+        writer.write(chunked_head() + chunk(b"first\n"))
+        await asyncio.sleep(10)
+        return False
+
+    async with raw_server(stalls) as server, pool(timeout=0.3) as p, p.stream(server.url, b"{}") as reply:
+        parts = reply.chunks()
+        assert await anext(parts) == b"first\n"
+        started = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):
+            await anext(parts)
+        assert time.monotonic() - started < 2
+
+
+async def test_a_stream_whose_head_never_comes_times_out() -> None:
+    async def silent(_c: int, _n: int, _b: bytes, _w: Writer) -> bool:
+        await asyncio.sleep(10)
+        return False
+
+    async with raw_server(silent) as server, pool(timeout=0.3) as p:
+        with pytest.raises(httpx.ReadTimeout):
+            async with p.stream(server.url, b"{}"):
+                pytest.fail("no head came")
+
+
+async def test_a_json_answer_to_a_streamed_request_is_read_whole() -> None:
+    async def refuses(_c: int, _n: int, _b: bytes, writer: Writer) -> bool:
+        body = b'{"jsonrpc":"2.0","id":1,"error":{"code":-32050,"message":"busy"}}'
+        writer.write(b"HTTP/1.1 503 x\r\nContent-Type: application/json\r\nRetry-After: 2\r\n")
+        writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        return True
+
+    async with raw_server(refuses) as server, pool() as p:
+        async with p.stream(server.url, b"{}") as reply:
+            assert (reply.status, reply.content_type, reply.retry_after) == (503, "application/json", "2")
+            assert b"".join([c async for c in reply.chunks()]).endswith(b'"busy"}}')
+        assert (await post(p, server.url))[0] == 503
+    assert server.connections == 1
+
+
+async def test_a_compressed_stream_is_refused() -> None:
+    async def gzipped(_c: int, _n: int, _b: bytes, writer: Writer) -> bool:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        return True
+
+    async with raw_server(gzipped) as server, pool() as p:
+        with pytest.raises(httpx.DecodingError):
+            async with p.stream(server.url, b"{}"):
+                pytest.fail("an encoded stream was handed over")

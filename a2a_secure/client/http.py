@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from a2a_secure.client.pool import ConnectionPool
+from a2a_secure.client.pool import ConnectionPool, StreamReply
 from a2a_secure.errors import (
     A2AError,
     AuthenticationFailed,
@@ -103,6 +103,23 @@ class _Retryable(Exception):
 
 
 _POST_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+_STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+
+
+class _HttpxStream:
+    """An httpx streamed response seen as the pool's ``StreamReply``."""
+
+    def __init__(self, resp: httpx.Response) -> None:
+        self.status = resp.status_code
+        self.content_type = resp.headers.get("content-type", "")
+        self.retry_after = resp.headers.get("retry-after")
+        self._resp = resp
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self._resp.aiter_bytes()
+
+
+_StreamReply = StreamReply | _HttpxStream
 MAX_EVENT_BYTES = 1024 * 1024
 # A reply carries the result twice (in ``result`` and inside ``response_jws``): a 1 MiB result
 # makes a reply of about 2.4 MiB.
@@ -113,10 +130,10 @@ def _reply_too_large() -> A2AError:
     return AuthenticationFailed("reply too large")
 
 
-async def _read_capped(resp: httpx.Response, limit: int) -> bytes:
+async def _read_capped(body: AsyncIterator[bytes], limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
-    async for chunk in resp.aiter_bytes():
+    async for chunk in body:
         size += len(chunk)
         if size > limit:
             raise _reply_too_large()
@@ -157,7 +174,7 @@ def _event_result(data: bytes, rid: int) -> Any:
     return obj["result"]
 
 
-async def _sse_lines(resp: httpx.Response) -> AsyncIterator[str]:
+async def _sse_lines(body: AsyncIterator[bytes]) -> AsyncIterator[str]:
     """The lines of an event stream, split at LF only (§6.4).
 
     Not ``resp.aiter_lines()``: it also splits at U+2028, U+2029, U+0085 and the other
@@ -165,7 +182,7 @@ async def _sse_lines(resp: httpx.Response) -> AsyncIterator[str]:
     longer than an event is refused while it is still being read.
     """
     buf = bytearray()
-    async for chunk in resp.aiter_bytes():
+    async for chunk in body:
         scan = len(buf)
         buf += chunk
         start = 0
@@ -186,11 +203,11 @@ def _utf8(line: bytes) -> str:
         raise AuthenticationFailed("event stream is not UTF-8") from None
 
 
-async def _sse_events(resp: httpx.Response) -> AsyncIterator[tuple[str, bytes]]:
+async def _sse_events(body: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, bytes]]:
     """Events framed as ``id: N`` LF ``data: JSON`` LF LF; comment lines are skipped (§6.4)."""
     event_id: str | None = None
     data: bytes | None = None
-    async for line in _sse_lines(resp):
+    async for line in _sse_lines(body):
         if len(line) > MAX_EVENT_BYTES + 16:
             raise AuthenticationFailed("event larger than 1 MiB")
         if line == "":
@@ -249,10 +266,11 @@ class A2AClient:
 
         ``http``: an ``httpx.AsyncClient`` to use (proxies, TLS settings, hooks, cookies all
         apply as configured); it stays open when this client closes. Without one, handshakes,
-        intents and closes go through the client's own HTTP/1.1 pool (``client/pool.py``:
-        ``verify`` as httpx takes it, kept-alive connections, no cookie jar, redirects,
-        proxies or compression, one ``timeout`` for each whole exchange), and streamed
-        intents through an httpx client it builds with the same ``verify`` and ``timeout``.
+        intents (streamed ones too) and closes go through the client's own HTTP/1.1 pool
+        (``client/pool.py``: ``verify`` as httpx takes it, kept-alive connections, no cookie
+        jar, redirects, proxies or compression, one ``timeout`` for each whole exchange, or
+        for each read once a stream has begun); ``self.http`` is then an httpx client built
+        with the same ``verify`` and ``timeout``, for other requests (an agent card, say).
         """
         self.identity = identity
         self.resend_on_unknown_session = resend_on_unknown_session
@@ -269,7 +287,8 @@ class A2AClient:
         self.http = http or httpx.AsyncClient(
             transport=transport, timeout=httpx.Timeout(timeout), follow_redirects=False
         )
-        # With its own client, a JSON-RPC call goes through its own pool (see _exchange).
+        # With its own client, every protocol call goes through its own pool (_exchange,
+        # _open_stream).
         self._pool = ConnectionPool(verify=verify, timeout=timeout) if http is None else None
         self.retry = retry or RetryPolicy()
         self.manifest_hash = manifest_hash
@@ -350,13 +369,23 @@ class A2AClient:
         """
         if self._pool is None:
             async with self.http.stream("POST", url, content=body, headers=_POST_HEADERS) as resp:
-                content = await _read_capped(resp, MAX_REPLY_BYTES)
+                content = await _read_capped(resp.aiter_bytes(), MAX_REPLY_BYTES)
             return resp.status_code, content, resp.headers.get("retry-after")
         # Without a given httpx client the call goes through the client's own small HTTP/1.1
         # pool (client/pool.py): the httpx layers (URL merging, cookie jar, auth and redirect
         # flows, hooks, anyio) do nothing for these calls and cost more than the signature
         # check of the reply. It raises the same httpx exceptions.
         return await self._pool.post(url, body, limit=MAX_REPLY_BYTES, too_large=_reply_too_large)
+
+    @contextlib.asynccontextmanager
+    async def _open_stream(self, url: str, body: bytes) -> AsyncIterator[_StreamReply]:
+        """POST a streamed request; the reply as it comes, through the pool or the given client."""
+        if self._pool is not None:
+            async with self._pool.stream(url, body) as reply:
+                yield reply
+            return
+        async with self.http.stream("POST", url, content=body, headers=_STREAM_HEADERS) as resp:
+            yield _HttpxStream(resp)
 
     @staticmethod
     def _plain_error(error: Any) -> A2AError:
@@ -557,21 +586,17 @@ class A2AClient:
             replayed = 0  # events of this attempt that replayed ones already held, in order
             held_before = len(held)  # a replay comes first: only these events can be replayed
             try:
-                async with self.http.stream(
-                    "POST", url, content=body, headers={"Content-Type": "application/json"}
-                ) as resp:
-                    ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
+                async with self._open_stream(url, body) as resp:
+                    ctype = resp.content_type.split(";")[0].strip().lower()
                     if ctype != "text/event-stream":
-                        raw = await _read_capped(resp, MAX_REPLY_BYTES)
-                        retry_after = _retry_after(resp.headers.get("retry-after"))
+                        raw = await _read_capped(resp.chunks(), MAX_REPLY_BYTES)
+                        retry_after = _retry_after(resp.retry_after)
                         error = _jsonrpc_error(raw, rid)
                         exc = session.error_from_reply(req, error)
-                        if resp.status_code in (500, 502, 503, 504) and not (
-                            exc.signed and resp.status_code != 503
-                        ):
+                        if resp.status in (500, 502, 503, 504) and not (exc.signed and resp.status != 503):
                             raise _Retryable(exc)
                         raise exc
-                    async for event_id, data in _sse_events(resp):
+                    async for event_id, data in _sse_events(resp.chunks()):
                         if held and held[-1].get("final") is True:
                             raise AuthenticationFailed("data after the final event")
                         index = len(held)

@@ -1,7 +1,8 @@
 """A small HTTP/1.1 client for ``A2AClient``'s JSON-RPC calls: asyncio and h11, nothing else.
 
 Every handshake step and every intent is one POST of a JSON body whose reply is read whole,
-with a bound. httpx's transport spends about 330 µs of CPU on such a call here (anyio cancel
+with a bound (``post``); a streamed intent is a POST whose reply is read as it comes
+(``stream``). httpx's transport spends about 330 µs of CPU on such a call here (anyio cancel
 scopes, httpcore's pool bookkeeping, the httpx models), more than checking the reply's
 signature; this pool does the same exchange in about a third of that. The wire format is
 h11's, the parser httpcore itself uses, so framing (Content-Length, chunked, keep-alive,
@@ -15,7 +16,8 @@ Differences from httpx, on purpose:
 
 * a whole exchange (sending the request and reading the entire reply) has one deadline,
   ``timeout``: a server that drips its reply a byte at a time cannot hold the caller longer
-  (httpx applies the timeout to each read);
+  (httpx applies the timeout to each read). A stream has that deadline up to the end of the
+  reply's head, then ``timeout`` for each read (a stream may rightly last longer);
 * a request that fails on a kept-alive connection before any byte of a reply arrived (the
   server closed the idle connection as the request went out) is sent once more on a new
   connection; every request this client sends may be resent byte for byte (PROTOCOL.md §6.1);
@@ -29,13 +31,13 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, cast
 
 import h11
 import httpx
 
-__all__ = ["ConnectionPool"]
+__all__ = ["ConnectionPool", "StreamReply"]
 
 # What a reply's head may take (status line and headers), as in h11's default.
 MAX_HEAD_BYTES = 64 * 1024
@@ -58,11 +60,32 @@ class _Origin:
         self.headers = [
             (b"Host", u.netloc),
             (b"Content-Type", b"application/json"),
-            (b"Accept", b"application/json"),
             # No compressed reply to inflate (so no decompression bomb); one that comes
             # compressed anyway is refused.
             (b"Accept-Encoding", b"identity"),
         ]
+
+
+_JSON = b"application/json"
+_EVENTS_OR_JSON = b"text/event-stream, application/json"
+
+
+class _Head:
+    """The head of a reply: its status and the headers the client acts on."""
+
+    __slots__ = ("content_type", "retry_after", "status")
+
+    def __init__(self, event: h11.Response) -> None:
+        self.status = event.status_code
+        self.retry_after: str | None = None
+        self.content_type = ""
+        for name, value in event.headers:
+            if name == b"retry-after":
+                self.retry_after = value.decode("latin-1")
+            elif name == b"content-type":
+                self.content_type = value.decode("latin-1")
+            elif name == b"content-encoding" and value.lower() != b"identity":
+                raise httpx.DecodingError("reply has a content-encoding that was not asked for")
 
 
 class _Connection(asyncio.Protocol):
@@ -132,18 +155,18 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    async def exchange(
-        self,
-        origin: _Origin,
-        body: bytes,
-        limit: int,
-        too_large: Callable[[], Exception],
-        more_headers: Sequence[tuple[bytes, bytes]],
-    ) -> tuple[int, bytes, str | None]:
-        """Send one POST and read its whole reply; (status, body, Retry-After)."""
+    def send(
+        self, origin: _Origin, body: bytes, accept: bytes, more_headers: Sequence[tuple[bytes, bytes]]
+    ) -> None:
+        """Write one POST request whole (the loop sends it as the socket allows)."""
         assert self.transport is not None
         h = self.h11
-        headers = [*origin.headers, *more_headers, (b"Content-Length", str(len(body)).encode())]
+        headers = [
+            *origin.headers,
+            (b"Accept", accept),
+            *more_headers,
+            (b"Content-Length", str(len(body)).encode()),
+        ]
         self.transport.write(
             h.send(h11.Request(method="POST", target=origin.target, headers=headers))
             + h.send(h11.Data(data=body))
@@ -151,10 +174,10 @@ class _Connection(asyncio.Protocol):
         )
         self._received = 0
         self._exchanging = True
-        status = 0
-        retry_after: str | None = None
-        chunks: list[bytes] = []
-        size = 0
+
+    async def _event(self) -> Any:
+        """The reply's next h11 event, waiting for bytes as needed."""
+        h = self.h11
         while True:
             try:
                 event = h.next_event()
@@ -162,37 +185,48 @@ class _Connection(asyncio.Protocol):
                 if self._eof and not self._received:
                     raise _ClosedEarly(self._lost) from None
                 raise
-            kind = type(event)
-            if event is h11.NEED_DATA:
-                # After an EOF h11 never answers NEED_DATA: it raises (reply cut short).
-                self._waiter = asyncio.get_running_loop().create_future()
-                try:
-                    await self._waiter
-                finally:
-                    self._waiter = None
-            elif kind is h11.Response:
-                assert isinstance(event, h11.Response)
-                status = event.status_code
-                for name, value in event.headers:
-                    if name == b"retry-after":
-                        retry_after = value.decode("latin-1")
-                    elif name == b"content-encoding" and value.lower() != b"identity":
-                        raise httpx.DecodingError("reply has a content-encoding that was not asked for")
-            elif kind is h11.Data:
-                assert isinstance(event, h11.Data)
-                size += len(event.data)
-                if size > limit:
-                    raise too_large()
-                chunks.append(bytes(event.data))
-            elif kind is h11.EndOfMessage:
-                break
-            elif kind is h11.ConnectionClosed:  # h11 raises instead while a reply is due
-                raise _ClosedEarly(self._lost)
-            # InformationalResponse (1xx): nothing to do, the final response follows.
+            if event is not h11.NEED_DATA:
+                if type(event) is h11.ConnectionClosed:  # h11 raises instead while a reply is due
+                    raise _ClosedEarly(self._lost)
+                return event
+            # After an EOF h11 never answers NEED_DATA: it raises (reply cut short).
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    async def head(self) -> _Head:
+        """Read up to the reply's final head (1xx informational heads are skipped)."""
+        while True:
+            event = await self._event()
+            if type(event) is h11.Response:
+                return _Head(event)
+            if type(event) is not h11.InformationalResponse:
+                raise h11.RemoteProtocolError(f"unexpected {type(event).__name__} before the reply")
+
+    async def body_chunk(self) -> bytes | None:
+        """The reply body's next bytes; None at its end (the connection may then be reused)."""
+        event = await self._event()
+        if type(event) is h11.Data:
+            return bytes(event.data)
+        assert type(event) is h11.EndOfMessage  # all h11 yields after a Response
         self._exchanging = False
+        h = self.h11
         if h.our_state is h11.DONE and h.their_state is h11.DONE:
             h.start_next_cycle()
-        return status, b"".join(chunks), retry_after
+        return None
+
+    async def read_all(self, limit: int, too_large: Callable[[], Exception]) -> bytes:
+        """The whole reply body; ``too_large()`` is raised past ``limit`` bytes."""
+        chunks: list[bytes] = []
+        size = 0
+        while (chunk := await self.body_chunk()) is not None:
+            size += len(chunk)
+            if size > limit:
+                raise too_large()
+            chunks.append(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class _ClosedEarly(Exception):
@@ -201,6 +235,52 @@ class _ClosedEarly(Exception):
     def __init__(self, cause: BaseException | None) -> None:
         super().__init__("server closed the connection without replying")
         self.cause = cause
+
+
+@contextlib.contextmanager
+def _failures(conn: _Connection) -> Iterator[None]:
+    """Close ``conn`` on any failure (its state is unknown) and raise httpx's exceptions."""
+    try:
+        yield
+    except _ClosedEarly:
+        conn.close()
+        raise
+    except TimeoutError:
+        conn.close()
+        raise httpx.ReadTimeout("no complete reply within the timeout") from None
+    except h11.LocalProtocolError as exc:  # a header the caller gave
+        conn.close()
+        raise httpx.LocalProtocolError(f"request refused: {exc}") from exc
+    except h11.ProtocolError as exc:
+        conn.close()
+        raise httpx.RemoteProtocolError(f"malformed reply: {exc}") from exc
+    except BaseException:
+        conn.close()  # cancelled, a reply over the limit, an encoded reply
+        raise
+
+
+class StreamReply:
+    """A reply being read as it comes: its head, then :meth:`chunks` of its body."""
+
+    def __init__(self, conn: _Connection, head: _Head, timeout: float) -> None:
+        self.status = head.status
+        self.content_type = head.content_type
+        self.retry_after = head.retry_after
+        self.complete = False  # the whole body was read
+        self._conn = conn
+        self._timeout = timeout
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive; each read waits at most ``timeout``."""
+        conn = self._conn
+        while not self.complete:
+            with _failures(conn):
+                async with asyncio.timeout(self._timeout):
+                    chunk = await conn.body_chunk()
+            if chunk is None:
+                self.complete = True
+            elif chunk:
+                yield chunk
 
 
 class ConnectionPool:
@@ -262,10 +342,63 @@ class ConnectionPool:
 
         A reply body over ``limit`` bytes raises ``too_large()`` (and the connection is
         dropped). Transport failures raise ``httpx.TransportError`` subclasses. ``headers``
-        are sent after the pool's own (Host, Content-Type, Accept, Accept-Encoding) and
+        are sent after the pool's own (Host, Content-Type, Accept-Encoding, Accept) and
         before Content-Length; a malformed one is refused (``httpx.LocalProtocolError``),
         nothing sent.
         """
+        origin = await self._enter(url)
+        try:
+            for attempt in (1, 2):
+                conn = self._take_idle(origin) or await self._connect(origin)
+                try:
+                    with _failures(conn):
+                        async with asyncio.timeout(self.timeout):
+                            conn.send(origin, body, _JSON, headers)
+                            head = await conn.head()
+                            content = await conn.read_all(limit, too_large)
+                except _ClosedEarly as exc:
+                    if conn.reused and attempt == 1:
+                        continue  # a stale kept-alive connection: once more on a new one
+                    raise httpx.RemoteProtocolError(str(exc)) from exc.cause
+                self._put_idle(origin, conn)
+                return head.status, content, head.retry_after
+            raise AssertionError("unreachable")  # pragma: no cover
+        finally:
+            self._slots.release()
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, url: str, body: bytes, *, headers: Sequence[tuple[bytes, bytes]] = ()
+    ) -> AsyncIterator[StreamReply]:
+        """POST ``body`` and hand over the reply once its head is in (``Accept`` names event
+        streams and JSON). The connection is kept only if the body was read to its end."""
+        origin = await self._enter(url)
+        try:
+            for attempt in (1, 2):
+                conn = self._take_idle(origin) or await self._connect(origin)
+                try:
+                    with _failures(conn):
+                        async with asyncio.timeout(self.timeout):
+                            conn.send(origin, body, _EVENTS_OR_JSON, headers)
+                            head = await conn.head()
+                except _ClosedEarly as exc:
+                    if conn.reused and attempt == 1:
+                        continue
+                    raise httpx.RemoteProtocolError(str(exc)) from exc.cause
+                reply = StreamReply(conn, head, self.timeout)
+                try:
+                    yield reply
+                finally:
+                    if reply.complete:
+                        self._put_idle(origin, conn)
+                    else:
+                        conn.close()
+                return
+        finally:
+            self._slots.release()
+
+    async def _enter(self, url: str) -> _Origin:
+        """Check the pool is open and on this loop, and take a slot; the origin of ``url``."""
         if self._closed:
             raise httpx.ConnectError("the client is closed")
         if asyncio.get_running_loop() is not self._loop:
@@ -279,34 +412,7 @@ class ConnectionPool:
                 raise httpx.PoolTimeout("no connection free within the timeout") from None
         else:
             await self._slots.acquire()  # free: returns at once
-        try:
-            for _ in range(2):
-                conn = self._take_idle(origin) or await self._connect(origin)
-                try:
-                    async with asyncio.timeout(self.timeout):
-                        reply = await conn.exchange(origin, body, limit, too_large, headers)
-                except _ClosedEarly as exc:
-                    conn.close()
-                    if conn.reused:
-                        continue  # a stale kept-alive connection: once more on a new one
-                    raise httpx.RemoteProtocolError(str(exc)) from exc.cause
-                except TimeoutError:
-                    conn.close()
-                    raise httpx.ReadTimeout("no complete reply within the timeout") from None
-                except h11.LocalProtocolError as exc:  # a header the caller gave
-                    conn.close()
-                    raise httpx.LocalProtocolError(f"request refused: {exc}") from exc
-                except h11.ProtocolError as exc:
-                    conn.close()
-                    raise httpx.RemoteProtocolError(f"malformed reply: {exc}") from exc
-                except BaseException:
-                    conn.close()  # cancelled, or a reply over the limit: its state is unknown
-                    raise
-                self._put_idle(origin, conn)
-                return reply
-            raise httpx.RemoteProtocolError("server closed the connection without replying")
-        finally:
-            self._slots.release()
+        return origin
 
     def _rebind(self) -> None:
         """First use, or use from another event loop than before (successive ``asyncio.run``):
