@@ -348,21 +348,9 @@ class ConnectionPool:
         """
         origin = await self._enter(url)
         try:
-            for attempt in (1, 2):
-                conn = self._take_idle(origin) or await self._connect(origin)
-                try:
-                    with _failures(conn):
-                        async with asyncio.timeout(self.timeout):
-                            conn.send(origin, body, _JSON, headers)
-                            head = await conn.head()
-                            content = await conn.read_all(limit, too_large)
-                except _ClosedEarly as exc:
-                    if conn.reused and attempt == 1:
-                        continue  # a stale kept-alive connection: once more on a new one
-                    raise httpx.RemoteProtocolError(str(exc)) from exc.cause
-                self._put_idle(origin, conn)
-                return head.status, content, head.retry_after
-            raise AssertionError("unreachable")  # pragma: no cover
+            conn, head, content = await self._begin(origin, body, _JSON, headers, (limit, too_large))
+            self._put_idle(origin, conn)
+            return head.status, content, head.retry_after
         finally:
             self._slots.release()
 
@@ -374,28 +362,42 @@ class ConnectionPool:
         streams and JSON). The connection is kept only if the body was read to its end."""
         origin = await self._enter(url)
         try:
-            for attempt in (1, 2):
-                conn = self._take_idle(origin) or await self._connect(origin)
-                try:
-                    with _failures(conn):
-                        async with asyncio.timeout(self.timeout):
-                            conn.send(origin, body, _EVENTS_OR_JSON, headers)
-                            head = await conn.head()
-                except _ClosedEarly as exc:
-                    if conn.reused and attempt == 1:
-                        continue
-                    raise httpx.RemoteProtocolError(str(exc)) from exc.cause
-                reply = StreamReply(conn, head, self.timeout)
-                try:
-                    yield reply
-                finally:
-                    if reply.complete:
-                        self._put_idle(origin, conn)
-                    else:
-                        conn.close()
-                return
+            conn, head, _ = await self._begin(origin, body, _EVENTS_OR_JSON, headers, None)
+            reply = StreamReply(conn, head, self.timeout)
+            try:
+                yield reply
+            finally:
+                if reply.complete:
+                    self._put_idle(origin, conn)
+                else:
+                    conn.close()
         finally:
             self._slots.release()
+
+    async def _begin(
+        self,
+        origin: _Origin,
+        body: bytes,
+        accept: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        whole: tuple[int, Callable[[], Exception]] | None,
+    ) -> tuple[_Connection, _Head, bytes]:
+        """Send the request and read the reply's head within ``timeout``, and its body too
+        when ``whole`` = (limit, too_large) is given; (connection, head, body or b"")."""
+        for attempt in (1, 2):
+            conn = self._take_idle(origin) or await self._connect(origin)
+            try:
+                with _failures(conn):
+                    async with asyncio.timeout(self.timeout):
+                        conn.send(origin, body, accept, headers)
+                        head = await conn.head()
+                        content = b"" if whole is None else await conn.read_all(*whole)
+            except _ClosedEarly as exc:
+                if conn.reused and attempt == 1:
+                    continue  # a stale kept-alive connection: once more on a new one
+                raise httpx.RemoteProtocolError(str(exc)) from exc.cause
+            return conn, head, content
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _enter(self, url: str) -> _Origin:
         """Check the pool is open and on this loop, and take a slot; the origin of ``url``."""
