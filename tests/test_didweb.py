@@ -11,19 +11,18 @@ from __future__ import annotations
 import asyncio
 import gzip
 import ipaddress
-import json
 import ssl
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import base58
 import nacl.signing
 import pytest
 import trustme
+from conftest import load_vector
 
 from a2a_secure.errors import DIDResolutionError, InvalidParams
 from a2a_secure.identity import encoding
@@ -38,7 +37,7 @@ from a2a_secure.identity.didweb import (
 )
 from a2a_secure.identity.resolver import DIDResolver
 
-VECTORS = json.loads(Path("/work/shared/vectors/did_web_urls.json").read_text())
+VECTORS = load_vector("did_web_urls.json")
 SMALL_ORDER_KEY = bytes([1]) + bytes(31)  # the identity point: one signature fits every message
 
 # -- a tiny real HTTP/1.1 server -----------------------------------------------------------------
