@@ -627,3 +627,39 @@ async def test_a_compressed_stream_is_refused() -> None:
         with pytest.raises(httpx.DecodingError):
             async with p.stream(server.url, b"{}"):
                 pytest.fail("an encoded stream was handed over")
+
+
+async def test_a_stream_faster_than_its_reader_is_not_buffered() -> None:
+    # The server sends 32 MiB as fast as it can while the reader is busy with the first
+    # part: reading stops until the reader asks for more, so the bytes wait in the kernel.
+    sent = 0
+
+    async def flood(_c: int, _n: int, _b: bytes, writer: Writer) -> bool:
+        nonlocal sent
+        writer.write(chunked_head())
+        part = chunk(b"x" * 65536)
+        with contextlib.suppress(ConnectionError):
+            for _ in range(512):
+                writer.write(part)
+                sent += len(part)
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+        return False
+
+    async with raw_server(flood) as server, pool() as p:
+        async with p.stream(server.url, b"{}") as reply:
+            parts = reply.chunks()
+            assert len(await anext(parts)) > 0
+            await asyncio.sleep(0.3)  # the reader is busy
+            held = len(reply._conn.h11.trailing_data[0])
+            assert held < 1 << 20, f"{held} bytes held for a busy reader"
+            assert sent < 16 << 20  # the server was held back too
+            total = sum([len(c) async for c in parts])
+            assert reply.complete
+        assert total > 30 << 20
+
+
+def test_a_stream_faster_than_its_reader_is_not_buffered_on_uvloop() -> None:
+    uvloop = pytest.importorskip("uvloop")
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(test_a_stream_faster_than_its_reader_is_not_buffered())

@@ -99,6 +99,7 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._eof = False
         self._exchanging = False  # a request is out and its reply not yet read whole
+        self._paused = False  # reading paused until the reader asks for more
         self._received = 0  # bytes received since the current request went out
         self._lost: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -117,7 +118,21 @@ class _Connection(asyncio.Protocol):
         if not self._eof:
             self._received += len(data)
             self.h11.receive_data(data)
-        self._wake()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        elif not self._paused:
+            # Nobody is waiting for these bytes (a stream's reader is busy with the last
+            # ones): read no more until it asks, or a fast server would fill this process's
+            # memory; the kernel's buffers then hold the server back.
+            self._paused = True
+            self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def _resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            if not self.closed:
+                self.transport.resume_reading()  # type: ignore[union-attr]
 
     def eof_received(self) -> bool:
         self._end_of_data()
@@ -151,9 +166,10 @@ class _Connection(asyncio.Protocol):
         )
 
     def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()
 
     def send(
         self, origin: _Origin, body: bytes, accept: bytes, more_headers: Sequence[tuple[bytes, bytes]]
@@ -190,6 +206,7 @@ class _Connection(asyncio.Protocol):
                     raise _ClosedEarly(self._lost)
                 return event
             # After an EOF h11 never answers NEED_DATA: it raises (reply cut short).
+            self._resume()
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
@@ -212,6 +229,7 @@ class _Connection(asyncio.Protocol):
             return bytes(event.data)
         assert type(event) is h11.EndOfMessage  # all h11 yields after a Response
         self._exchanging = False
+        self._resume()  # idle: an EOF or stray bytes must be seen (and drop the connection)
         h = self.h11
         if h.our_state is h11.DONE and h.their_state is h11.DONE:
             h.start_next_cycle()
