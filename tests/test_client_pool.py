@@ -663,3 +663,27 @@ def test_a_stream_faster_than_its_reader_is_not_buffered_on_uvloop() -> None:
     uvloop = pytest.importorskip("uvloop")
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(test_a_stream_faster_than_its_reader_is_not_buffered())
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_server_that_closes_at_once_is_a_protocol_error(loop: str) -> None:
+    # Accepted, then closed before the request could go out (or as it did): a clean
+    # httpx error on either loop, never a loop-specific RuntimeError.
+    factory = pytest.importorskip("uvloop").new_event_loop if loop == "uvloop" else asyncio.new_event_loop
+
+    async def slam(reader: Reader, writer: Writer) -> None:
+        writer.transport.abort()
+
+    async def main() -> None:
+        srv = await asyncio.start_server(slam, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/a2a/intent"
+        try:
+            async with pool() as p:
+                for _ in range(20):
+                    with pytest.raises(httpx.RemoteProtocolError):
+                        await post(p, url)
+        finally:
+            srv.close()
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main())

@@ -183,13 +183,16 @@ class _Connection(asyncio.Protocol):
             *more_headers,
             (b"Content-Length", str(len(body)).encode()),
         ]
-        self.transport.write(
+        data = (
             h.send(h11.Request(method="POST", target=origin.target, headers=headers))
             + h.send(h11.Data(data=body))
             + h.send(h11.EndOfMessage())
         )
+        if self.closed:  # lost between connecting (or being kept) and now: nothing was sent
+            raise _ClosedEarly(self._lost)
         self._received = 0
         self._exchanging = True
+        self.transport.write(data)
 
     async def _event(self) -> Any:
         """The reply's next h11 event, waiting for bytes as needed."""
