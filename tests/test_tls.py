@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -144,3 +145,19 @@ async def test_client_refuses_plain_http_to_a_remote_endpoint() -> None:
             )
         with pytest.raises(InvalidParams):
             await client.handshake(identity("server").did, "http://192.168.1.20:8000")
+
+
+async def test_a_ca_bundle_path_is_trusted_without_deprecation_warnings(
+    https_server: tuple[AgentServer, str], ca: trustme.CA, tmp_path: Path
+) -> None:
+    # The CLI's --ca-bundle gives a path; httpx deprecates its own str form, and the suite
+    # turns every warning into an error: a path (str or Path) must work and warn nothing.
+    server, url = https_server
+    bundle = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    for verify in (str(bundle), bundle):
+        async with A2AClient(identity("bundle-client"), verify=verify) as client:
+            got = await client.request(
+                server.identity.did, {"goal": "echo", "inputs": {"p": 1}}, endpoint=url
+            )
+            assert got.result == {"echo": {"p": 1}}

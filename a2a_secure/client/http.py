@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import ipaddress
 import itertools
+import os
 import random
 import socket
 import ssl
@@ -264,6 +265,9 @@ class A2AClient:
         new session. Pass False for intents that must not run twice; the caller then gets
         ``SessionUnknown`` and decides (SECURITY.md).
 
+        ``verify``: ``True`` (certifi's roots), an ``ssl.SSLContext``, or the path of a CA
+        bundle file.
+
         ``http``: an ``httpx.AsyncClient`` to use (proxies, TLS settings, hooks, cookies all
         apply as configured); it stays open when this client closes. Without one, handshakes,
         intents (streamed ones too) and closes go through the client's own HTTP/1.1 pool
@@ -277,6 +281,10 @@ class A2AClient:
         self.resolver = resolver or DIDResolver()
         self._own_http = http is None
         timeout = min(timeout, MAX_TIMEOUT)
+        if isinstance(verify, str | os.PathLike):
+            # A CA bundle file, as the CLI's --ca-bundle gives: made into a context here, as
+            # httpx asks (its str form is deprecated) and as the did:web resolver does.
+            verify = ssl.create_default_context(cafile=os.fspath(verify))
         # TCP_NODELAY: httpcore writes headers and body separately, and Nagle's algorithm
         # with delayed ACKs would then add ~40 ms to the first requests on a connection.
         transport = httpx.AsyncHTTPTransport(
