@@ -230,7 +230,8 @@ class _Connection(asyncio.Protocol):
         event = await self._event()
         if type(event) is h11.Data:
             return bytes(event.data)
-        assert type(event) is h11.EndOfMessage  # all h11 yields after a Response
+        if type(event) is not h11.EndOfMessage:  # h11 yields nothing else after a Response
+            raise h11.RemoteProtocolError(f"unexpected {type(event).__name__} in the reply body")
         self._exchanging = False
         self._resume()  # idle: an EOF or stray bytes must be seen (and drop the connection)
         h = self.h11
@@ -259,13 +260,19 @@ class _ClosedEarly(Exception):
 
 
 @contextlib.contextmanager
-def _failures(conn: _Connection) -> Iterator[None]:
-    """Close ``conn`` on any failure (its state is unknown) and raise httpx's exceptions."""
+def _failures(conn: _Connection, *, may_resend: bool = False) -> Iterator[None]:
+    """Close ``conn`` on any failure (its state is unknown) and raise httpx's exceptions.
+
+    ``may_resend``: a close before any reply byte stays ``_ClosedEarly``, for the caller to
+    send the request again on a new connection; otherwise it too is a protocol error.
+    """
     try:
         yield
-    except _ClosedEarly:
+    except _ClosedEarly as exc:
         conn.close()
-        raise
+        if may_resend:
+            raise
+        raise httpx.RemoteProtocolError(str(exc)) from exc.cause
     except TimeoutError:
         conn.close()
         raise httpx.ReadTimeout("no complete reply within the timeout") from None
@@ -408,7 +415,7 @@ class ConnectionPool:
         for attempt in (1, 2):
             conn = self._take_idle(origin) or await self._connect(origin)
             try:
-                with _failures(conn):
+                with _failures(conn, may_resend=True):
                     async with asyncio.timeout(self.timeout):
                         conn.send(origin, body, accept, headers)
                         head = await conn.head()
