@@ -39,7 +39,7 @@ import httpx
 
 __all__ = ["ConnectionPool", "StreamReply"]
 
-# What a reply's head may take (status line and headers), as in h11's default.
+# What a reply's head may take (status line and headers); h11's own default is 16 KiB.
 MAX_HEAD_BYTES = 64 * 1024
 
 
@@ -118,10 +118,7 @@ class _Connection(asyncio.Protocol):
         if not self._eof:
             self._received += len(data)
             self.h11.receive_data(data)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-        elif not self._paused:
+        if not self._wake() and not self._paused:
             # Nobody is waiting for these bytes (a stream's reader is busy with the last
             # ones): read no more until it asks, or a fast server would fill this process's
             # memory; the kernel's buffers then hold the server back.
@@ -149,10 +146,13 @@ class _Connection(asyncio.Protocol):
             self.h11.receive_data(b"")
         self._wake()
 
-    def _wake(self) -> None:
+    def _wake(self) -> bool:
+        """Wake the reader waiting for bytes, if one is; whether one was."""
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+            return True
+        return False
 
     # -- use -------------------------------------------------------------------------------
     def reusable(self) -> bool:
@@ -268,22 +268,18 @@ def _failures(conn: _Connection, *, may_resend: bool = False) -> Iterator[None]:
     """
     try:
         yield
-    except _ClosedEarly as exc:
-        conn.close()
-        if may_resend:
-            raise
-        raise httpx.RemoteProtocolError(str(exc)) from exc.cause
-    except TimeoutError:
-        conn.close()
-        raise httpx.ReadTimeout("no complete reply within the timeout") from None
-    except h11.LocalProtocolError as exc:  # a header the caller gave
-        conn.close()
-        raise httpx.LocalProtocolError(f"request refused: {exc}") from exc
-    except h11.ProtocolError as exc:
-        conn.close()
-        raise httpx.RemoteProtocolError(f"malformed reply: {exc}") from exc
-    except BaseException:
-        conn.close()  # cancelled, a reply over the limit, an encoded reply
+    except BaseException as exc:
+        conn.close()  # whatever failed (cancelled, too large, encoded, ...), its state is unknown
+        if isinstance(exc, _ClosedEarly):
+            if may_resend:
+                raise
+            raise httpx.RemoteProtocolError(str(exc)) from exc.cause
+        if isinstance(exc, TimeoutError):
+            raise httpx.ReadTimeout("no complete reply within the timeout") from None
+        if isinstance(exc, h11.LocalProtocolError):  # a header the caller gave
+            raise httpx.LocalProtocolError(f"request refused: {exc}") from exc
+        if isinstance(exc, h11.ProtocolError):
+            raise httpx.RemoteProtocolError(f"malformed reply: {exc}") from exc
         raise
 
 
@@ -448,11 +444,7 @@ class ConnectionPool:
         """First use, or use from another event loop than before (successive ``asyncio.run``):
         connections and waiters belong to their loop, so start afresh on this one."""
         self._loop = asyncio.get_running_loop()
-        for idle in self._idle.values():
-            for conn in idle:
-                with contextlib.suppress(RuntimeError):  # the old loop may be closed
-                    conn.close()
-        self._idle.clear()
+        self._drop_idle()
         self._slots = asyncio.Semaphore(self._max_connections)
 
     def _take_idle(self, origin: _Origin) -> _Connection | None:
@@ -501,6 +493,9 @@ class ConnectionPool:
     async def aclose(self) -> None:
         """Close every kept-alive connection; later calls fail."""
         self._closed = True
+        self._drop_idle()
+
+    def _drop_idle(self) -> None:
         for idle in self._idle.values():
             for conn in idle:
                 with contextlib.suppress(RuntimeError):  # its loop may be closed
