@@ -614,11 +614,7 @@ def pool_call(pool: Any, url: str, body: Callable[[], bytes], headers: dict[str,
 
     async def call() -> None:
         status, content, _ = await pool.post(url, body(), limit=1 << 22, too_large=RuntimeError, headers=more)
-        if status != 200:
-            raise RuntimeError(f"HTTP {status}")
-        obj = json.loads(content)
-        if isinstance(obj, dict) and "error" in obj:
-            raise RuntimeError(str(obj["error"])[:200])
+        _check_json_reply(status, content)
 
     return call
 
@@ -628,13 +624,18 @@ def json_call(http: httpx.AsyncClient, url: str, body: Callable[[], bytes], head
 
     async def call() -> None:
         resp = await http.post(url, content=body(), headers=headers)
-        if resp.status_code != 200:
-            raise RuntimeError(f"HTTP {resp.status_code}")
-        obj = json.loads(resp.content)
-        if isinstance(obj, dict) and "error" in obj:
-            raise RuntimeError(str(obj["error"])[:200])
+        _check_json_reply(resp.status_code, resp.content)
 
     return call
+
+
+def _check_json_reply(status: int, content: bytes) -> None:
+    """A 200 whose JSON body is not a JSON-RPC error, or RuntimeError (counted as an error)."""
+    if status != 200:
+        raise RuntimeError(f"HTTP {status}")
+    obj = json.loads(content)
+    if isinstance(obj, dict) and "error" in obj:
+        raise RuntimeError(str(obj["error"])[:200])
 
 
 @dataclass
