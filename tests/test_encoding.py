@@ -151,6 +151,24 @@ def test_loads_integer_range() -> None:
     _parse_error(b"18446744073709551616")
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"9007199254740992",
+        b" \n-9007199254740992",
+        b'{"a" :\t9007199254740992}',
+        b"[1, [ \r\n 18446744073709551616]]",
+        b'{"a":{"b":[true,null,-9007199254740992]}}',
+    ],
+)
+def test_loads_integer_range_in_any_position(data: bytes) -> None:
+    _parse_error(data)
+    # One less in magnitude is accepted, wherever it stands.
+    assert loads(
+        data.replace(b"9007199254740992", b"9007199254740991").replace(b"18446744073709551616", b"7")
+    )
+
+
 def test_loads_huge_integer_is_parse_error_not_value_error() -> None:
     # C6: Python raises ValueError past 4300 digits; it must surface as ParseError.
     _parse_error(b"[" + b"9" * 5000 + b"]")

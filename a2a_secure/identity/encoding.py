@@ -38,6 +38,7 @@ __all__ = [
 
 MAX_SAFE_INT = 2**53 - 1
 MAX_DEPTH = 32
+_MAX_INT_CHARS = len(str(-MAX_SAFE_INT))
 
 _B64U_RE = re.compile(r"[A-Za-z0-9_-]*")
 _B64U_VALUE = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")}
@@ -45,11 +46,6 @@ _HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
 # A lone surrogate can only enter a decoded str through a \uD800-\uDFFF escape.
 _SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
-# An integer beyond 2^53-1 has at least 16 digits, and a number in JSON follows ':', ',' or
-# '[' (or starts the text). Anchoring on those characters keeps the search fast (a bare
-# digit-run pattern cost 15 us per 1 KB); a string that happens to match only costs a walk.
-_NUMBER_STARTS = frozenset("-0123456789")
-_LONG_NUMBER_RE = re.compile(r"[:,\[][ \t\n\r]*-?[0-9]{16}")
 
 
 def b64u_encode(data: bytes) -> str:
@@ -87,6 +83,19 @@ def _parse_float(text: str) -> float:
     return value
 
 
+def _parse_int(text: str) -> int:
+    # Called by the C scanner for each integer literal only: cheaper than any scan of the
+    # whole text (a regex for long digit runs cost 8 us per KB, more than the parse itself).
+    # JSON has no leading zeros, so a literal longer than "-9007199254740991" is out of
+    # range: refused before int() spends time on a long run of digits.
+    if len(text) > _MAX_INT_CHARS:
+        raise ValueError("integer out of the I-JSON range")
+    value = int(text)
+    if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+        raise ValueError("integer out of the I-JSON range")
+    return value
+
+
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
@@ -97,6 +106,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _DECODER = json.JSONDecoder(
     object_pairs_hook=_pairs,
     parse_float=_parse_float,
+    parse_int=_parse_int,
     parse_constant=_reject_constant,
     strict=True,
 )
@@ -130,15 +140,15 @@ def loads(
         raise error("JSON nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError is a ValueError, and so are the hooks'
         raise error(f"not I-JSON: {_short(exc)}") from None
-    # Cheap C-level tests decide whether the parsed value needs a walk at all: nesting deeper
-    # than max_depth needs more than max_depth brackets; a lone surrogate enters through a
-    # \uD8xx escape (or, for a str argument, raw: UTF-8 decoding refuses it in bytes).
+    # Integers were range-checked by the scanner. Cheap C-level tests decide whether the
+    # parsed value needs a walk at all: nesting deeper than max_depth needs more than
+    # max_depth brackets; a lone surrogate enters through a \uD8xx escape (or, for a str
+    # argument, raw: UTF-8 decoding refuses it in bytes).
     depth = text.count("[") + text.count("{") > max_depth
-    ints = _LONG_NUMBER_RE.search(text) is not None or text.lstrip(" \t\n\r")[:1] in _NUMBER_STARTS
     surrogates = ("\\u" in text and _SURROGATE_ESCAPE_RE.search(text) is not None) or (
         not from_bytes and _SURROGATE_RE.search(text) is not None
     )
-    if depth or ints or surrogates:
+    if depth or surrogates:
         problem = ijson_problem(value, max_depth=max_depth)
         if problem is not None:
             raise error(problem)
