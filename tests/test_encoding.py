@@ -10,6 +10,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import tracemalloc
 import types
 from typing import Any
 
@@ -363,6 +364,62 @@ def test_dumps_is_compact_utf8() -> None:
         dumps({"a": float("nan")})
 
 
+# dumps and jcs write plain values (the protocol's own messages) with orjson: its bytes must
+# be the json module's and RFC 8785's for every code point, in strings and in member names.
+_WIRE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_ALL_CODE_POINTS = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+_CHUNKS = ["".join(_ALL_CODE_POINTS[i : i + 4096]) for i in range(0, len(_ALL_CODE_POINTS), 4096)]
+
+
+def test_dumps_and_jcs_write_every_code_point_as_json_and_rfc8785_do() -> None:
+    for chunk in _CHUNKS:
+        value = {"s": chunk, "l": [chunk, 1, None, True]}
+        assert dumps(value) == _WIRE.encode(value).encode()
+        assert jcs(value) == rfc8785.dumps(value)
+
+
+def test_jcs_sorts_every_ascii_member_name_as_rfc8785_does() -> None:
+    value = {chr(c) + tail: c for c in range(128) for tail in ("", "a", "\x00")}
+    assert dumps(value) == _WIRE.encode(value).encode()
+    assert jcs(value) == rfc8785.dumps(value)
+
+
+def test_dumps_output_holds_only_its_bytes() -> None:
+    # A store keeps one encoded answer per session: the object must not keep a write buffer
+    # several times its length (orjson's own output keeps 8 KiB for this 650-byte value).
+    value = {"status": "success", "sequence": 1, "response_jws": "x" * 600}
+    tracemalloc.start()
+    try:
+        kept = [dumps(value) for _ in range(200)]
+        size, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert size / len(kept) < 2 * len(kept[0])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": "\ud800"},  # a lone surrogate: refused by both encoders
+        {1: "an int member name"},  # json writes it as "1"
+        {"f": 1.5e16},  # floats take json's form (orjson would write 1.5e16)
+        {"big": 2**60},  # beyond I-JSON, still written as json does
+        ("tuple", "of", "strings"),
+        {"nested": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["deep"]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
+    ],
+)
+def test_dumps_of_values_outside_the_fast_path_is_json_s(value: Any) -> None:
+    try:
+        expected: bytes | type[Exception] = _WIRE.encode(value).encode()
+    except (TypeError, ValueError) as exc:
+        expected = type(exc)
+    if isinstance(expected, bytes):
+        assert dumps(value) == expected
+    else:
+        with pytest.raises(expected):
+            dumps(value)
+
+
 # -- properties (I4) -----------------------------------------------------------------------------
 
 
@@ -496,6 +553,33 @@ def json_like(*, int_bound: int, keys: st.SearchStrategy[Any], tuples: bool) -> 
 json_values = json_like(
     int_bound=2**60, keys=st.text(alphabet=st.characters(), max_size=8) | st.integers(), tuples=False
 )
+
+
+@given(
+    json_like(
+        int_bound=2**70, keys=st.text(alphabet=st.characters(), max_size=8) | st.integers(), tuples=True
+    )
+)
+def test_prop_dumps_and_jcs_agree_with_json_and_rfc8785(value: Any) -> None:
+    # Same bytes, or the same kind of refusal, whichever encoder writes the value.
+    try:
+        wire: bytes | None = _WIRE.encode(value).encode()
+    except (TypeError, ValueError):
+        wire = None
+    if wire is None:
+        with pytest.raises((TypeError, ValueError)):
+            dumps(value)
+    else:
+        assert dumps(value) == wire
+    try:
+        canonical: bytes | None = rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, TypeError, ValueError):
+        canonical = None
+    if canonical is None:
+        with pytest.raises(InvalidParams):
+            jcs(value)
+    else:
+        assert jcs(value) == canonical
 
 
 @given(json_values)

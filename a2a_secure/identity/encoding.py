@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 import rfc8785
 
 from a2a_secure.errors import InvalidParams, ParseError
@@ -204,22 +205,36 @@ def _short(exc: Exception) -> str:
 
 # Built once: json.dumps with any non-default option builds an encoder on every call.
 _WIRE_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_JCS_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
 
 def dumps(obj: Any) -> bytes:
-    """Compact UTF-8 JSON for the wire (not canonical; hashes use :func:`jcs`)."""
+    """Compact UTF-8 JSON for the wire (not canonical; hashes use :func:`jcs`).
+
+    The bytes are those of ``json`` with ``separators=(",", ":")``, ``ensure_ascii=False``
+    and ``allow_nan=False``, and so are the errors. A value :func:`_plain` accepts, which is
+    every message the protocol builds, is written by orjson (10 to 20 times faster here);
+    anything else, or anything orjson refuses, by ``json``.
+    """
+    if _plain(obj):
+        try:
+            # Copied: orjson's bytes object keeps its whole write buffer (8 KiB for a 700-byte
+            # answer), and a store keeps the last answer of every session.
+            return bytes(memoryview(orjson.dumps(obj)))
+        except orjson.JSONEncodeError:  # a lone surrogate: json raises its own error below
+            pass
     return _WIRE_ENCODER.encode(obj).encode()
 
 
 def _plain(value: Any) -> bool:
-    """True if ``json.dumps`` with sorted keys writes ``value`` exactly as RFC 8785 does.
+    """True if orjson writes ``value`` exactly as ``json`` does, and with sorted keys
+    exactly as RFC 8785 does.
 
     That holds for values made only of dicts with ASCII member names (code point order is
-    then UTF-16 order), lists, str, bool, None and ints within ±(2^53−1): Python escapes
-    strings as ECMAScript does (short forms, else ``\\u00xx`` in lowercase). Floats, whose
-    ECMAScript form differs, and everything else take the rfc8785 path, as do values nested
-    deeper than ``MAX_DEPTH`` (the C encoder recurses).
+    then UTF-16 order), lists, str, bool, None and ints within ±(2^53−1): orjson and Python
+    escape every code point as ECMAScript does (short forms, else ``\\u00xx`` in
+    lowercase; ``tests/test_encoding.py`` compares all of them). Floats, whose forms
+    differ, subclasses of the JSON types and everything else take the slower path, as do
+    values nested deeper than ``MAX_DEPTH``.
     """
     level: list[Any] = [value]
     depth = 0
@@ -249,8 +264,9 @@ def jcs(obj: Any) -> bytes:
     """RFC 8785 canonical JSON bytes."""
     try:
         if _plain(obj):
-            # The C encoder: the pure-Python rfc8785 costs about a handshake step's signature.
-            return _JCS_ENCODER.encode(obj).encode()
+            # The pure-Python rfc8785 costs about a handshake step's signature; orjson with
+            # sorted keys writes a plain value identically, in a few microseconds.
+            return bytes(memoryview(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)))
         return rfc8785.dumps(obj)
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
         raise InvalidParams(f"value cannot be canonicalized: {exc}"[:120]) from None
