@@ -1510,8 +1510,11 @@ def _per_call(fn: Callable[[], object], k: int) -> float:
     return (time.process_time() - t) / k * 1e6
 
 
-async def _asgi_post(app: Any, path: str, body: bytes) -> int:
-    """Call an ASGI app directly with one POST (no server, no socket); return the status."""
+async def _asgi_post(app: Any, path: str, body: bytes, reply: list[bytes] | None = None) -> int:
+    """Call an ASGI app directly with one POST (no server, no socket); return the status.
+
+    ``reply``, when given, receives the body's chunks.
+    """
     scope = {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -1545,6 +1548,8 @@ async def _asgi_post(app: Any, path: str, body: bytes) -> int:
         nonlocal status
         if message["type"] == "http.response.start":
             status = int(message["status"])
+        elif reply is not None and message["type"] == "http.response.body":
+            reply.append(message.get("body", b""))
 
     await app(scope, receive, send)
     return status
