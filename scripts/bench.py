@@ -3,8 +3,9 @@
 
 One command, one run, every case side by side on 127.0.0.1; every figure is the median of
 ``--rounds`` rounds (rounds interleave the cases, so that drift on a shared machine hits them
-alike). Servers run in their own process (uvicorn, one worker, uvloop + httptools when
-installed, access log off); their CPU time is read from ``/proc/<pid>/stat``.
+alike), and every target ratio the median of the ratios taken within each round. Servers
+run in their own process (uvicorn, one worker, uvloop + httptools when installed, access
+log off); their CPU time is read from ``/proc/<pid>/stat``.
 
 1. baseline: FastAPI JSON echo (``body: dict``), ~500-byte JSON-RPC body, one httpx client
    sequential, and 32 clients concurrently (one httpx client each); and, to tell the client's
@@ -991,6 +992,9 @@ class Case:
                 "client_cpu_us": median([x.client_cpu / x.count * 1e6 for x in self.loops if x.count]),
                 "errors": sum(x.errors for x in self.loops),
                 "rounds": [round(x.rate, 1) for x in self.loops],
+                "cpu_rounds": [
+                    round(x.server_cpu / x.count * 1e6, 1) if x.count else None for x in self.loops
+                ],
                 "note": self.note,
             }
         if self.wrks:
@@ -1005,6 +1009,7 @@ class Case:
                 "ok_fraction": sum(w.ok for w in self.wrks) / answered if answered else float("nan"),
                 "answered": answered,
                 "rounds": [round(w.rate, 1) for w in self.wrks],
+                "cpu_rounds": [round(w.cpu_us, 1) if w.answered else None for w in self.wrks],
                 "socket_errors": sorted({w.socket_errors for w in self.wrks if w.socket_errors}),
                 "note": self.note,
             }
@@ -1968,55 +1973,45 @@ def build_targets(cases: dict[str, dict[str, Any]], results: dict[str, Any]) -> 
             {"target": name, "value": value, "limit": f"{better} {limit:g}", "met": met, "detail": detail}
         )
 
-    add(
+    def paired(num: str, den: str, metric: str, unit: str) -> tuple[float | None, str]:
+        """The median of the round-by-round ratios num/den, and the detail to print.
+
+        Both cases ran in each round, a few seconds apart: a ratio taken within a round is
+        not moved by the machine slowing down between rounds, as a ratio of the two
+        medians is (a fast round of one case beside a slow round of the other).
+        """
+        field = "rounds" if metric == "rate" else "cpu_rounds"
+        a, b = get(num, field) or [], get(den, field) or []
+        detail = f"{_f(get(num, metric))} / {_f(get(den, metric))} {unit}"
+        per = [_ratio(x, y) for x, y in zip(a, b, strict=False)] if len(a) == len(b) else []
+        ratios = [r for r in per if r is not None]
+        if not ratios or len(ratios) != len(per):
+            return _ratio(get(num, metric), get(den, metric)), detail + " (medians)"
+        return median(ratios), detail + "; rounds " + " ".join(f"{r:.2f}" for r in ratios)
+
+    def add_paired(name: str, num: str, den: str, metric: str, unit: str, target: str, better: str) -> None:
+        value, detail = paired(num, den, metric, unit)
+        add(name, value, TARGETS[target], better, detail)
+
+    add_paired(
         "server CPU per signed intent / plain echo (wrk)",
-        _ratio(get("wrk_signed", "server_cpu_us"), get("wrk_plain", "server_cpu_us")),
-        TARGETS["cpu_signed_vs_plain"],
-        "<=",
-        f"{_f(get('wrk_signed', 'server_cpu_us'))} / {_f(get('wrk_plain', 'server_cpu_us'))} µs",
-    )
-    add(
-        "signed intents/s / a2a-sdk, sequential client",
-        _ratio(get("signed_seq", "rate"), get("a2a_seq", "rate")),
-        TARGETS["signed_vs_a2a_sdk"],
-        ">=",
-        f"{_f(get('signed_seq', 'rate'))} / {_f(get('a2a_seq', 'rate'))} req/s",
-    )
-    add(
-        "same, a2a-sdk driven through the same pool",
-        _ratio(get("signed_seq", "rate"), get("a2a_pool_seq", "rate")),
-        TARGETS["signed_vs_a2a_sdk"],
-        ">=",
-        f"{_f(get('signed_seq', 'rate'))} / {_f(get('a2a_pool_seq', 'rate'))} req/s",
-    )
-    add(
-        "signed intents/s / a2a-sdk, 32 clients",
-        _ratio(get("signed_conc", "rate"), get("a2a_conc", "rate")),
-        TARGETS["signed_vs_a2a_sdk"],
-        ">=",
-        f"{_f(get('signed_conc', 'rate'))} / {_f(get('a2a_conc', 'rate'))} req/s",
-    )
-    add(
-        "signed intents/s / a2a-sdk, server capacity (wrk)",
-        _ratio(get("wrk_signed", "rate"), get("wrk_a2a", "rate")),
-        TARGETS["signed_vs_a2a_sdk"],
-        ">=",
-        f"{_f(get('wrk_signed', 'rate'))} / {_f(get('wrk_a2a', 'rate'))} req/s",
-    )
-    add(
+        "wrk_signed", "wrk_plain", "server_cpu_us", "µs", "cpu_signed_vs_plain", "<=",
+    )  # fmt: skip
+    for name, num, den, metric in (
+        ("signed intents/s / a2a-sdk, sequential client", "signed_seq", "a2a_seq", "rate"),
+        ("same, a2a-sdk driven through the same pool", "signed_seq", "a2a_pool_seq", "rate"),
+        ("signed intents/s / a2a-sdk, 32 clients", "signed_conc", "a2a_conc", "rate"),
+        ("signed intents/s / a2a-sdk, server capacity (wrk)", "wrk_signed", "wrk_a2a", "rate"),
+    ):
+        add_paired(name, num, den, metric, "req/s", "signed_vs_a2a_sdk", ">=")
+    add_paired(
         "handshake time / intent time, sequential client",
-        _ratio(get("signed_seq", "rate"), get("handshake_seq", "rate")),
-        TARGETS["handshake_vs_intent"],
-        "<=",
-        f"{_f(get('handshake_seq', 'rate'))} hs/s vs {_f(get('signed_seq', 'rate'))} intents/s",
-    )
-    add(
+        "signed_seq", "handshake_seq", "rate", "per s (intents / handshakes)", "handshake_vs_intent", "<=",
+    )  # fmt: skip
+    add_paired(
         "server CPU per handshake / per intent",
-        _ratio(get("handshake_seq", "server_cpu_us"), get("signed_seq", "server_cpu_us")),
-        TARGETS["handshake_vs_intent"],
-        "<=",
-        f"{_f(get('handshake_seq', 'server_cpu_us'))} / {_f(get('signed_seq', 'server_cpu_us'))} µs",
-    )
+        "handshake_seq", "signed_seq", "server_cpu_us", "µs", "handshake_vs_intent", "<=",
+    )  # fmt: skip
     mem = results.get("memory", {})
     add(
         "bytes per open session, MemoryStore",
