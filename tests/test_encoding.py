@@ -62,7 +62,13 @@ def test_b64u_padding_rejected(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["+_8", "-/8", "Zm 9v", "Zm9v\n", " Zm9v", "Zm\t9v", "Z!g", "Zm9v.", "Zm9\u00e9", "Zm9\u0660"]
+    "text",
+    [
+        *("+_8", "-/8", "Zm 9v", "Zm9v\n", " Zm9v", "Zm\t9v", "Z!g", "Zm9v.", "Zm9\u00e9", "Zm9\u0660"),
+        # '=' anywhere, NUL, CR LF, and '+' '/' '=' where the translation to the standard
+        # alphabet must not let them through.
+        *("Zg=A", "=ZgA", "Z=gA", "Zm\x00v", "\x00\x00", "Zm9v\r\n", "Zm9v+w", "Zm9v/w", "Zm9v=w", "Zm!v"),
+    ],
 )
 def test_b64u_characters_outside_alphabet_rejected(text: str) -> None:
     # Python's decoder drops unknown characters ("Z!g" -> b"f") and takes '+' and '/'.
