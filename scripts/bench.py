@@ -558,6 +558,11 @@ class Loop:
     def rate(self) -> float:
         return self.count / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def cpu_us(self) -> float:
+        """Server CPU µs per answered call."""
+        return self.server_cpu / self.count * 1e6 if self.count else float("nan")
+
 
 Call = Callable[[], Awaitable[object]]
 
@@ -845,19 +850,34 @@ def sign_bodies(
     them, so that two requests of one session are as many requests apart as the thread has
     sessions (8x its 16 connections): a session's sequences then reach the server in order.
     """
-    from a2a_secure.identity import encoding
-
     out: list[list[bytes]] = []
     for t in range(WRK_THREADS):
         own = sessions[t::WRK_THREADS]
         lines = []
         for j in range(count // WRK_THREADS):
-            req = own[j % len(own)].prepare_intent(make_intent() if make_intent else INTENT)
-            lines.append(
-                encoding.dumps({"jsonrpc": "2.0", "method": "intent", "params": req.params, "id": j + 1})
-            )
+            lines.append(intent_body(own[j % len(own)], j + 1, make_intent() if make_intent else None))
         out.append(lines)
     return out
+
+
+def intent_body(session: ClientSession, rid: int, intent: dict[str, Any] | None = None) -> bytes:
+    """A JSON-RPC ``intent`` request with id ``rid``, signed in ``session`` (INTENT unless told)."""
+    from a2a_secure.identity import encoding
+
+    req = session.prepare_intent(intent or INTENT)
+    return encoding.dumps({"jsonrpc": "2.0", "method": "intent", "params": req.params, "id": rid})
+
+
+async def open_in_process(protocol: Any, client_id: Any, resolved: Any) -> ClientSession:
+    """A session opened by a full handshake with a ``ServerProtocol`` called directly."""
+    from a2a_secure.protocol.client import ClientHandshake
+
+    hs = ClientHandshake(client_id, resolved)
+    challenge = await protocol.handle("hello", hs.hello())
+    policy = await protocol.handle("proof", hs.receive_challenge(challenge.result))
+    return hs.receive_session(
+        (await protocol.handle("accept_policy", hs.receive_policy(policy.result))).result
+    )
 
 
 # -- Redis --------------------------------------------------------------------------------------
@@ -988,13 +1008,11 @@ class Case:
                 "rate": median([x.rate for x in self.loops]),
                 "p50_ms": median([pct(x.latencies, 0.5) for x in self.loops]),
                 "p99_ms": median([pct(x.latencies, 0.99) for x in self.loops]),
-                "server_cpu_us": median([x.server_cpu / x.count * 1e6 for x in self.loops if x.count]),
+                "server_cpu_us": median([x.cpu_us for x in self.loops]),
                 "client_cpu_us": median([x.client_cpu / x.count * 1e6 for x in self.loops if x.count]),
                 "errors": sum(x.errors for x in self.loops),
                 "rounds": [round(x.rate, 1) for x in self.loops],
-                "cpu_rounds": [
-                    round(x.server_cpu / x.count * 1e6, 1) if x.count else None for x in self.loops
-                ],
+                "cpu_rounds": [round(x.cpu_us, 1) if x.count else None for x in self.loops],
                 "note": self.note,
             }
         if self.wrks:
@@ -1569,11 +1587,9 @@ async def _core_breakdown(n: int) -> dict[str, Any]:
     import nacl.bindings
 
     from a2a_secure.errors import AuthenticationFailed
-    from a2a_secure.identity import encoding
     from a2a_secure.identity.jws import jws_decode_unverified, jws_sign, jws_verify
     from a2a_secure.identity.keys import Identity
     from a2a_secure.protocol import messages as m
-    from a2a_secure.protocol.client import ClientHandshake
     from a2a_secure.protocol.jsonrpc import encode_result, parse_request
     from a2a_secure.protocol.policy import Policy
     from a2a_secure.protocol.validate import check_payload_matches
@@ -1588,16 +1604,8 @@ async def _core_breakdown(n: int) -> dict[str, Any]:
 
     protocol = server.protocol
     resolved = await server.resolver.resolve(server_id.did)
-    hs = ClientHandshake(Identity.generate("bench-client"), resolved)
-    challenge = await protocol.handle("hello", hs.hello())
-    policy = await protocol.handle("proof", hs.receive_challenge(challenge.result))
-    sess = await protocol.handle("accept_policy", hs.receive_policy(policy.result))
-    session = hs.receive_session(sess.result)
-
-    bodies = []
-    for i in range(2 * n):
-        req = session.prepare_intent(INTENT)
-        bodies.append(encoding.dumps({"jsonrpc": "2.0", "method": "intent", "params": req.params, "id": i}))
+    session = await open_in_process(protocol, Identity.generate("bench-client"), resolved)
+    bodies = [intent_body(session, i) for i in range(2 * n)]
     t = time.process_time()
     envelopes = [parse_request(b, "intent") for b in bodies[:n]]
     t_parse = (time.process_time() - t) / n
@@ -1973,8 +1981,8 @@ def build_targets(cases: dict[str, dict[str, Any]], results: dict[str, Any]) -> 
             {"target": name, "value": value, "limit": f"{better} {limit:g}", "met": met, "detail": detail}
         )
 
-    def paired(num: str, den: str, metric: str, unit: str) -> tuple[float | None, str]:
-        """The median of the round-by-round ratios num/den, and the detail to print.
+    def add_paired(name: str, num: str, den: str, metric: str, unit: str, target: str, better: str) -> None:
+        """Add the median of the round-by-round ratios num/den of ``metric``.
 
         Both cases ran in each round, a few seconds apart: a ratio taken within a round is
         not moved by the machine slowing down between rounds, as a ratio of the two
@@ -1983,14 +1991,13 @@ def build_targets(cases: dict[str, dict[str, Any]], results: dict[str, Any]) -> 
         field = "rounds" if metric == "rate" else "cpu_rounds"
         a, b = get(num, field) or [], get(den, field) or []
         detail = f"{_f(get(num, metric))} / {_f(get(den, metric))} {unit}"
-        per = [_ratio(x, y) for x, y in zip(a, b, strict=False)] if len(a) == len(b) else []
-        ratios = [r for r in per if r is not None]
-        if not ratios or len(ratios) != len(per):
-            return _ratio(get(num, metric), get(den, metric)), detail + " (medians)"
-        return median(ratios), detail + "; rounds " + " ".join(f"{r:.2f}" for r in ratios)
-
-    def add_paired(name: str, num: str, den: str, metric: str, unit: str, target: str, better: str) -> None:
-        value, detail = paired(num, den, metric, unit)
+        ratios = [_ratio(x, y) for x, y in zip(a, b, strict=False)] if len(a) == len(b) else []
+        if ratios and None not in ratios:
+            value = median([r for r in ratios if r is not None])
+            detail += "; rounds " + " ".join(f"{r:.2f}" for r in ratios if r is not None)
+        else:
+            value = _ratio(get(num, metric), get(den, metric))
+            detail += " (medians)"
         add(name, value, TARGETS[target], better, detail)
 
     add_paired(

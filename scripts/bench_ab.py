@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -48,7 +49,7 @@ KINDS = ("server", "server_handshake", "client", "handshake", "memory")
 
 # This script's own bench.py (it imports a2a_secure only inside its functions).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import _asgi_post  # noqa: E402
+from bench import _asgi_post, intent_body, open_in_process  # noqa: E402
 
 
 # -- child side: runs inside the tree under test ------------------------------------------------
@@ -70,28 +71,17 @@ def _server(identity: Any, sessions: int = 100) -> Any:
 
 
 async def _open(server: Any, client_id: Any) -> Any:
-    from a2a_secure.protocol.client import ClientHandshake
-
-    protocol = server.protocol
-    hs = ClientHandshake(client_id, await server.resolver.resolve(server.identity.did))
-    challenge = await protocol.handle("hello", hs.hello())
-    policy = await protocol.handle("proof", hs.receive_challenge(challenge.result))
-    return hs.receive_session(
-        (await protocol.handle("accept_policy", hs.receive_policy(policy.result))).result
-    )
+    resolved = await server.resolver.resolve(server.identity.did)
+    return await open_in_process(server.protocol, client_id, resolved)
 
 
 async def measure_server(batches: int = 30, size: int = 200) -> dict[str, float]:
-    from a2a_secure.identity import encoding
     from a2a_secure.identity.keys import Identity
 
     server = _server(Identity.generate("ab-server"))
     session = await _open(server, Identity.generate("ab-client"))
     app = server.app()
-    bodies = []
-    for i in range((batches + 1) * size):
-        req = session.prepare_intent(INTENT)
-        bodies.append(encoding.dumps({"jsonrpc": "2.0", "method": "intent", "params": req.params, "id": i}))
+    bodies = [intent_body(session, i, INTENT) for i in range((batches + 1) * size)]
     for body in bodies[:size]:  # warm-up
         assert await _asgi_post(app, "/a2a/intent", body) == 200
     per: list[float] = []
@@ -133,7 +123,6 @@ async def _asgi_handshake(app: Any, client_id: Any, resolved: Any, cpu: list[flo
 
 async def counted_work(kind: str, n: int) -> None:
     """``n`` operations of ``kind`` (and what both counts share), for callgrind to count."""
-    from a2a_secure.identity import encoding
     from a2a_secure.identity.keys import Identity
 
     most = max(COUNTS[kind])
@@ -144,12 +133,7 @@ async def counted_work(kind: str, n: int) -> None:
     session = await _asgi_handshake(app, client_id, resolved)
     if kind == "server":
         # Signed beforehand, as many in both runs: only the server's work differs.
-        bodies = []
-        for i in range(most + 10):
-            req = session.prepare_intent(INTENT)
-            bodies.append(
-                encoding.dumps({"jsonrpc": "2.0", "method": "intent", "params": req.params, "id": i})
-            )
+        bodies = [intent_body(session, i, INTENT) for i in range(most + 10)]
         for body in bodies[: 10 + n]:  # 10 to warm up
             assert await _asgi_post(app, "/a2a/intent", body) == 200
     elif kind == "intent":
@@ -163,8 +147,6 @@ async def counted_work(kind: str, n: int) -> None:
 
 def _callgrind(tree: Path, kind: str, n: int) -> int:
     """Instructions callgrind counts for a whole process doing ``n`` operations of ``kind``."""
-    import re
-
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     cmd += [sys.executable, __file__, "--count", kind, str(n)]
