@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from a2a_secure.server.app import AgentServer
     from a2a_secure.store.base import Store
+    from a2a_secure.tools import ProgressCallback, ToolCatalog, ToolFormat, ToolResult
 
 __all__ = ["A2AAgent", "AgentRegistry", "RegistryEntry", "RegistryError"]
 
@@ -213,6 +215,44 @@ class A2AAgent:
         did, endpoint = await self._locate(target)
         result = await self.client.request(did, intent, endpoint=endpoint)
         return result.result
+
+    async def request_verified(self, target: str, intent: Mapping[str, Any]) -> IntentResult:
+        """Like :meth:`request`, but return the whole verified answer: ``status``,
+        ``sequence``, ``result`` and the server's signed ``response_jws`` (kept as proof)."""
+        did, endpoint = await self._locate(target)
+        return await self.client.request(did, intent, endpoint=endpoint)
+
+    # -- peers as LLM tools ---------------------------------------------------------------------
+    @cached_property
+    def tools(self) -> ToolCatalog:
+        """The registry's agents as LLM tools, checked against their cards (``a2a_secure.tools``)."""
+        from a2a_secure.tools import ToolCatalog  # noqa: PLC0415 - tools imports this module
+
+        return ToolCatalog(self)
+
+    async def tool_schemas(
+        self, format: ToolFormat = "openai", *, refresh: bool = False
+    ) -> list[dict[str, Any]]:
+        """Function-calling schemas, one per (registry agent, intent), for chat-completion APIs.
+
+        ``format="openai"`` gives ``{"type": "function", "function": {"name", "description",
+        "parameters"}}``, ``format="anthropic"`` gives ``{"name", "description",
+        "input_schema"}``. Cards are fetched and checked on first use (or with ``refresh``);
+        an agent whose card does not check out has no tools here. Naming rule: ``a2a_secure.tools``.
+        """
+        return await self.tools.schemas(format, refresh=refresh)
+
+    async def call_tool(
+        self, name: str, arguments: Any = None, *, on_progress: ProgressCallback | None = None
+    ) -> ToolResult:
+        """Run the tool ``name`` (from :meth:`tool_schemas`) with the model's ``arguments``.
+
+        Returns a ``ToolResult``: ``text`` to give back to the model, ``is_error``, the
+        verified ``content`` and the signed ``response_jws``. An agent's refusal or a
+        transport failure is a result with ``is_error`` set; an unknown tool or arguments
+        that are not an object raise ``ToolCallError``.
+        """
+        return await self.tools.call(name, arguments, on_progress=on_progress)
 
     async def stream(self, target: str, intent: Mapping[str, Any]) -> AsyncIterator[Any]:
         """Send ``intent`` as a streamed request (PROTOCOL.md §6.4); yield verified partial results."""

@@ -240,6 +240,7 @@ class AgentServer(IntentDispatcher):
         self._protocol: ServerProtocol | None = None
         self._card: dict[str, Any] | None = None
         self._card_builder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self._intent_schemas: dict[str, dict[str, Any]] = {}
 
     # -- handlers -----------------------------------------------------------------------------
     def intent(self, goal: str) -> Callable[[Handler], Handler]:
@@ -306,6 +307,26 @@ class AgentServer(IntentDispatcher):
         self._card = None
         self._protocol = None
 
+    def describe_intent(
+        self, goal: str, description: str = "", input_schema: Mapping[str, Any] | None = None
+    ) -> None:
+        """Publish what ``goal`` does and the JSON Schema of its inputs in the agent card.
+
+        They go under the card's optional member ``intent_schemas``
+        (``{goal: {"description", "input_schema"}}``), which LLM tool bridges
+        (``a2a_secure.tools``) show to a model. Peers that do not read it are unaffected.
+        """
+        if input_schema is not None and (
+            not isinstance(input_schema, Mapping) or input_schema.get("type") != "object"
+        ):
+            raise ValueError("input_schema must be a JSON Schema object with type 'object'")
+        entry: dict[str, Any] = {"description": description}
+        if input_schema is not None:
+            entry["input_schema"] = encoding.loads(encoding.dumps(dict(input_schema)))
+        self._intent_schemas[goal] = entry
+        self._card = None
+        self._protocol = None
+
     # -- card and core ------------------------------------------------------------------------
     @property
     def card(self) -> dict[str, Any]:
@@ -324,6 +345,8 @@ class AgentServer(IntentDispatcher):
             }
             if self.streaming_goals:
                 card["streaming_intents"] = self.streaming_goals
+            if self._intent_schemas:
+                card["intent_schemas"] = {g: dict(v) for g, v in sorted(self._intent_schemas.items())}
             if self._card_builder is not None:
                 built = self._card_builder(dict(card))
                 for member in _CARD_CORE_MEMBERS:
