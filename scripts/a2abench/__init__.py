@@ -27,6 +27,10 @@ log off); their CPU time is read from ``/proc/<pid>/stat``.
 5. server capacity with wrk (when on PATH) replaying requests prepared in advance: the plain
    echo, and signed intents each sent once (many sessions, increasing sequences, signed just
    before each round); server CPU µs per request and the ratio signed / plain;
+   5b. the floor: a raw ASGI app under the same uvicorn settings that only verifies the
+   request JWS's Ed25519 signature and signs a small response JWS (PyNaCl, no protocol
+   checks, no store), replaying the same signed bodies; the ratio signed / floor is what
+   a2a_secure costs beyond the JSON and the cryptography any implementation must do;
 6. memory per open session: ``MemoryStore`` (RSS delta in a fresh process) and ``RedisStore``
    (``used_memory`` delta), idle and after one intent (the stored reply);
 7. Redis: network round trips per intent (INFO stats ``total_reads_processed``) and commands
@@ -37,7 +41,7 @@ Plus an in-process breakdown of one intent (envelope parse, protocol core, reply
 and with ``--profile`` a cProfile of the signed server under wrk.
 
 The code: ``runner`` (processes, CPU accounting, client loops, wrk, rounds and paired
-ratios), one module per case family (``echo``, ``signed``, ``a2asdk``,
+ratios), one module per case family (``echo``, ``signed``, ``floor``, ``a2asdk``,
 ``memory``, ``redis_cases``), ``report`` (targets and tables) and ``main`` (the run).
 
     python scripts/bench.py [--quick] [--rounds N] [--json bench-results.json]

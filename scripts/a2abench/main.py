@@ -33,6 +33,7 @@ from a2abench.a2asdk import (
 )
 from a2abench.common import CONCURRENCY, FULL, JSON_HEADERS, QUICK, WRK_THREADS, Settings
 from a2abench.echo import PLAIN_BODY, PLAIN_POOL_NAME, _plain_app
+from a2abench.floor import FLOOR_NAME, floor_app, start_floor, wrk_floor
 from a2abench.memory import probe_memory, run_memory
 from a2abench.redis_cases import run_redis
 from a2abench.report import build_targets, plot, print_report
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
 SERVERS: dict[str, Callable[[], Any]] = {
     "plain": _plain_app,
     "signed": _signed_app,
+    "floor": floor_app,
     "a2a": _a2a_app,
     "a2a_direct": _a2a_app,
     "a2a_secured": _a2a_secured_app,
@@ -84,6 +86,7 @@ def run_main_cases(bench: Bench) -> None:
     a2a_python = find_a2a_python(bench.args)
     if a2a_python is not None:
         starting.append(spawn_child("a2a", bench.workdir, python=a2a_python))
+    floor_starting = spawn_child("floor", bench.workdir) if bench.have_wrk else None
     # A2A over the DID session: a2a-sdk direct (A) and the same executor behind a2a_secure (B).
     pair_seed = os.urandom(32)
     pair_starting: list[Starting] = []
@@ -93,10 +96,13 @@ def run_main_cases(bench: Bench) -> None:
         pair_env = {**OTEL_OFF, "BENCH_SEED": pair_seed.hex()}
         pair_starting.append(spawn_child("a2a_secured", bench.workdir, env=pair_env))
     bench.spawned += [st.proc for st in [*starting, *pair_starting]]
+    if floor_starting is not None:
+        bench.spawned.append(floor_starting.proc)
     plain = starting[0].wait()
     bench.procs.append(plain)
     signed = starting[1].wait()
     bench.procs.append(signed)
+    floor = start_floor(bench, floor_starting)
     a2a: Proc | None = None
     if a2a_python is None:
         bench.case("a2a_seq", "a2a-sdk SendMessage, 1 client").skipped = A2A_SKIP
@@ -156,6 +162,7 @@ def run_main_cases(bench: Bench) -> None:
         for key, name in (
             ("wrk_plain", "FastAPI echo"),
             ("wrk_signed", "a2a_secure intent"),
+            ("wrk_floor", FLOOR_NAME),
             ("wrk_a2a", "a2a-sdk SendMessage"),
         ):
             if key not in bench.cases:
@@ -211,6 +218,8 @@ def run_main_cases(bench: Bench) -> None:
         )
         if res is not None:
             signed_rate_guess = max(1000.0, res.rate)
+        if floor is not None:
+            floor = wrk_floor(bench, floor, bodies)
         if a2a is not None:
             a2a_bodies = [[_a2a_body(A2A_TEXT) for _ in range(2000)] for _ in range(WRK_THREADS)]
             bench.wrk(

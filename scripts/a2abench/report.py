@@ -11,6 +11,7 @@ from a2abench.runner import paired_ratio
 
 TARGETS = {
     "cpu_signed_vs_plain": 1.15,
+    "cpu_signed_vs_floor": 1.30,
     "signed_vs_a2a_sdk": 2.0,
     "handshake_vs_intent": 3.0,
     "memory_bytes_per_session": 2048,
@@ -41,6 +42,10 @@ def build_targets(cases: dict[str, dict[str, Any]], results: dict[str, Any]) -> 
     add_paired(
         "server CPU per signed intent / plain echo (wrk)",
         "wrk_signed", "wrk_plain", "server_cpu_us", "µs", "cpu_signed_vs_plain", "<=",
+    )  # fmt: skip
+    add_paired(
+        "server CPU per signed intent / floor (wrk)",
+        "wrk_signed", "wrk_floor", "server_cpu_us", "µs", "cpu_signed_vs_floor", "<=",
     )  # fmt: skip
     for name, num, den, metric in (
         ("signed intents/s / a2a-sdk, sequential client", "signed_seq", "a2a_seq", "rate"),
@@ -142,6 +147,7 @@ def print_report(out: dict[str, Any]) -> None:
     for key in (
         "wrk_plain",
         "wrk_signed",
+        "wrk_floor",
         "wrk_a2a",
         "wrk_a2a_direct",
         "wrk_a2a_secured",
@@ -174,6 +180,12 @@ def print_report(out: dict[str, Any]) -> None:
             else ")"
         )
     )
+    if "wrk_floor" in cases:
+        print(
+            "(floor: a raw ASGI app, served as the others, that parses the signed intent request,"
+            " verifies its JWS (Ed25519, PyNaCl)\n and answers a signed response JWS; no protocol"
+            " checks, no store; it replays the signed bodies of the same round)"
+        )
     if out.get("a2a_session_cost"):
         print_session_cost(out["a2a_session_cost"])
     core = out.get("core")
