@@ -29,6 +29,7 @@ from a2a_secure.errors import (
     AuthenticationFailed,
     InternalError,
     InvalidParams,
+    PeerUnreachable,
     SessionUnknown,
     Unavailable,
 )
@@ -140,6 +141,15 @@ async def _read_capped(body: AsyncIterator[bytes], limit: int) -> bytes:
             raise _reply_too_large()
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _unreachable_reason(exc: httpx.RequestError) -> str:
+    """A short cause for a person to act on; the exception text may hold addresses and errno noise."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    if isinstance(exc, httpx.ConnectError):
+        return "could not connect"
+    return "connection failed"
 
 
 def _retry_after(header: str | None) -> float | None:
@@ -482,7 +492,10 @@ class A2AClient:
                 if tls is not None:
                     raise Unavailable(f"TLS certificate verification failed: {tls}", retry_after=1) from None
                 if attempt >= self.retry.attempts:
-                    raise Unavailable("peer unreachable or timed out", retry_after=1) from None
+                    reason = _unreachable_reason(exc)
+                    raise PeerUnreachable(
+                        f"{url} did not answer ({reason})", endpoint=url, reason=reason
+                    ) from None
                 await asyncio.sleep(self.retry.delay(attempt, None))
                 continue
             retryable = status in (500, 502, 503, 504) and error is not None
