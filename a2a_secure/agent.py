@@ -377,16 +377,14 @@ class A2AAgent:
         endpoint that does not answer raises :class:`~a2a_secure.errors.PeerUnreachable`
         naming the agent and the endpoint.
         """
-        name, did, endpoint = await self._locate(target)
-        with self._naming(name, endpoint):
-            result = await self.client.request(did, intent, endpoint=endpoint)
-        return result.result
+        return (await self.request_verified(target, intent)).result
 
     async def request_verified(self, target: str, intent: Mapping[str, Any]) -> IntentResult:
         """Like :meth:`request`, but return the whole verified answer: ``status``,
         ``sequence``, ``result`` and the server's signed ``response_jws`` (kept as proof)."""
-        did, endpoint = await self._locate(target)
-        return await self.client.request(did, intent, endpoint=endpoint)
+        name, did, endpoint = await self._locate(target)
+        with self._naming(name, endpoint):
+            return await self.client.request(did, intent, endpoint=endpoint)
 
     # -- peers as LLM tools ---------------------------------------------------------------------
     @cached_property
