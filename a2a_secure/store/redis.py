@@ -284,6 +284,18 @@ class _NotReplicated(Exception):
         super().__init__(f"WAIT: fewer than {replicas} replica(s) acknowledged in time")
 
 
+def _redis_errors() -> tuple[type[Exception], ...]:
+    try:
+        from redis.exceptions import RedisClusterException, RedisError  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - the store cannot be built without redis
+        return (OSError,)
+    # SlotNotCoveredError (the slot map has a hole while a cluster fails over) is a
+    # RedisClusterException, not a RedisError.
+    return (RedisError, RedisClusterException, OSError)
+
+
+_ERRORS = _redis_errors()
+
 # (script, keys, args): one script call.
 _Call = tuple["AsyncScript", list[Any], list[Any]]
 
@@ -484,6 +496,37 @@ class RedisStore:
         self._c_unrate = client.register_script(rc.UNRATE)
         self._c_finish = client.register_script(rc.FINISH)
         self._c_close_session = client.register_script(rc.CLOSE_SESSION)
+        self._scripts_in_use = (
+            [
+                self._c_reserve,
+                self._c_release,
+                self._c_add_pending,
+                self._c_get_pending,
+                self._c_mark_proven,
+                self._c_take_pending,
+                self._c_open,
+                self._c_get_session,
+                self._c_begin,
+                self._c_unbegin,
+                self._c_rate,
+                self._c_unrate,
+                self._c_finish,
+                self._c_close_session,
+            ]
+            if self._spread
+            else [
+                self._add_pending,
+                self._get_pending,
+                self._get_session,
+                self._mark_proven,
+                self._open_session,
+                self._begin_request,
+                self._finish_request,
+                self._close_session,
+            ]
+        )
+        self._loaded = False
+        self._loading: asyncio.Future[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
         self._last_refresh = -math.inf
         self._cache_ttl = session_cache_ttl
@@ -605,19 +648,58 @@ class RedisStore:
         """
         if self._sending:
             await self._after_sending([k for _, keys, _ in calls for k in keys])
+        if not self._loaded:
+            try:
+                await self._load_scripts()
+            except _ERRORS as exc:
+                if strict:
+                    raise await self._unavailable(exc) from exc
+                return [exc] * len(calls), not (wait and self._wait_replicas)
         if not self._unsent and len(calls) == 1 and not (wait and self._wait_replicas):
-            from redis.exceptions import RedisError  # noqa: PLC0415 - optional extra
+            from redis.exceptions import NoScriptError  # noqa: PLC0415 - optional extra
 
             script, keys, args = calls[0]
             self.round_trips += 1
             self.commands += 1
             try:
-                return [await script(keys=keys, args=args)], True
-            except (RedisError, OSError) as exc:
+                try:
+                    return [await self._r.evalsha(script.sha, len(keys), *keys, *args)], True
+                except NoScriptError:  # it did not run: load every script, send it again
+                    await self._load_scripts()
+                    self.round_trips += 1
+                    self.commands += 1
+                    return [await self._r.evalsha(script.sha, len(keys), *keys, *args)], True
+            except _ERRORS as exc:
                 if strict:
                     raise await self._unavailable(exc) from exc
                 return [exc], True
         return await self._pipelined(calls, strict=strict, wait=wait)
+
+    async def _load_scripts(self) -> None:
+        """Load every script this layout uses (on every primary of a cluster).
+
+        Loading them all at once, whenever one is missing, means that the scripts of one
+        pipeline are either all known or all unknown (a restart, a promoted replica, a
+        SCRIPT FLUSH forget them all): when they are all refused, they are sent again in
+        the same order, so an answer is never stored after the command behind it ran.
+        (Not counted in ``round_trips``: once per process and after each such event.)
+        """
+        self._loaded = False
+        loading = self._loading
+        if loading is None or loading.done() or loading.get_loop() is not asyncio.get_running_loop():
+            loading = self._loading = asyncio.ensure_future(self._load_all())
+        await asyncio.shield(loading)  # one load at a time, shared by every caller
+
+    async def _load_all(self) -> None:
+        if self._cluster:  # SCRIPT LOAD goes to every primary
+            for script in self._scripts_in_use:
+                await self._r.script_load(script.script)
+        else:
+            pipe = self._r.pipeline(transaction=False)
+            for script in self._scripts_in_use:
+                pipe.script_load(script.script)
+            await pipe.execute()
+        self._loaded = True
 
     async def _pipelined(self, calls: list[_Call], *, strict: bool, wait: bool) -> tuple[list[Any], bool]:
         """The unsent answers, then ``calls``, in one round trip; ``calls``' replies.
@@ -687,19 +769,20 @@ class RedisStore:
         self, calls: list[_Call], waiting: bool, *, reload: bool = True
     ) -> tuple[list[Any], bool]:
         """``calls`` in one pipeline (and the WAIT commands): replies or exceptions, and confirmed."""
-        from redis.exceptions import NoScriptError, RedisError  # noqa: PLC0415 - optional extra
 
         if not calls:
             return [], True
+        from redis.exceptions import NoScriptError  # noqa: PLC0415 - optional extra
+
         try:
             pipe = self._r.pipeline(transaction=False)
             for script, keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             waits = await self._add_waits(pipe, calls) if waiting else 0
             self.round_trips += 1
             self.commands += len(calls) + waits
             replies = list(await pipe.execute(raise_on_error=False))
-        except (RedisError, OSError) as exc:
+        except _ERRORS as exc:
             # Nothing is known of any call (some may have run): each one failed.
             return [exc] * len(calls), not waiting
         out, acks = replies[: len(calls)], replies[len(calls) :]
@@ -707,9 +790,8 @@ class RedisStore:
         missing = [i for i, reply in enumerate(out) if isinstance(reply, NoScriptError)]
         if missing and reload:
             try:
-                for script in {calls[i][0] for i in missing}:
-                    await self._r.script_load(script.script)
-            except (RedisError, OSError) as exc:
+                await self._load_scripts()
+            except _ERRORS as exc:
                 for i in missing:
                     out[i] = exc
                 return out, confirmed
@@ -1118,8 +1200,6 @@ class RedisStore:
     # -- introspection (tests, metrics) ---------------------------------------------------------
     async def counts(self, now: float | None = None) -> dict[str, int]:
         """Live pending handshakes and sessions (members of the sorted sets not yet expired)."""
-        from redis.exceptions import RedisError  # noqa: PLC0415 - optional extra
-
         t = _num(time.time() if now is None else now)
         if self._spread:
             pending_keys = [self._k_pending_shard(i) for i in range(rc.MAX_SHARDS)]
@@ -1131,6 +1211,6 @@ class RedisStore:
             for key in (*pending_keys, *session_keys):
                 pipe.zcount(key, f"({t}", "+inf")
             out = [int(n) for n in await pipe.execute()]
-        except (RedisError, OSError) as exc:
+        except _ERRORS as exc:
             raise await self._unavailable(exc) from exc
         return {"pending": sum(out[: len(pending_keys)]), "sessions": sum(out[len(pending_keys) :])}
