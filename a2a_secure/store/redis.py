@@ -90,7 +90,7 @@ from a2a_secure.store.base import (
     SessionRecord,
     StoredReply,
 )
-from a2a_secure.store.redis_connect import Deployment, client_from_url
+from a2a_secure.store.redis_connect import Deployment, client_from_url, close_client
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -1194,8 +1194,11 @@ class RedisStore:
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
         self._cache.clear()
+        if self._refresh is not None:
+            with contextlib.suppress(BaseException):
+                await self._refresh
         if self._owns_client:
-            await self._r.aclose()
+            await close_client(self._r, self.deployment)
 
     # -- introspection (tests, metrics) ---------------------------------------------------------
     async def counts(self, now: float | None = None) -> dict[str, int]:

@@ -25,7 +25,7 @@ import enum
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["Deployment", "client_from_url", "deployment_of"]
+__all__ = ["Deployment", "client_from_url", "close_client", "deployment_of"]
 
 
 class Deployment(enum.Enum):
@@ -35,6 +35,8 @@ class Deployment(enum.Enum):
     CLUSTER = "cluster"  # Redis Cluster: keys are spread over slots
     SENTINEL = "sentinel"  # one primary found through Sentinel
 
+
+_CLUSTER_MAX_CONNECTIONS = 1024
 
 _SCHEMES = {
     "redis": (Deployment.SINGLE, False),
@@ -132,6 +134,9 @@ def client_from_url(url: str, *, socket_timeout: float) -> tuple[Any, Deployment
             password=password,
             ssl=tls,
             retry=_no_retry(),
+            # Per node. redis-py's cluster pool does not wait for a free connection: past
+            # this many commands in flight to one node, a call fails (503) at once.
+            max_connections=_CLUSTER_MAX_CONNECTIONS,
             **timeouts,
             **_maint_off(),
         )
@@ -162,3 +167,11 @@ def client_from_url(url: str, *, socket_timeout: float) -> tuple[Any, Deployment
         **timeouts,
     )
     return primary, deployment
+
+
+async def close_client(client: Any, deployment: Deployment) -> None:
+    """Close a client made by :func:`client_from_url` (with Sentinel, the sentinels' too)."""
+    await client.aclose()
+    if deployment is Deployment.SENTINEL:
+        for sentinel in client.connection_pool.sentinel_manager.sentinels:
+            await sentinel.aclose()
