@@ -206,6 +206,9 @@ async def test_wait_replicas_on_one_redis_with_a_replica(tmp_path: Path) -> None
         replica = OwnedRedis(tmp_path / "r")
         replica.start()
         try:
+            p = redis_sync.Redis(port=primary.port, socket_timeout=2.0)
+            p.config_set("repl-diskless-sync-delay", 0)  # the first sync at once, not in 5 s
+            p.close()
             r = redis_sync.Redis(port=replica.port, socket_timeout=2.0)
             r.replicaof("127.0.0.1", primary.port)
             deadline = time.monotonic() + 10
