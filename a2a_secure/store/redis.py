@@ -1122,9 +1122,9 @@ class RedisStore:
         skey = self._k_session(session_id)
         hashed = _request_hash_bytes(request_hash)
         counted = rate_limit is not None
-        calls: list[_Call] = [
-            (self._c_begin, [skey], [_num(now), str(sequence), hashed, "1" if counted else ""])
-        ]
+        # Keep the previous state when the request may have to be given back.
+        keep = "1" if counted or self._wait_replicas else ""
+        calls: list[_Call] = [(self._c_begin, [skey], [_num(now), str(sequence), hashed, keep])]
         t = int(now)
         start = t - t % rate_period if counted else 0
         if rate_limit is not None:
