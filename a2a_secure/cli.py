@@ -252,7 +252,12 @@ def _build_serve(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--workers", type=int, default=1, help="worker processes (more than 1 needs --redis-url)"
     )
-    parser.add_argument("--redis-url", metavar="URL", help="shared store for sessions and sequences")
+    parser.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help="shared store for sessions and sequences: redis://host:port/db, "
+        "redis+cluster://host:port[,host:port], redis+sentinel://host:port[,host:port]/service",
+    )
     parser.set_defaults(handler=_serve)
 
 

@@ -10,7 +10,9 @@ Environment variables read by :func:`app_from_env`:
 ``A2A_SECURE_KEY_FILE``     the agent's key file (required)
 ``A2A_SECURE_POLICY``       a policy JSON file (members optional, defaults of §9 applied)
 ``A2A_SECURE_REDIS_URL``    Redis URL: the shared :class:`~a2a_secure.store.redis.RedisStore`
-                            (else the in-process :class:`~a2a_secure.store.memory.MemoryStore`)
+                            (else the in-process :class:`~a2a_secure.store.memory.MemoryStore`);
+                            ``redis+cluster://`` and ``redis+sentinel://`` as well
+                            (:mod:`a2a_secure.store.redis_connect`)
 ``A2A_SECURE_REDIS_PREFIX`` key prefix in Redis (default ``a2a:``)
 ``A2A_SECURE_AUDIT_LOG``    path of the hash-chained JSON Lines audit log (shared by workers)
 ``A2A_SECURE_APP``          ``module:attr``: an ``AgentServer`` (or an object with a ``server``
