@@ -18,7 +18,7 @@ import socket
 import ssl
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -37,7 +37,13 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.jsonrpc import JSONRPC_VERSION
-from a2a_secure.protocol.client import ClientHandshake, ClientSession, IntentResult, PreparedRequest
+from a2a_secure.protocol.client import (
+    ClientHandshake,
+    ClientSession,
+    IntentResult,
+    PreparedRequest,
+    StreamEvent,
+)
 from a2a_secure.protocol.jsonrpc import encode_request
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import AuditHook
@@ -579,7 +585,27 @@ class A2AClient:
         Every event is checked (signature, index, final rule, nothing after the final one);
         a signed error event is raised; a stream cut short is resumed by re-sending the
         byte-identical request, skipping the replayed events already held. The session is
-        held for the whole stream, as a resumable stream requires.
+        held for the whole stream, as a resumable stream requires. :meth:`stream_events`
+        gives the same stream as verified events, with their signed tokens.
+        """
+        # aclosing: a caller that stops early must release the session lock now, not when
+        # the inner generator is collected.
+        async with contextlib.aclosing(self.stream_events(server_did, intent, endpoint=endpoint)) as events:
+            async for event in events:
+                # The closing ``"final": true, "result": null`` event of a streaming handler
+                # carries no partial result.
+                if event.result is not None or not event.final:
+                    yield event.result
+
+    async def stream_events(
+        self, server_did: str, intent: Mapping[str, Any], *, endpoint: str | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """Like :meth:`stream`, but yield every verified event, the closing one included.
+
+        Each :class:`~a2a_secure.protocol.client.StreamEvent` holds its ``index`` (0, 1, 2,
+        … in order, each once: events replayed on a resumed stream are not yielded again),
+        ``final``, ``result`` and ``response_jws``, the server's ``a2a-event+jws`` token over
+        it, for callers that keep proof. A signed error event is raised, as by :meth:`stream`.
         """
         body_intent = dict(intent)
         body_intent["constraints"] = {**dict(intent.get("constraints") or {}), "stream": True}
@@ -601,7 +627,7 @@ class A2AClient:
 
     async def _stream_events(
         self, peer: _Peer, session: ClientSession, req: PreparedRequest
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncIterator[StreamEvent]:
         rid = next(self._ids)
         body = encode_request("intent", req.params, rid)
         url = peer.endpoint + "/a2a/intent"
@@ -649,8 +675,7 @@ class A2AClient:
                         held.append(result)
                         if ev.error is not None:
                             raise ev.error
-                        if ev.result is not None or not ev.final:
-                            yield ev.result
+                        yield ev
                     if not held or held[-1].get("final") is not True:
                         raise _Retryable(AuthenticationFailed("stream ended before its final event"))
                     return
