@@ -10,8 +10,11 @@ declares, which the decorator-based FastMCP does not take). Needs the ``mcp`` ex
   committed to in the handshake.
 - ``tools/call`` runs the intent over the DID-authenticated session and answers with the
   verified result as ``structuredContent``, its JSON as text, and the signed response token
-  under ``_meta["a2a-secure/response_jws"]``. A streaming intent called with a
-  ``progressToken`` reports each verified partial result as progress. Every failure is a
+  (``typ`` ``a2a-response+jws``) under ``_meta["a2a-secure/response_jws"]``. A streaming
+  intent called with a ``progressToken`` reports each verified partial result as progress;
+  its result holds the partial results, ``_meta["a2a-secure/event_jws"]`` the signed token
+  of every event in index order (``typ`` ``a2a-event+jws``, indices 0 … n-1), and
+  ``_meta["a2a-secure/response_jws"]`` the token of the final event. Every failure is a
   tool result with ``isError: true`` and a readable sentence; the server keeps serving.
 """
 

@@ -33,11 +33,18 @@ verified result ``{"needs_approval": true, "action_id", "action_hash", "preview"
 agent or the transport become a result with ``is_error`` set and a sentence a person can
 read; only a call the catalog cannot even start (unknown tool, arguments that are not an
 object) raises :class:`ToolCallError`.
+
+Streamed calls. With a progress callback, a streaming intent (PROTOCOL.md §6.4) is sent as
+a stream and each verified partial result is reported as it arrives. Every event is signed
+on its own (``typ`` ``a2a-event+jws``): the result's ``event_jws`` holds the tokens of all
+the events in index order (0, 1, … n-1), and its ``response_jws`` is the token of the final
+one (``"final": true``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import re
@@ -171,6 +178,10 @@ class ToolResult:
     ``status`` is ``"success"`` (the intent ran; ``content["result"]`` is its verified
     result), ``"needs_approval"`` (the agent did NOT run it; it waits for a person's
     approval of ``content["action_id"]``) or ``"error"``.
+
+    ``response_jws`` is the agent's ``a2a-response+jws`` token over the answer; for a
+    streamed call it is the token of the final event (``a2a-event+jws``), and
+    ``event_jws`` holds the tokens of all the events, index 0 first.
     """
 
     tool: str
@@ -182,6 +193,7 @@ class ToolResult:
     response_jws: str | None = None
     error_code: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    event_jws: tuple[str, ...] = ()
 
     @property
     def is_error(self) -> bool:
@@ -333,7 +345,8 @@ class ToolCatalog:
 
         With ``on_progress`` a streaming intent (PROTOCOL.md §6.4) is sent as a stream and
         ``on_progress(n, partial)`` is awaited for each verified partial result; the result
-        then holds them all (and no single response token: each event is signed on its own).
+        then holds them all, and the signed token of every event (``event_jws``; the final
+        one is also ``response_jws``).
         Raises :class:`ToolCallError` for an unknown tool or arguments that are not an object.
         """
         if arguments is None:
@@ -365,11 +378,7 @@ class ToolCatalog:
                 spec = fresh
             intent = {"goal": spec.intent, "inputs": arguments}
             if spec.streaming and on_progress is not None:
-                partials: list[Any] = []
-                async for item in self.agent.stream(spec.agent, intent):
-                    partials.append(item)
-                    await on_progress(len(partials), item)
-                return _success(spec, partials, None, streamed=True)
+                return await self._stream(spec, did, endpoint, intent, on_progress)
             verified = await self.agent.request_verified(spec.agent, intent)
         except PolicyViolation as exc:
             return _error(spec, f"{spec.agent} refused: {exc.message} ({exc.code})", exc.code)
@@ -382,6 +391,29 @@ class ToolCatalog:
         if isinstance(result, dict) and result.get("needs_approval") is True:
             return _needs_approval(spec, result, verified.response_jws)
         return _success(spec, result, verified.response_jws, sequence=verified.sequence)
+
+    async def _stream(
+        self,
+        spec: ToolSpec,
+        did: str,
+        endpoint: str | None,
+        intent: Mapping[str, Any],
+        on_progress: ProgressCallback,
+    ) -> ToolResult:
+        """Run a streaming intent; report each verified partial; keep every event's token."""
+        partials: list[Any] = []
+        tokens: list[str] = []
+        events = self.agent.client.stream_events(did, intent, endpoint=endpoint)
+        with self.agent._naming(spec.agent, endpoint):
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    tokens.append(event.response_jws)
+                    # The closing event of a streaming handler has no partial result.
+                    if event.result is not None or not event.final:
+                        partials.append(event.result)
+                        await on_progress(len(partials), event.result)
+        # The client raises unless the stream ended with a verified final event.
+        return _success(spec, partials, tokens[-1], streamed=True, event_jws=tuple(tokens))
 
 
 def _describe(entry: RegistryEntry, intent: str, card: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -422,10 +454,14 @@ def _spec(name: str, entry: RegistryEntry, intent: str, outcome: _Checked | str)
     )
 
 
-def _meta(spec: ToolSpec, response_jws: str | None, **extra: Any) -> dict[str, Any]:
+def _meta(
+    spec: ToolSpec, response_jws: str | None, event_jws: tuple[str, ...] = (), **extra: Any
+) -> dict[str, Any]:
     meta: dict[str, Any] = {f"{META_PREFIX}agent": spec.agent, f"{META_PREFIX}agent_did": spec.did}
     if response_jws is not None:
         meta[f"{META_PREFIX}response_jws"] = response_jws
+    if event_jws:
+        meta[f"{META_PREFIX}event_jws"] = list(event_jws)
     meta.update({f"{META_PREFIX}{k}": v for k, v in extra.items()})
     return meta
 
@@ -437,6 +473,7 @@ def _success(
     *,
     streamed: bool = False,
     sequence: int | None = None,
+    event_jws: tuple[str, ...] = (),
 ) -> ToolResult:
     content = {
         "status": "success",
@@ -448,7 +485,7 @@ def _success(
     extra: dict[str, Any] = {"streamed": True} if streamed else {"sequence": sequence}
     return ToolResult(
         spec.name, spec.agent, spec.intent, "success", content, _render(result), response_jws,
-        meta=_meta(spec, response_jws, **extra),
+        meta=_meta(spec, response_jws, event_jws, **extra), event_jws=event_jws,
     )  # fmt: skip
 
 

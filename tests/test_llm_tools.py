@@ -233,6 +233,10 @@ async def test_a_streamed_intent_reports_each_verified_partial() -> None:
     assert seen == [(1, {"i": 0}), (2, {"i": 1}), (3, {"i": 2})]
     assert streamed.content["result"] == [{"i": 0}, {"i": 1}, {"i": 2}]
     assert streamed.meta["a2a-secure/streamed"] is True
+    # Three partial results and the closing event, each signed on its own.
+    assert len(streamed.event_jws) == 4
+    assert streamed.meta["a2a-secure/event_jws"] == list(streamed.event_jws)
+    assert streamed.response_jws == streamed.event_jws[-1] == streamed.meta["a2a-secure/response_jws"]
     assert whole.content["result"] == [{"i": 0}, {"i": 1}] and whole.response_jws is not None
 
 

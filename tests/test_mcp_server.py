@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from a2a_secure import cli
+from a2a_secure.errors import AuthenticationFailed
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_verify
 from a2a_secure.testing import serve_app
@@ -33,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextlib.asynccontextmanager
-async def mcp_session(tmp_path: Path) -> AsyncIterator[ClientSession]:
-    """Two agents on loopback, a registry with them and an impostor, and an MCP client session."""
+async def registry_agents(tmp_path: Path) -> AsyncIterator[list[str]]:
+    """Two agents on loopback and a registry with them and an impostor; the ``mcp`` arguments."""
     alpha, beta = _server("alpha"), _server("beta")
     async with serve_app(alpha.app()) as alpha_url, serve_app(beta.app()) as beta_url:
         registry = {
@@ -47,12 +48,17 @@ async def mcp_session(tmp_path: Path) -> AsyncIterator[ClientSession]:
         }
         (tmp_path / "registry.json").write_bytes(encoding.dumps(registry))
         identity("orchestrator").save(tmp_path / "me.key")
+        yield ["-m", "a2a_secure", "mcp", "--key-file", str(tmp_path / "me.key"),
+               "--registry", str(tmp_path / "registry.json")]  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(tmp_path: Path) -> AsyncIterator[ClientSession]:
+    """The agents of :func:`registry_agents` and an MCP client session over stdio."""
+    async with registry_agents(tmp_path) as args:
         params = StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "a2a_secure", "mcp", "--key-file", str(tmp_path / "me.key"),
-                  "--registry", str(tmp_path / "registry.json")],
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )  # fmt: skip
+            command=sys.executable, args=args, env={**os.environ, "PYTHONPATH": str(ROOT)}
+        )
         with (tmp_path / "stderr.log").open("w") as errlog:
             async with (
                 stdio_client(params, errlog=errlog) as (read, write),
@@ -109,6 +115,29 @@ async def test_mcp_streamed_intent_reports_progress(tmp_path: Path) -> None:
     assert result.structured_content is not None
     assert result.structured_content["result"] == [{"i": 0}, {"i": 1}, {"i": 2}]
     assert [value for value, _message in progress] == [1.0, 2.0, 3.0]
+
+
+async def test_mcp_streamed_result_carries_every_signed_event(tmp_path: Path) -> None:
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        pass
+
+    async with mcp_session(tmp_path) as session:
+        result = await session.call_tool("alpha__count", {"n": 3}, progress_callback=on_progress)
+    assert not result.is_error and result.meta is not None
+    tokens = result.meta["a2a-secure/event_jws"]
+    alpha = identity("alpha")
+    events = [jws_verify(token, alpha.public_key, typ="a2a-event+jws", kid=alpha.kid) for token in tokens]
+    # Three partial results, then the closing event of a streaming handler (§6.4).
+    assert [event["index"] for event in events] == [0, 1, 2, 3]
+    assert [event["final"] for event in events] == [False, False, False, True]
+    assert [event["result"] for event in events] == [{"i": 0}, {"i": 1}, {"i": 2}, None]
+    assert {event["status"] for event in events} == {"success"}
+    # One request: the same session, sequence and request hash in every event.
+    assert len({(e["session_id"], e["sequence"], e["request_hash"]) for e in events}) == 1
+    assert result.meta["a2a-secure/response_jws"] == tokens[-1]
+    # A response token is not an event token: the types keep the two apart.
+    with pytest.raises(AuthenticationFailed):
+        jws_verify(tokens[-1], alpha.public_key, typ="a2a-response+jws", kid=alpha.kid)
 
 
 async def test_mcp_approval_result_is_marked_not_run(tmp_path: Path) -> None:
