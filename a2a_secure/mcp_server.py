@@ -16,6 +16,8 @@ declares, which the decorator-based FastMCP does not take). Needs the ``mcp`` ex
   of every event in index order (``typ`` ``a2a-event+jws``, indices 0 … n-1), and
   ``_meta["a2a-secure/response_jws"]`` the token of the final event. Every failure is a
   tool result with ``isError: true`` and a readable sentence; the server keeps serving.
+  Arguments no agent would take (over 384 KiB of JSON, nested deeper than 29 levels, not
+  I-JSON) are refused before anything is signed or sent.
 """
 
 from __future__ import annotations

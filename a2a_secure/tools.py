@@ -32,7 +32,8 @@ verified result ``{"needs_approval": true, "action_id", "action_hash", "preview"
 "expires_at"}`` is reported as *not run*, with its preview and action id. Errors from the
 agent or the transport become a result with ``is_error`` set and a sentence a person can
 read; only a call the catalog cannot even start (unknown tool, arguments that are not an
-object) raises :class:`ToolCallError`.
+object, not I-JSON, nested deeper than ``MAX_ARGUMENT_DEPTH`` or over ``MAX_ARGUMENT_BYTES``
+of JSON) raises :class:`ToolCallError`, before anything is sent.
 
 Streamed calls. With a progress callback, a streaming intent (PROTOCOL.md §6.4) is sent as
 a stream and each verified partial result is reported as it arrives. Every event is signed
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GENERIC_INPUT_SCHEMA",
+    "MAX_ARGUMENT_BYTES",
+    "MAX_ARGUMENT_DEPTH",
     "MAX_TOOL_NAME",
     "CardRefused",
     "ToolCallError",
@@ -81,6 +84,12 @@ MAX_CARD_BYTES = 256 * 1024
 MAX_DESCRIPTION = 1024
 MAX_SCHEMA_BYTES = 16 * 1024
 GENERIC_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
+# A signed request carries its inputs twice, as JSON in ``params.intent.inputs`` and base64url
+# (4/3 larger) inside ``request_jws``: 384 KiB of arguments make a body of about 0.9 MiB, under
+# the 1 MiB an agent accepts by default (PROTOCOL.md §9). The inputs sit 3 containers deep in
+# the body (request, params, intent), under an agent's default limit of 32.
+MAX_ARGUMENT_BYTES = 384 * 1024
+MAX_ARGUMENT_DEPTH = encoding.MAX_DEPTH - 3
 CARD_PATH = "/.well-known/agent-card.json"
 META_PREFIX = "a2a-secure/"
 ToolFormat = Literal["openai", "anthropic"]
@@ -88,7 +97,7 @@ ProgressCallback = Callable[[int, Any], Awaitable[None]]
 
 
 class ToolCallError(InvalidParams):
-    """A tool call that cannot start: unknown tool name, or arguments that are not an object."""
+    """A tool call that cannot start: unknown tool name, or arguments no agent would take."""
 
     default_message = "bad tool call"
 
@@ -347,12 +356,13 @@ class ToolCatalog:
         ``on_progress(n, partial)`` is awaited for each verified partial result; the result
         then holds them all, and the signed token of every event (``event_jws``; the final
         one is also ``response_jws``).
-        Raises :class:`ToolCallError` for an unknown tool or arguments that are not an object.
+        Raises :class:`ToolCallError` for an unknown tool, or arguments that are not a JSON
+        object, not I-JSON, nested deeper than :data:`MAX_ARGUMENT_DEPTH` or larger than
+        :data:`MAX_ARGUMENT_BYTES` as JSON: nothing is sent for those.
         """
         if arguments is None:
             arguments = {}
-        if not isinstance(arguments, dict):
-            raise ToolCallError("tool arguments must be a JSON object")
+        _check_arguments(arguments)
         spec = await self._lookup(name)
         if spec.error is not None:
             return _error(spec, spec.error, None)
@@ -414,6 +424,29 @@ class ToolCatalog:
                         await on_progress(len(partials), event.result)
         # The client raises unless the stream ended with a verified final event.
         return _success(spec, partials, tokens[-1], streamed=True, event_jws=tuple(tokens))
+
+
+def _check_arguments(arguments: Any) -> None:
+    """Refuse, before anything is signed or sent, arguments that no agent would take.
+
+    A model can send any JSON: without this a 5 MB argument would go out (twice over, in a
+    12 MB body) only to be refused with 413, and one nested a few thousand levels deep would
+    exhaust the stack of the request's JSON encoder.
+    """
+    if not isinstance(arguments, dict):
+        raise ToolCallError("tool arguments must be a JSON object")
+    # Iterative: a hostile depth cannot exhaust the stack here.
+    problem = encoding.ijson_problem(arguments, max_depth=MAX_ARGUMENT_DEPTH)
+    if problem is not None:
+        if problem.startswith("JSON nested deeper"):
+            problem = f"nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+        raise ToolCallError(f"tool arguments refused: {problem}")
+    size = len(encoding.dumps(arguments))
+    if size > MAX_ARGUMENT_BYTES:
+        raise ToolCallError(
+            f"tool arguments refused: {size} bytes of JSON, more than the {MAX_ARGUMENT_BYTES}"
+            " a signed request can carry (an agent takes request bodies of at most 1 MiB)"
+        )
 
 
 def _describe(entry: RegistryEntry, intent: str, card: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -22,6 +22,8 @@ from a2a_secure.server.test_agent import count
 from a2a_secure.testing import serve_app
 from a2a_secure.tools import (
     GENERIC_INPUT_SCHEMA,
+    MAX_ARGUMENT_BYTES,
+    MAX_ARGUMENT_DEPTH,
     MAX_TOOL_NAME,
     ToolCallError,
     assign_tool_names,
@@ -285,3 +287,39 @@ async def test_an_unreachable_agent_is_a_tool_error_not_a_crash() -> None:
         result = await agent.call_tool("gone__echo", {})
     assert "gone__echo" not in names and "alpha__echo" in names
     assert result.is_error and result.text.startswith("gone unreachable")
+
+
+# -- arguments ----------------------------------------------------------------------------------
+
+
+def _nested(depth: int) -> Any:
+    """An object ``depth`` containers deep."""
+    value: Any = "x"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+async def test_arguments_no_agent_would_take_are_refused_before_anything_is_sent() -> None:
+    fits = {"text": "x" * (MAX_ARGUMENT_BYTES - len(b'{"text":""}'))}
+    assert len(encoding.dumps(fits)) == MAX_ARGUMENT_BYTES
+    async with agents(_server("alpha")) as (agent, _urls):
+        # The largest and the deepest arguments allowed go through a real agent's limits.
+        largest = await agent.call_tool("alpha__echo", fits)
+        deepest = await agent.call_tool("alpha__echo", _nested(MAX_ARGUMENT_DEPTH))
+        assert largest.status == "success" and deepest.status == "success"
+        refused = {
+            "bytes of JSON, more than the 393216": {"text": "x" * 5_000_000},
+            "393217 bytes of JSON": {"text": "x" * (MAX_ARGUMENT_BYTES - 10)},
+            "nested deeper than 29 levels": _nested(MAX_ARGUMENT_DEPTH + 1),
+            # Deep enough to exhaust the stack of a recursive JSON encoder.
+            "nested deeper than 29": _nested(10_000),
+            "integer out of the I-JSON range": {"n": 2**60},
+        }
+        for reason, arguments in refused.items():
+            with pytest.raises(ToolCallError, match=reason):
+                await agent.call_tool("alpha__echo", arguments)
+        after = await agent.call_tool("alpha__echo", {"text": "after"})
+    # Nothing was signed for the refused calls: no sequence number was used by them.
+    assert after.meta["a2a-secure/sequence"] == deepest.meta["a2a-secure/sequence"] + 1
+    assert after.content["result"] == {"echo": {"text": "after"}}

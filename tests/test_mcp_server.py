@@ -23,7 +23,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_verify
 from a2a_secure.testing import serve_app
 from tests.http_helpers import identity
-from tests.test_llm_tools import ECHO_SCHEMA, _server
+from tests.test_llm_tools import ECHO_SCHEMA, _nested, _server
 
 pytest.importorskip("mcp")
 
@@ -138,6 +138,24 @@ async def test_mcp_streamed_result_carries_every_signed_event(tmp_path: Path) ->
     # A response token is not an event token: the types keep the two apart.
     with pytest.raises(AuthenticationFailed):
         jws_verify(tokens[-1], alpha.public_key, typ="a2a-response+jws", kid=alpha.kid)
+
+
+async def test_mcp_arguments_no_agent_would_take_are_a_tool_error(tmp_path: Path) -> None:
+    async with mcp_session(tmp_path) as session:
+        before = await session.call_tool("alpha__echo", {"text": "before"})
+        huge = await session.call_tool("alpha__echo", {"text": "x" * 5_000_000})
+        deep = await session.call_tool("alpha__echo", {"text": _nested(100)})
+        after = await session.call_tool("alpha__echo", {"text": "after"})
+    assert huge.is_error
+    assert huge.content[0].text == (  # type: ignore[union-attr]
+        "tool arguments refused: 5000011 bytes of JSON, more than the 393216 a signed request"
+        " can carry (an agent takes request bodies of at most 1 MiB)"
+    )
+    assert deep.is_error
+    assert deep.content[0].text == "tool arguments refused: nested deeper than 29 levels"  # type: ignore[union-attr]
+    # The server kept serving, and nothing was signed for the refused calls.
+    assert not after.is_error and before.meta is not None and after.meta is not None
+    assert after.meta["a2a-secure/sequence"] == before.meta["a2a-secure/sequence"] + 1
 
 
 async def test_mcp_approval_result_is_marked_not_run(tmp_path: Path) -> None:
