@@ -6,6 +6,7 @@ The MCP server is a subprocess (``python -m a2a_secure mcp``); the agents are re
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
@@ -23,12 +24,15 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_verify
 from a2a_secure.testing import serve_app
 from tests.http_helpers import identity
+from tests.redis_helpers import free_port
 from tests.test_llm_tools import ECHO_SCHEMA, _nested, _server
 
 pytest.importorskip("mcp")
 
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -200,10 +204,118 @@ def test_a_missing_mcp_extra_is_a_clear_usage_error(
     assert "pip install 'a2a-secure[mcp]'" in capsys.readouterr().err
 
 
-def test_the_http_transport_binds_loopback_only(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+# -- streamable HTTP ----------------------------------------------------------------------------
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-4000:]
+
+
+async def _wait_listening(port: int, proc: asyncio.subprocess.Process, log: Path) -> None:
+    deadline = asyncio.get_running_loop().time() + 60
+    while asyncio.get_running_loop().time() < deadline:
+        if proc.returncode is not None:
+            pytest.fail(f"a2a-secure mcp exited with {proc.returncode}:\n{_tail(log)}")
+        try:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return
+    pytest.fail(f"a2a-secure mcp did not listen on {port} within 60 s:\n{_tail(log)}")
+
+
+async def test_mcp_server_lists_and_calls_over_streamable_http(tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "mcp-http.log"
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    async with registry_agents(tmp_path) as args:
+        with log.open("w") as out:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, *args, "--transport", "http", "--port", str(port),
+                stdout=out, stderr=out, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )  # fmt: skip
+        try:
+            await _wait_listening(port, proc, log)
+            async with (
+                streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+                assert {"alpha__echo", "alpha__count", "beta__echo"} <= tools.keys()
+                assert not any(name.startswith("impostor") for name in tools)
+                assert tools["alpha__echo"].input_schema == ECHO_SCHEMA
+
+                result = await session.call_tool("beta__echo", {"text": "over http"})
+                refused = await session.call_tool("impostor__echo", {"text": "x"})
+                streamed = await session.call_tool("alpha__count", {"n": 2}, progress_callback=on_progress)
+                # Over 4 MiB the SDK's HTTP transport refuses the body itself (HTTP 413), which
+                # its client reports as an error response; under it, the catalog refuses.
+                with pytest.raises(MCPError):
+                    await session.call_tool("alpha__echo", {"text": "x" * 5_000_000})
+                huge = await session.call_tool("alpha__echo", {"text": "x" * 1_000_000})
+                after = await session.call_tool("beta__echo", {"text": "after"})
+        finally:
+            try:
+                if proc.returncode is None:
+                    proc.terminate()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(proc.wait(), 10)
+            finally:
+                # Also when the wait above timed out or the test was cancelled.
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+    assert proc.returncode is not None
+    assert not result.is_error and result.structured_content is not None
+    assert result.structured_content["result"] == {"echo": {"text": "over http"}}
+    assert result.meta is not None
+    beta = identity("beta")
+    payload = jws_verify(
+        result.meta["a2a-secure/response_jws"], beta.public_key, typ="a2a-response+jws", kid=beta.kid
+    )
+    assert payload["result"] == {"echo": {"text": "over http"}}
+    assert payload["status"] == "success"
+    assert refused.is_error
+    assert refused.content[0].text.startswith("impostor refused:")  # type: ignore[union-attr]
+    assert progress == [1.0, 2.0]
+    assert streamed.structured_content is not None and streamed.meta is not None
+    assert streamed.structured_content["result"] == [{"i": 0}, {"i": 1}]
+    alpha = identity("alpha")
+    events = [
+        jws_verify(token, alpha.public_key, typ="a2a-event+jws", kid=alpha.kid)
+        for token in streamed.meta["a2a-secure/event_jws"]
+    ]
+    assert [(e["index"], e["final"]) for e in events] == [(0, False), (1, False), (2, True)]
+    assert huge.is_error
+    assert huge.content[0].text.startswith("tool arguments refused: 1000011 bytes")  # type: ignore[union-attr]
+    assert not after.is_error
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.10", "agents.example.com"])
+def test_the_http_transport_binds_loopback_only(
+    host: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     code = cli.main(
         ["mcp", "--key-file", str(tmp_path / "k"), "--registry", str(tmp_path / "r"),
-         "--transport", "http", "--host", "0.0.0.0"]
+         "--transport", "http", "--host", host]
     )  # fmt: skip
     assert code == 2
-    assert "loopback" in capsys.readouterr().err
+    assert "--host must be a loopback address" in capsys.readouterr().err
+
+
+def test_a_non_loopback_host_makes_the_command_exit_2(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "a2a_secure", "mcp", "--key-file", str(tmp_path / "k"),
+         "--registry", str(tmp_path / "r"), "--transport", "http", "--host", "0.0.0.0"],
+        check=False, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "loopback" in proc.stderr and "Traceback" not in proc.stderr
