@@ -5,6 +5,7 @@ Importing this package needs no server extras: the FastAPI adapter loads only wh
 """
 
 from a2a_secure.agent import A2AAgent, AgentRegistry
+from a2a_secure.approval import NeedsApproval
 from a2a_secure.client.http import A2AClient
 from a2a_secure.errors import A2AError
 from a2a_secure.identity import (
@@ -25,6 +26,7 @@ __all__ = [
     "AgentRegistry",
     "DIDResolver",
     "Identity",
+    "NeedsApproval",
     "__version__",
     "hash_of",
     "jws_sign",

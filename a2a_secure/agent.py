@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from a2a_secure import approval as _approval
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import A2A_SERVICE_TYPE, check_did_syntax
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.approval import ApprovalSettings
 from a2a_secure.protocol.client import ClientSession, IntentResult
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.server import AuditHook
@@ -139,6 +141,9 @@ class A2AAgent:
         retry: RetryPolicy | None = None,
         accept_policy: Callable[[Policy], bool] | None = None,
         description: str = "",
+        approvers: Iterable[str] = (),
+        approval: ApprovalSettings | None = None,
+        tools: bool = False,
     ) -> None:
         self.agent_id = agent_id
         self.identity = identity or Identity.generate(agent_id)
@@ -160,6 +165,9 @@ class A2AAgent:
         self._policy = policy
         self._store = store
         self._description = description
+        self._approvers = tuple(approvers)
+        self._approval = approval
+        self._tools = tools
         self._server: AgentServer | None = None
         self._sessions: dict[str, ClientSession] = {}
 
@@ -212,7 +220,8 @@ class A2AAgent:
         """
         did, endpoint = await self._locate(target)
         result = await self.client.request(did, intent, endpoint=endpoint)
-        return result.result
+        # A JSON object comes back as a dict that also answers ``.needs_approval`` (§12).
+        return _approval.as_result(result.result)
 
     async def stream(self, target: str, intent: Mapping[str, Any]) -> AsyncIterator[Any]:
         """Send ``intent`` as a streamed request (PROTOCOL.md §6.4); yield verified partial results."""
@@ -260,12 +269,50 @@ class A2AAgent:
                 store=self._store,
                 resolver=self.resolver,
                 audit=self._audit,
+                approvers=self._approvers,
+                approval=self._approval,
+                tools=self._tools,
             )
         return self._server
 
-    def intent(self, goal: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator: host ``goal`` with the decorated handler."""
-        return self.server.intent(goal)
+    def intent(
+        self,
+        goal: str,
+        *,
+        description: str | None = None,
+        input_schema: Mapping[str, Any] | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: host ``goal`` with the decorated handler (described in the card)."""
+        return self.server.intent(goal, description=description, input_schema=input_schema)
+
+    # -- human approval (PROTOCOL.md §12) ----------------------------------------------------
+    def approved_action(
+        self, action: str, *, approvers: Iterable[str] | None = None
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: run the decorated function when a person approves an ``action``.
+
+        See :meth:`AgentServer.approved_action <a2a_secure.server.app.AgentServer.approved_action>`.
+        """
+        return self.server.approved_action(action, approvers=approvers)
+
+    async def pending_action(self, target: str, action_id: str) -> _approval.ActionDetails:
+        """The pending action ``action_id`` at ``target``, checked (for its approvers)."""
+        did, endpoint = await self._locate(target)
+        return await _approval.pending_action(self.client, did, action_id, endpoint=endpoint)
+
+    async def approve(
+        self, target: str, action_id: str, *, approved: bool = True, action_hash: str | None = None
+    ) -> _approval.ApprovalOutcome:
+        """Sign this agent's approval (or rejection) of ``action_id`` at ``target``.
+
+        Without ``action_hash``, the pending action is read first and its data checked
+        against its hash; the outcome holds those details and, once approved, the action's
+        result.
+        """
+        did, endpoint = await self._locate(target)
+        return await _approval.approve(
+            self.client, did, action_id, approved=approved, action_hash=action_hash, endpoint=endpoint
+        )
 
     @property
     def app(self) -> FastAPI:
