@@ -19,7 +19,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.did import A2A_SERVICE_TYPE, check_did_syntax
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
-from a2a_secure.protocol.approval import ApprovalSettings
+from a2a_secure.protocol.approval import ApprovalSettings, approver_dids
 from a2a_secure.protocol.client import ClientSession, IntentResult
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.server import AuditHook
@@ -165,7 +165,7 @@ class A2AAgent:
         self._policy = policy
         self._store = store
         self._description = description
-        self._approvers = tuple(approvers)
+        self._approvers = approver_dids(approvers)
         self._approval = approval
         self._tools = tools
         self._server: AgentServer | None = None

@@ -64,6 +64,7 @@ __all__ = [
     "NeedsApproval",
     "TOOL_APPROVE",
     "TOOL_PENDING",
+    "approver_dids",
 ]
 
 TOOL_APPROVE = "tool.approve"
@@ -97,6 +98,13 @@ def _json_size(value: Any, what: str, limit: int) -> None:
         raise ValueError(f"{what} is not I-JSON: {problem}")
     if len(encoding.dumps(value)) > limit:
         raise ValueError(f"{what} is larger than {limit} bytes")
+
+
+def approver_dids(dids: Iterable[str]) -> tuple[str, ...]:
+    """``dids`` checked as a collection of DIDs (one string is refused: it is no list)."""
+    if isinstance(dids, str):
+        raise TypeError("approvers is a collection of DIDs, not one string")
+    return tuple(check_did_syntax(did) for did in dids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,17 +213,13 @@ class ApprovalEngine:
 
     @approvers.setter
     def approvers(self, dids: Iterable[str]) -> None:
-        if isinstance(dids, str):
-            raise TypeError("approvers is a collection of DIDs, not one string")
-        self._approvers = frozenset(check_did_syntax(did) for did in dids)
+        self._approvers = frozenset(approver_dids(dids))
 
     def register(self, action: str, executor: Executor, *, approvers: Iterable[str] | None = None) -> None:
         """Run ``executor(action_data, context)`` when an ``action`` is approved."""
         if not isinstance(action, str) or not 1 <= len(action) <= 128:
             raise ValueError("action must be 1-128 characters")
-        if isinstance(approvers, str):
-            raise TypeError("approvers is a collection of DIDs, not one string")
-        own = None if approvers is None else frozenset(check_did_syntax(d) for d in approvers)
+        own = None if approvers is None else frozenset(approver_dids(approvers))
         self._executors[action] = _Registered(executor, own)
 
     def adopt(self, other: ApprovalEngine) -> None:

@@ -34,6 +34,7 @@ from a2a_secure.protocol.approval import (
     ApprovalEngine,
     ApprovalSettings,
     NeedsApproval,
+    approver_dids,
 )
 from a2a_secure.protocol.jsonrpc import EnvelopeError, encode_error, encode_result, parse_request
 from a2a_secure.protocol.messages import PROTOCOL_NAME
@@ -278,7 +279,7 @@ class AgentServer(IntentDispatcher):
         self._card_builder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self._intent_schemas: dict[str, dict[str, Any]] = {}
         # Human approval and tools (PROTOCOL.md §12), configured here, not in the policy.
-        self._approvers = tuple(approvers)
+        self._approvers = approver_dids(approvers)
         self._approval_settings = approval
         self._approvals: ApprovalEngine | None = None
         if tools:
