@@ -410,3 +410,33 @@ def test_approvers_are_dids() -> None:
         AgentServer(Identity.generate("x"), approvers=["not a did"]).approvals  # noqa: B018
     with pytest.raises(TypeError):
         AgentServer(Identity.generate("x"), approvers="did:key:z6Mk").approvals  # noqa: B018
+
+
+CALENDAR_ID = Identity.from_seed(bytes(range(32)), "calendar")
+
+
+def _calendar() -> A2AAgent:
+    from a2a_secure.examples import calendar_agent
+
+    return calendar_agent.build_agent(CALENDAR_ID, approvers=[PERSON.did])
+
+
+CALENDAR = _calendar()
+
+
+async def test_serving_an_agent_object_keeps_its_approvals_on_the_served_store() -> None:
+    from a2a_secure.protocol.server import IntentContext
+    from a2a_secure.server.run import build_server
+    from a2a_secure.store.memory import MemoryStore
+
+    store = MemoryStore()
+    server = build_server(CALENDAR_ID, store=store, app="test_approval:CALENDAR")
+    assert server.approvals.actions == ["create_event"] and server.approvals.store is store
+    assert server.approvals.approvers == {PERSON.did}
+    assert {"tool.approve", "tool.pending", "create_event"} <= set(server.goals)
+    assert server.card["intent_schemas"] == CALENDAR.server.card["intent_schemas"]
+    event = {"title": "t", "start": "2026-03-02T10:00Z", "participants": ["a@example.com"]}
+    ctx = IntentContext(CALLER.did, "sid", 1, "create_event", None, {})
+    result = await server.run("create_event", event, ctx)
+    assert result["needs_approval"] is True
+    assert [a.action_data for a in store._actions.values()] == [event]
