@@ -440,3 +440,52 @@ async def test_serving_an_agent_object_keeps_its_approvals_on_the_served_store()
     result = await server.run("create_event", event, ctx)
     assert result["needs_approval"] is True
     assert [a.action_data for a in store._actions.values()] == [event]
+
+
+# -- the a2a-secure approve command ----------------------------------------------------------------
+async def _cli(*argv: str) -> tuple[int, str, str]:
+    import asyncio
+    import os
+    import sys
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "a2a_secure",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_cli_approve_prints_the_preview_and_the_outcome(tmp_path: Path) -> None:
+    key = tmp_path / "person.key"
+    PERSON.save(key)
+    async with start_desk() as w:
+        caller = await w.open_session(CALLER)
+        first = await ask(w, caller, title="from the command line")
+        second = await ask(w, caller, title="not this one")
+        base = ["approve", "--key-file", str(key), "--to", w.did, "--endpoint", w.url]
+        code, out, err = await _cli(*base, "--action-id", first["action_id"])
+        assert code == 0, err
+        assert "preview:  Create 'from the command line'" in out
+        assert first["action_hash"] in out and "approved; the action ran once" in out
+        assert '"title": "from the command line"' in out
+        code, out, err = await _cli(*base, "--action-id", second["action_id"], "--reject")
+        assert code == 0, err
+        assert "rejected; the action will not run" in out
+        # Errors: one clear line, exit 1, no traceback.
+        code, out, err = await _cli(*base, "--action-id", first["action_id"])
+        assert code == 1 and "Traceback" not in err
+        assert err.strip() == "a2a-secure: error: action is approved"
+        other = tmp_path / "caller.key"
+        CALLER.save(other)
+        code, out, err = await _cli(
+            "approve", "--key-file", str(other), "--to", w.did, "--endpoint", w.url, "--action-id", "AAAA"
+        )
+        assert code == 1 and "Traceback" not in err and err.startswith("a2a-secure: error:")
+        assert w.calls["run:create_event"] == 1
