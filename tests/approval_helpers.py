@@ -111,7 +111,7 @@ def build_desk(
         monotonic=clock.monotonic,
         approvers=approvers,
         approval=settings,
-        tools=True,
+        serve_tools=True,
     )
     register_actions(server, calls, mail_approvers=[MAIL_OFFICER.did])
     return server

@@ -24,7 +24,7 @@ from a2a_secure.store.base import Store
 if TYPE_CHECKING:
     from a2a_secure.protocol.server import IntentContext, IntentDispatcher
 
-__all__ = ["TOOL_EXECUTE", "TOOL_GOALS", "TOOL_LIST", "TOOL_PREFIX", "ToolCatalog"]
+__all__ = ["TOOL_EXECUTE", "TOOL_GOALS", "TOOL_LIST", "TOOL_PREFIX", "ToolService"]
 
 TOOL_LIST = "tool.list"
 TOOL_EXECUTE = "tool.execute"
@@ -35,7 +35,7 @@ _EXECUTE_MEMBERS = frozenset(("tool", "arguments"))
 _NO_MEMBERS: frozenset[str] = frozenset()
 
 
-class ToolCatalog:
+class ToolService:
     """Serves ``tool.list`` and ``tool.execute`` for the goals of ``dispatcher``.
 
     ``details()`` gives ``{goal: {"description", "input_schema"}}`` (the card's

@@ -47,7 +47,7 @@ from a2a_secure.protocol.server import (
     ServerLimits,
     ServerProtocol,
 )
-from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolCatalog
+from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolService
 from a2a_secure.store.actions import ActionStore
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
@@ -256,7 +256,7 @@ class AgentServer(IntentDispatcher):
         monotonic: Callable[[], float] = time.monotonic,
         approvers: Iterable[str] = (),
         approval: ApprovalSettings | None = None,
-        tools: bool = False,
+        serve_tools: bool = False,
     ) -> None:
         super().__init__()
         self.identity = identity
@@ -282,7 +282,7 @@ class AgentServer(IntentDispatcher):
         self._approvers = approver_dids(approvers)
         self._approval_settings = approval
         self._approvals: ApprovalEngine | None = None
-        if tools:
+        if serve_tools:
             self.enable_tools()
 
     # -- handlers -----------------------------------------------------------------------------
@@ -446,7 +446,7 @@ class AgentServer(IntentDispatcher):
 
     def enable_tools(self) -> None:
         """Serve ``tool.list`` and ``tool.execute`` (each still needs the session's policy)."""
-        catalog = ToolCatalog(self, lambda: self._intent_schemas, self.store, self._clock)
+        catalog = ToolService(self, lambda: self._intent_schemas, self.store, self._clock)
         self.add(TOOL_LIST, catalog.list_tools)
         self.add(TOOL_EXECUTE, catalog.execute)
 
