@@ -15,12 +15,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from a2a_secure import approval as _approval
 from a2a_secure.client.http import A2AClient, RetryPolicy, check_endpoint
 from a2a_secure.errors import A2AError, InvalidParams, PeerUnreachable
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import A2A_SERVICE_TYPE, check_did_syntax
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.approval import ApprovalSettings, approver_dids
 from a2a_secure.protocol.client import ClientSession, IntentResult
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.server import AuditHook
@@ -284,6 +286,9 @@ class A2AAgent:
         retry: RetryPolicy | None = None,
         accept_policy: Callable[[Policy], bool] | None = None,
         description: str = "",
+        approvers: Iterable[str] = (),
+        approval: ApprovalSettings | None = None,
+        serve_tools: bool = False,
     ) -> None:
         self.agent_id = agent_id
         self.identity = identity or Identity.generate(agent_id)
@@ -305,6 +310,9 @@ class A2AAgent:
         self._policy = policy
         self._store = store
         self._description = description
+        self._approvers = approver_dids(approvers)
+        self._approval = approval
+        self._serve_tools = serve_tools
         self._server: AgentServer | None = None
         self._sessions: dict[str, ClientSession] = {}
 
@@ -377,7 +385,8 @@ class A2AAgent:
         endpoint that does not answer raises :class:`~a2a_secure.errors.PeerUnreachable`
         naming the agent and the endpoint.
         """
-        return (await self.request_verified(target, intent)).result
+        # A JSON object comes back as a dict that also answers ``.needs_approval`` (§12).
+        return _approval.as_result((await self.request_verified(target, intent)).result)
 
     async def request_verified(self, target: str, intent: Mapping[str, Any]) -> IntentResult:
         """Like :meth:`request`, but return the whole verified answer: ``status``,
@@ -470,12 +479,52 @@ class A2AAgent:
                 store=self._store,
                 resolver=self.resolver,
                 audit=self._audit,
+                approvers=self._approvers,
+                approval=self._approval,
+                serve_tools=self._serve_tools,
             )
         return self._server
 
-    def intent(self, goal: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator: host ``goal`` with the decorated handler."""
-        return self.server.intent(goal)
+    def intent(
+        self,
+        goal: str,
+        *,
+        description: str | None = None,
+        input_schema: Mapping[str, Any] | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: host ``goal`` with the decorated handler (described in the card)."""
+        return self.server.intent(goal, description=description, input_schema=input_schema)
+
+    # -- human approval (PROTOCOL.md §12) ----------------------------------------------------
+    def approved_action(
+        self, action: str, *, approvers: Iterable[str] | None = None
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: run the decorated function when a person approves an ``action``.
+
+        See :meth:`AgentServer.approved_action <a2a_secure.server.app.AgentServer.approved_action>`.
+        """
+        return self.server.approved_action(action, approvers=approvers)
+
+    async def pending_action(self, target: str, action_id: str) -> _approval.ActionDetails:
+        """The pending action ``action_id`` at ``target``, checked (for its approvers)."""
+        name, did, endpoint = await self._locate(target)
+        with self._naming(name, endpoint):
+            return await _approval.pending_action(self.client, did, action_id, endpoint=endpoint)
+
+    async def approve(
+        self, target: str, action_id: str, *, approved: bool = True, action_hash: str | None = None
+    ) -> _approval.ApprovalOutcome:
+        """Sign this agent's approval (or rejection) of ``action_id`` at ``target``.
+
+        Without ``action_hash``, the pending action is read first and its data checked
+        against its hash; the outcome holds those details and, once approved, the action's
+        result.
+        """
+        name, did, endpoint = await self._locate(target)
+        with self._naming(name, endpoint):
+            return await _approval.approve(
+                self.client, did, action_id, approved=approved, action_hash=action_hash, endpoint=endpoint
+            )
 
     @property
     def app(self) -> FastAPI:

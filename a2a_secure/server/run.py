@@ -36,7 +36,8 @@ from fastapi import FastAPI
 
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
-from a2a_secure.protocol.server import IntentContext
+from a2a_secure.protocol.server import IntentContext, IntentDispatcher
+from a2a_secure.protocol.tools import TOOL_PREFIX
 from a2a_secure.server.app import AgentServer
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
@@ -90,7 +91,12 @@ def _mount_app(server: AgentServer, spec: str) -> None:
         server.description = source.description
         server.version = source.version
         server.url = source.url or server.url
+        # Approved actions run with THIS server's store (shared by the workers), so the
+        # source's handlers are called raw and their NeedsApproval is stored here.
+        server.adopt_approvals(source)
         for goal in source.goals:
+            if goal.startswith(TOOL_PREFIX):  # served by adopt_approvals, bound to this server
+                continue
             if source.is_streaming(goal):
 
                 def stream(inputs: Any, context: IntentContext, _goal: str = goal) -> AsyncIterator[Any]:
@@ -100,7 +106,7 @@ def _mount_app(server: AgentServer, spec: str) -> None:
                 continue
 
             async def run(inputs: Any, context: IntentContext, _goal: str = goal) -> Any:
-                return await source.run(_goal, inputs, context)
+                return await IntentDispatcher.run(source, _goal, inputs, context)
 
             server.add(goal, run)
         return
