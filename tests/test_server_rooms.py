@@ -6,11 +6,11 @@ import ast
 from pathlib import Path
 
 import pytest
-from protocol_helpers import FakeClock, FakeRandom, Handlers, identity
+from protocol_helpers import make_world
 
-from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.protocol import server
 from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.server import IntentDispatcher
 from a2a_secure.store.memory import MemoryStore
 
 ROOT = Path(server.__file__).parent
@@ -71,23 +71,22 @@ def test_every_room_names_the_section_it_implements(path: Path) -> None:
     assert len(path.read_text(encoding="utf-8").splitlines()) < 600
 
 
-def test_configuration_the_rooms_hold_cannot_be_swapped_behind_them() -> None:
-    ident = identity("rooms")
-    store = MemoryStore()
-    proto = server.ServerProtocol(
-        ident,
-        Policy.build(),
-        store=store,
-        resolver=DIDResolver(),
-        dispatcher=Handlers().dispatcher,
-        manifest_hash="h",
-        clock=FakeClock(),
-        random_bytes=FakeRandom(),
-    )
-    assert proto.identity is ident and proto.store is store and proto.manifest_hash == "h"
-    with pytest.raises(AttributeError):
-        proto.store = MemoryStore()  # type: ignore[misc]
-    # The policy offered to new handshakes may change (a session keeps the one it agreed).
+async def test_replacing_the_configuration_of_a_live_server_reaches_its_rooms() -> None:
+    w = make_world()
+    sess, _ = await w.open_session()
+    assert (await w.intent(sess, a=1)).result["echo"] == {"a": 1}
+    # Another dispatcher: the intent processor no longer finds the goal (signed -32601).
+    w.server.dispatcher = IntentDispatcher()
+    req = sess.prepare_intent({"goal": "echo", "inputs": {}})
+    r = await w.call("intent", req.params)
+    assert r.error is not None and r.error["code"] == -32601 and "response_jws" in r.error["data"]
+    # Another store: the session is unknown there (unsigned -32043).
+    w.server.store = MemoryStore()
+    req = sess.prepare_intent({"goal": "echo", "inputs": {}})
+    r = await w.call("intent", req.params)
+    assert r.error is not None and r.error["code"] == -32043 and "data" not in r.error
+    # Another policy: offered by the handshake responder to the next HELLO.
     blocked = Policy.build(blocked=["echo"])
-    proto.policy = blocked
-    assert proto.policy is blocked
+    w.server.policy = blocked
+    challenge = (await w.call("hello", w.handshake().hello())).result
+    assert challenge["policy_hash"] == blocked.hash

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from a2a_secure.protocol.server.common import AuditHook, Clock, Reply
+from a2a_secure.protocol.server.common import AuditHook, Clock, Reply, ServerConfig
 
 __all__ = ["AuditFields", "AuditWriter"]
 
@@ -39,9 +39,9 @@ class AuditFields:
 class AuditWriter:
     """Writes one audit record per request through the hook (none without a hook)."""
 
-    def __init__(self, hook: AuditHook | None, server_did: str, clock: Clock) -> None:
+    def __init__(self, hook: AuditHook | None, config: ServerConfig, clock: Clock) -> None:
         self._hook = hook
-        self._server_did = server_did
+        self._config = config
         self._clock = clock
 
     def write(self, a: AuditFields, reply: Reply) -> None:
@@ -54,7 +54,7 @@ class AuditWriter:
             role="server",
             session_id=a.session_id,
             client_did=a.client_did,
-            server_did=self._server_did,
+            server_did=self._config.identity.did,
             intent_goal=a.intent_goal,
             sequence=a.sequence,
             status="error" if reply.is_error else "success",

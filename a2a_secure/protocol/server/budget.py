@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from a2a_secure.errors import Unavailable
-from a2a_secure.protocol.server.common import Clock, ServerLimits
+from a2a_secure.protocol.server.common import Clock, ServerConfig
 
 __all__ = ["FailureBudget"]
 
@@ -25,17 +25,18 @@ _FORGET = 1000
 class FailureBudget:
     """Token buckets of failed, signature-checked handshake steps per source address."""
 
-    def __init__(self, limits: ServerLimits, monotonic: Clock = time.monotonic) -> None:
-        self._burst = float(limits.failed_handshake_burst)
-        self._per_second = limits.failed_handshake_per_second
+    def __init__(self, config: ServerConfig, monotonic: Clock = time.monotonic) -> None:
+        self._config = config
         self._monotonic = monotonic
         self._failures: dict[str, tuple[float, float]] = {}
 
     def _bucket(self, source: str) -> float:
         """Refill and return the failure budget of ``source``."""
+        limits = self._config.limits
+        burst = float(limits.failed_handshake_burst)
         now = self._monotonic()
-        tokens, last = self._failures.get(source, (self._burst, now))
-        tokens = min(self._burst, tokens + (now - last) * self._per_second)
+        tokens, last = self._failures.get(source, (burst, now))
+        tokens = min(burst, tokens + (now - last) * limits.failed_handshake_per_second)
         self._failures[source] = (tokens, now)
         return tokens
 

@@ -3,7 +3,8 @@
 Implements the routing table of PROTOCOL.md §4 (which endpoint serves which method), the
 bounds of §9 (:class:`ServerLimits`, and the -32045 of a stale timestamp). :class:`Reply`
 is what any room hands back to the adapter: a JSON-RPC ``result`` or ``error`` member, its
-HTTP status, and for §6.4 the stream of events. No state lives here.
+HTTP status, and for §6.4 the stream of events. :class:`ServerConfig` is what one server
+is configured with; the rooms share it and own no copy of it. No state lives here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from a2a_secure.errors import StaleTimestamp
-from a2a_secure.store.base import StoredReply
+from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.server.dispatcher import IntentDispatcher
+from a2a_secure.store.base import Store, StoredReply
 
 __all__ = [
     "HANDSHAKE_METHODS",
@@ -22,6 +27,7 @@ __all__ = [
     "Clock",
     "RandomSource",
     "Reply",
+    "ServerConfig",
     "ServerLimits",
     "endpoint_of",
     "stale",
@@ -54,6 +60,25 @@ class ServerLimits:
     # throughput of valid handshakes from one host is not limited.
     failed_handshake_burst: int = 100
     failed_handshake_per_second: float = 50.0
+
+
+@dataclass(slots=True)
+class ServerConfig:
+    """What one server is configured with, shared by all its rooms.
+
+    Rooms read it at each use rather than copying it, so that replacing a member on a live
+    ``ServerProtocol`` (a new policy offered to new handshakes, another store) reaches all
+    of them. Clocks and the random source are bound by each room once instead: they are
+    parameters of the protocol, not configuration.
+    """
+
+    identity: Identity
+    policy: Policy
+    store: Store
+    resolver: DIDResolver
+    dispatcher: IntentDispatcher
+    manifest_hash: str
+    limits: ServerLimits
 
 
 @dataclass(frozen=True, slots=True)

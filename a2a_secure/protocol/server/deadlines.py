@@ -13,7 +13,7 @@ responder adds to it (§5.6); the intent processor and the stream pump read it; 
 
 from __future__ import annotations
 
-from a2a_secure.protocol.server.common import Clock
+from a2a_secure.protocol.server.common import Clock, ServerConfig
 
 __all__ = ["SessionDeadlines"]
 
@@ -21,14 +21,14 @@ __all__ = ["SessionDeadlines"]
 class SessionDeadlines:
     """The monotonic deadline of each session this process opened."""
 
-    def __init__(self, monotonic: Clock, max_sessions: int) -> None:
+    def __init__(self, config: ServerConfig, monotonic: Clock) -> None:
+        self._config = config
         self._monotonic = monotonic
-        self._max = max_sessions
         self._deadlines: dict[str, float] = {}
 
     def note(self, session_id: str, lifetime: int) -> None:
         """``session_id`` was opened now and lives ``lifetime`` seconds."""
-        if len(self._deadlines) >= self._max:
+        if len(self._deadlines) >= self._config.limits.max_sessions:
             now = self._monotonic()
             for sid in [k for k, v in self._deadlines.items() if v <= now]:
                 del self._deadlines[sid]

@@ -7,8 +7,8 @@ that needs no network. Each step sets on the request's :class:`AuditFields` what
 
 State: none of its own. A pending handshake (§5.2-§5.5) and an open session (§5.6) live
 in the :class:`Store`; this room writes both, and notes each session it opens in the
-:class:`SessionDeadlines`. ``policy`` is the policy offered to new handshakes (a session
-keeps the one it agreed to).
+:class:`SessionDeadlines`. It offers the policy of the :class:`ServerConfig` to new
+handshakes (a session keeps the one it agreed to).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any
 from a2a_secure.errors import AuthenticationFailed, HandshakeUnknown, Unavailable
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign, jws_verify
-from a2a_secure.identity.keys import Identity
-from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
+from a2a_secure.identity.resolver import ResolvedDID
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.models import (
     AcceptPayload,
@@ -29,12 +28,11 @@ from a2a_secure.protocol.models import (
     ProofPayload,
     PublicKeyEntry,
 )
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server.auditing import AuditFields
-from a2a_secure.protocol.server.common import Clock, RandomSource, ServerLimits, stale
+from a2a_secure.protocol.server.common import Clock, RandomSource, ServerConfig, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.validate import is_fresh
-from a2a_secure.store.base import OpenResult, PendingHandshake, SessionRecord, Store
+from a2a_secure.store.base import OpenResult, PendingHandshake, SessionRecord
 
 __all__ = ["HandshakeResponder"]
 
@@ -44,27 +42,17 @@ class HandshakeResponder:
 
     def __init__(
         self,
-        identity: Identity,
-        policy: Policy,
+        config: ServerConfig,
         *,
-        store: Store,
-        resolver: DIDResolver,
-        manifest_hash: str,
-        limits: ServerLimits,
         deadlines: SessionDeadlines,
         clock: Clock,
         random_bytes: RandomSource,
     ) -> None:
-        self.identity = identity
-        self.policy = policy
-        self._store = store
-        self._resolver = resolver
-        self._manifest_hash = manifest_hash
-        self._limits = limits
+        self._config = config
         self._deadlines = deadlines
         self._clock = clock
         self._random = random_bytes
-        self._public_keys = [identity.public_key_entry()]
+        self._public_keys = [config.identity.public_key_entry()]
 
     def _now(self) -> tuple[float, int]:
         now = self._clock()
@@ -73,6 +61,7 @@ class HandshakeResponder:
     # -- §5.1 HELLO → §5.2 CHALLENGE ------------------------------------------------------
     async def hello(self, params: Any, source: str, audit: AuditFields) -> dict[str, Any]:
         """Answer a HELLO with a CHALLENGE and keep the pending handshake."""
+        cfg = self._config
         now, now_i = self._now()
 
         # §5.1 order, up to the DID syntax: string type and version, version (-32046), other
@@ -83,34 +72,34 @@ class HandshakeResponder:
         hello = Hello.parse(params, now=now, on_agent_did=claimed)
         agent_did = hello.agent_did
         client_manifest = hello.manifest_hash
-        if agent_did == self.identity.did and not self._limits.allow_self_handshake:
+        if agent_did == cfg.identity.did and not cfg.limits.allow_self_handshake:
             raise AuthenticationFailed("refusing a handshake with this agent's own DID")
-        resolved: ResolvedDID = await self._resolver.resolve(agent_did)
+        resolved: ResolvedDID = await cfg.resolver.resolve(agent_did)
         client_keys = m.bind_public_keys(PublicKeyEntry.pairs(hello.public_keys), resolved)
 
         nonce_b = encoding.b64u_encode(self._random(m.NONCE_BYTES))
         hello_hash = encoding.hash_of(params)  # §5: of the params as received
-        policy = self.policy
+        policy = cfg.policy
         policy_hash = policy.hash
         payload = {
             "protocol_version": m.PROTOCOL_VERSION,
             "hello_hash": hello_hash,
             "client_did": agent_did,
-            "server_did": self.identity.did,
+            "server_did": cfg.identity.did,
             "nonce_a": hello.nonce,
             "nonce_b": nonce_b,
             "client_manifest_hash": client_manifest,
-            "server_manifest_hash": self._manifest_hash,
+            "server_manifest_hash": cfg.manifest_hash,
             "policy_hash": policy_hash,
             "timestamp": now_i,
         }
-        policy_signature = jws_sign(payload, self.identity, m.Typ.POLICY)
+        policy_signature = jws_sign(payload, cfg.identity, m.Typ.POLICY)
         challenge = {
             "type": "challenge",
             "protocol_version": m.PROTOCOL_VERSION,
             "nonce_b": nonce_b,
-            "server_did": self.identity.did,
-            "manifest_hash": self._manifest_hash,
+            "server_did": cfg.identity.did,
+            "manifest_hash": cfg.manifest_hash,
             "public_keys": self._public_keys,
             "policy_hash": policy_hash,
             "policy_signature": policy_signature,
@@ -123,7 +112,7 @@ class HandshakeResponder:
             client_agent_id=hello.agent_id,
             client_keys=client_keys,
             client_manifest_hash=client_manifest,
-            server_manifest_hash=self._manifest_hash,
+            server_manifest_hash=cfg.manifest_hash,
             hello_hash=hello_hash,
             challenge_hash=encoding.hash_of(challenge),
             policy=policy,
@@ -133,10 +122,10 @@ class HandshakeResponder:
             expires_at=now_i + m.PENDING_LIFETIME,
             source=source,
         )
-        added = await self._store.add_pending(
+        added = await cfg.store.add_pending(
             pending,
-            max_per_source=self._limits.max_pending_per_source,
-            max_total=self._limits.max_pending_total,
+            max_per_source=cfg.limits.max_pending_per_source,
+            max_total=cfg.limits.max_pending_total,
             now=now,
         )
         if not added:
@@ -145,7 +134,7 @@ class HandshakeResponder:
 
     # -- §5.3 PROOF → §5.4 POLICY ---------------------------------------------------------
     async def _pending_for(self, nonce_b: str) -> PendingHandshake:
-        pending = await self._store.get_pending(nonce_b, self._clock())
+        pending = await self._config.store.get_pending(nonce_b, self._clock())
         if pending is None:
             raise HandshakeUnknown("unknown or expired handshake")
         return pending
@@ -170,7 +159,7 @@ class HandshakeResponder:
                 "nonce_a": pending.nonce_a,
                 "nonce_b": pending.nonce_b,
                 "client_did": pending.client_did,
-                "server_did": self.identity.did,
+                "server_did": self._config.identity.did,
                 "client_manifest_hash": pending.client_manifest_hash,
                 "server_manifest_hash": pending.server_manifest_hash,
                 "challenge_hash": pending.challenge_hash,
@@ -179,7 +168,7 @@ class HandshakeResponder:
         now = self._clock()
         if not is_fresh(ts, now):
             raise stale("proof", ts, now)
-        if not await self._store.mark_proven(pending.nonce_b, kid, now):
+        if not await self._config.store.mark_proven(pending.nonce_b, kid, now):
             raise HandshakeUnknown("handshake already proven or expired")
         audit.verified = True
         return {
@@ -192,6 +181,7 @@ class HandshakeResponder:
     # -- §5.5 ACCEPT_POLICY → §5.6 SESSION ------------------------------------------------
     async def accept(self, params: Any, audit: AuditFields) -> dict[str, Any]:
         """Verify an ACCEPT_POLICY, open the session and answer with the signed SESSION."""
+        cfg = self._config
         accept = AcceptPolicy.parse(params)
         pending = await self._pending_for(accept.nonce_b)
         audit.client_did = pending.client_did
@@ -211,7 +201,7 @@ class HandshakeResponder:
                 "nonce_a": pending.nonce_a,
                 "nonce_b": pending.nonce_b,
                 "client_did": pending.client_did,
-                "server_did": self.identity.did,
+                "server_did": cfg.identity.did,
             },
         ).timestamp
         now, now_i = self._now()
@@ -224,7 +214,7 @@ class HandshakeResponder:
             session_id=session_id,
             session_commitment=commitment,
             client_did=pending.client_did,
-            server_did=self.identity.did,
+            server_did=cfg.identity.did,
             client_kid=kid,
             client_key=pending.client_keys[kid],
             policy=pending.policy,
@@ -232,8 +222,8 @@ class HandshakeResponder:
             expires_at=expires_at,
             client_agent_id=pending.client_agent_id,
         )
-        opened = await self._store.open_session(
-            pending.nonce_b, record, max_sessions=self._limits.max_sessions, now=now
+        opened = await cfg.store.open_session(
+            pending.nonce_b, record, max_sessions=cfg.limits.max_sessions, now=now
         )
         if opened is OpenResult.HANDSHAKE_GONE:
             raise HandshakeUnknown("handshake already used or expired")
@@ -245,18 +235,18 @@ class HandshakeResponder:
             "session_id": session_id,
             "session_commitment": commitment,
             "client_did": pending.client_did,
-            "server_did": self.identity.did,
+            "server_did": cfg.identity.did,
             "created_at": now_i,
             "expires_at": expires_at,
         }
         return {
             "type": "session",
             "session_id": session_id,
-            "server_did": self.identity.did,
+            "server_did": cfg.identity.did,
             "client_did": pending.client_did,
             "session_commitment": commitment,
             "created_at": now_i,
             "expires_at": expires_at,
             "public_keys": self._public_keys,
-            "session_jws": jws_sign(session_payload, self.identity, m.Typ.SESSION),
+            "session_jws": jws_sign(session_payload, cfg.identity, m.Typ.SESSION),
         }

@@ -9,8 +9,9 @@ consumed the sequence, whatever happens is the stored answer a byte-identical re
 again (:mod:`.replay`). Step 11 is the runner's (:mod:`.runner`), or the stream pump's
 for a streamed answer (:mod:`.streams`).
 
-State: none of its own. It reads sessions and consumes sequences in the :class:`Store`,
-ends sessions (§6.3) there and in the :class:`SessionDeadlines`.
+State: none of its own. It reads sessions and consumes sequences in the :class:`Store` of
+the :class:`ServerConfig`, and ends sessions (§6.3) there and in the
+:class:`SessionDeadlines`.
 """
 
 from __future__ import annotations
@@ -39,12 +40,12 @@ from a2a_secure.protocol.models import (
     RequestPayload,
 )
 from a2a_secure.protocol.server.auditing import AuditFields
-from a2a_secure.protocol.server.common import Clock, Reply, ServerLimits, stale
+from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
-from a2a_secure.protocol.server.dispatcher import IntentContext, IntentDispatcher
+from a2a_secure.protocol.server.dispatcher import IntentContext
 from a2a_secure.protocol.server.replies import SignedReplies
 from a2a_secure.protocol.validate import ct_equal, is_fresh
-from a2a_secure.store.base import BeginKind, SessionRecord, Store
+from a2a_secure.store.base import BeginKind, SessionRecord
 
 if TYPE_CHECKING:  # the rooms that wait on the event loop are handed in, not imported
     from a2a_secure.protocol.server.replay import Replayer
@@ -68,10 +69,8 @@ class IntentProcessor:
 
     def __init__(
         self,
+        config: ServerConfig,
         *,
-        store: Store,
-        dispatcher: IntentDispatcher,
-        limits: ServerLimits,
         deadlines: SessionDeadlines,
         replies: SignedReplies,
         replayer: Replayer,
@@ -79,9 +78,7 @@ class IntentProcessor:
         streams: StreamPump,
         clock: Clock,
     ) -> None:
-        self._store = store
-        self._dispatcher = dispatcher
-        self._max_timeout_ms = limits.max_handler_timeout_ms
+        self._config = config
         self._deadlines = deadlines
         self._past_deadline = deadlines.past
         self._signed_error = replies.error
@@ -94,6 +91,7 @@ class IntentProcessor:
 
     async def handle(self, method: str, params: Any, audit: AuditFields) -> Reply:
         """The reply to an ``intent`` or ``close`` call (raises only before step 5)."""
+        cfg = self._config
         is_close = method == "close"
         # Step 1: shapes.
         req: IntentRequest | CloseRequest
@@ -107,7 +105,7 @@ class IntentProcessor:
         audit.sequence = params_seq
         # Step 2: the session.
         now = self._clock()
-        session = await self._store.get_session(session_id, now)
+        session = await cfg.store.get_session(session_id, now)
         if session is None or self._past_deadline(session_id):
             raise SessionUnknown("unknown, expired or closed session")
         audit.session_id = session_id
@@ -150,7 +148,7 @@ class IntentProcessor:
                 # Checked before the sequence is consumed, so the same request may come back.
                 raise Unavailable("too many open streams", retry_after=1)
             # Steps 7-8, one atomic check-and-update.
-            begin = await self._store.begin_request(
+            begin = await cfg.store.begin_request(
                 session_id,
                 session.client_did,
                 sequence,
@@ -184,16 +182,16 @@ class IntentProcessor:
             # The intent ran: its answer goes out even if the store cannot keep it (a shared
             # store down). A byte-identical retry then finds no stored answer and gets 503.
             with contextlib.suppress(Exception):
-                await self._store.finish_request(session_id, sequence, reply.stored)
+                await cfg.store.finish_request(session_id, sequence, reply.stored)
         return reply
 
     def _wants_stream(self, intent: Intent) -> bool:
         flag = intent.stream
-        return flag is True or (flag is None and self._dispatcher.is_always_streamed(intent.goal))
+        return flag is True or (flag is None and self._config.dispatcher.is_always_streamed(intent.goal))
 
     async def _close(self, session: SessionRecord, sequence: int, req_hash: str) -> Reply:
         # §6.3: the session ends here and in every store that shares it.
-        await self._store.close_session(session.session_id)
+        await self._config.store.close_session(session.session_id)
         self._deadlines.forget(session.session_id)
         result = {"type": "closed", "session_id": session.session_id}
         token = self._result_token(session.session_id, sequence, req_hash, result, int(self._clock()))
@@ -207,16 +205,17 @@ class IntentProcessor:
         intent: Intent,
         audit: AuditFields,
     ) -> Reply:
+        dispatcher = self._config.dispatcher
         goal = intent.goal
         # Step 9: the policy agreed in the handshake, not today's configuration.
         if not session.policy.allows(goal):
             raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
         # Step 10: a handler.
-        if not self._dispatcher.has(goal):
+        if not dispatcher.has(goal):
             raise MethodNotFound(f"no handler for intent {goal[:64]!r}")
         # Step 11 (the runner's): within min(timeout_ms, server maximum).
         constraints = intent.constraints_dict
-        max_ms = self._max_timeout_ms
+        max_ms = self._config.limits.max_handler_timeout_ms
         timeout_ms = min(constraints.get("timeout_ms", max_ms), max_ms)
         context = IntentContext(
             caller_did=session.client_did,
@@ -228,7 +227,7 @@ class IntentProcessor:
             client_agent_id=session.client_agent_id,
         )
         inputs = intent.inputs
-        if intent.stream is False and self._dispatcher.is_always_streamed(goal):
+        if intent.stream is False and dispatcher.is_always_streamed(goal):
             raise InvalidParams(f"intent {goal[:64]!r} is always streamed; stream: false is not allowed")
         if self._wants_stream(intent):
             return await self._streams.start(

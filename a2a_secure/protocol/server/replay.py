@@ -20,10 +20,10 @@ from typing import Any
 
 from a2a_secure.errors import SequenceError, Unavailable
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
-from a2a_secure.protocol.server.common import Clock, Reply
+from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig
 from a2a_secure.protocol.server.replies import SignedReplies
 from a2a_secure.protocol.server.streams import StreamPump
-from a2a_secure.store.base import BeginKind, Store, StoredReply
+from a2a_secure.store.base import BeginKind, StoredReply
 
 __all__ = ["Replayer"]
 
@@ -33,20 +33,18 @@ class Replayer:
 
     def __init__(
         self,
+        config: ServerConfig,
         *,
-        store: Store,
         replies: SignedReplies,
         streams: StreamPump,
         audit: AuditWriter,
         clock: Clock,
-        wait_seconds: float,
     ) -> None:
-        self._store = store
+        self._config = config
         self._replies = replies
         self._streams = streams
         self._audit = audit
         self._clock = clock
-        self._wait_seconds = wait_seconds
 
     async def answer(
         self, session_id: str, sequence: int, req_hash: str, stored: StoredReply | None, audit: AuditFields
@@ -54,7 +52,7 @@ class Replayer:
         """The original's answer; ``stored`` is None while the original is still running."""
         # Waiting is measured on the event loop's monotonic clock, not the protocol clock.
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._wait_seconds
+        deadline = loop.time() + self._config.limits.replay_wait_seconds
         while stored is None:
             live = self._streams.live(session_id, sequence)
             # Only once it has its first event: until then the stream may still end as an
@@ -68,7 +66,7 @@ class Replayer:
             if loop.time() >= deadline:
                 raise Unavailable("the original request is still running", retry_after=1)
             await asyncio.sleep(0.01)
-            begin = await self._store.begin_request(
+            begin = await self._config.store.begin_request(
                 session_id, "", sequence, req_hash, rate_limit=None, rate_period=1, now=self._clock()
             )
             if begin.kind is BeginKind.REPLAY:

@@ -7,7 +7,7 @@ the :class:`StoredReply` a byte-identical retry needs to give the very same answ
 (§6.1 step 7): kept unsigned, with the timestamp it was signed at. Refusals before the
 signature check are unsigned JSON-RPC errors (§7).
 
-State: none; the server identity that signs.
+State: none; it signs with the server identity of the :class:`ServerConfig`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from typing import Any
 
 from a2a_secure.errors import A2AError, Unavailable
 from a2a_secure.identity.jws import jws_sign
-from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol import messages as m
-from a2a_secure.protocol.server.common import Reply
+from a2a_secure.protocol.server.common import Reply, ServerConfig
 from a2a_secure.store.base import StoredReply
 
 __all__ = ["SignedReplies", "unsigned_error"]
@@ -34,8 +33,8 @@ def unsigned_error(exc: A2AError) -> Reply:
 class SignedReplies:
     """Signs the §6.2 answers of one server identity."""
 
-    def __init__(self, identity: Identity) -> None:
-        self._identity = identity
+    def __init__(self, config: ServerConfig) -> None:
+        self._config = config
 
     def error(self, exc: A2AError, session_id: str, sequence: int, req_hash: str, now_i: int) -> Reply:
         """The signed error reply for ``exc``."""
@@ -64,7 +63,7 @@ class SignedReplies:
             "timestamp": now_i,
         }
         data: dict[str, Any] = dict(error["data"])
-        data["response_jws"] = jws_sign(payload, self._identity, m.Typ.RESPONSE)
+        data["response_jws"] = jws_sign(payload, self._config.identity, m.Typ.RESPONSE)
         stored = StoredReply(http_status, error=error, signed_at=now_i)
         return Reply(http_status, error={**signed, "data": data}, retry_after=retry, stored=stored)
 
@@ -87,4 +86,4 @@ class SignedReplies:
             "result": result,
             "timestamp": now_i,
         }
-        return jws_sign(payload, self._identity, m.Typ.RESPONSE)
+        return jws_sign(payload, self._config.identity, m.Typ.RESPONSE)

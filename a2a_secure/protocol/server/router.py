@@ -6,7 +6,8 @@ processor of §6) and the one rule every method shares: ``handle`` never raises,
 fails becomes the JSON-RPC error of §7, and each request writes one audit record (§8).
 PROOF and ACCEPT_POLICY pass the failure budget first (ATTACKS.md H4).
 
-State: none of its own; each room owns its part (see the package docstring).
+State: the :class:`ServerConfig` all rooms share (its public attributes read and replace
+members of it); each room owns its own part (see the package docstring).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from a2a_secure.protocol.server.common import (
     Clock,
     RandomSource,
     Reply,
+    ServerConfig,
     ServerLimits,
 )
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
@@ -60,53 +62,31 @@ class ServerProtocol:
         random_bytes: RandomSource = os.urandom,
         monotonic: Clock = time.monotonic,
     ) -> None:
-        limits = limits or ServerLimits()
-        self._identity = identity
-        self._store = store
-        self._resolver = resolver
-        self._dispatcher = dispatcher
-        self._manifest_hash = manifest_hash
-        self._limits = limits
-        self._clock = clock
-        deadlines = SessionDeadlines(monotonic, limits.max_sessions)
-        self._auditor = AuditWriter(audit, identity.did, clock)
-        self._budget = FailureBudget(limits)
-        self._handshake = HandshakeResponder(
-            identity,
-            policy,
+        config = ServerConfig(
+            identity=identity,
+            policy=policy,
             store=store,
             resolver=resolver,
-            manifest_hash=manifest_hash,
-            limits=limits,
-            deadlines=deadlines,
-            clock=clock,
-            random_bytes=random_bytes,
-        )
-        replies = SignedReplies(identity)
-        streams = StreamPump(
-            identity,
-            store=store,
             dispatcher=dispatcher,
-            limits=limits,
-            deadlines=deadlines,
-            audit=self._auditor,
-            clock=clock,
+            manifest_hash=manifest_hash,
+            limits=limits or ServerLimits(),
+        )
+        self._config = config
+        self._clock = clock
+        deadlines = SessionDeadlines(config, monotonic)
+        auditor = AuditWriter(audit, config, clock)
+        replies = SignedReplies(config)
+        streams = StreamPump(config, deadlines=deadlines, audit=auditor, clock=clock)
+        self._budget = FailureBudget(config)
+        self._handshake = HandshakeResponder(
+            config, deadlines=deadlines, clock=clock, random_bytes=random_bytes
         )
         self._intents = IntentProcessor(
-            store=store,
-            dispatcher=dispatcher,
-            limits=limits,
+            config,
             deadlines=deadlines,
             replies=replies,
-            replayer=Replayer(
-                store=store,
-                replies=replies,
-                streams=streams,
-                audit=self._auditor,
-                clock=clock,
-                wait_seconds=limits.replay_wait_seconds,
-            ),
-            runner=IntentRunner(dispatcher),
+            replayer=Replayer(config, replies=replies, streams=streams, audit=auditor, clock=clock),
+            runner=IntentRunner(config),
             streams=streams,
             clock=clock,
         )
@@ -115,47 +95,71 @@ class ServerProtocol:
         self._proof = self._handshake.proof
         self._accept = self._handshake.accept
         self._intent_or_close = self._intents.handle
-        self._write_audit = self._auditor.write
+        self._write_audit = auditor.write
 
-    # The configuration the rooms were built with; read-only, as the rooms hold it.
+    # The configuration all rooms share: replacing a member here reaches each of them.
     @property
     def identity(self) -> Identity:
         """The agent's identity, which signs every answer."""
-        return self._identity
+        return self._config.identity
 
-    @property
-    def store(self) -> Store:
-        """Where pending handshakes, sessions and stored answers live."""
-        return self._store
-
-    @property
-    def resolver(self) -> DIDResolver:
-        """Resolves the DIDs of clients."""
-        return self._resolver
-
-    @property
-    def dispatcher(self) -> IntentDispatcher:
-        """The goals served and their handlers."""
-        return self._dispatcher
-
-    @property
-    def manifest_hash(self) -> str:
-        """``hash_of`` the agent card, sent in the CHALLENGE."""
-        return self._manifest_hash
-
-    @property
-    def limits(self) -> ServerLimits:
-        """The capacity and timing bounds."""
-        return self._limits
+    @identity.setter
+    def identity(self, value: Identity) -> None:
+        self._config.identity = value
 
     @property
     def policy(self) -> Policy:
         """The policy offered to new handshakes (a session keeps the one it agreed to)."""
-        return self._handshake.policy
+        return self._config.policy
 
     @policy.setter
-    def policy(self, policy: Policy) -> None:
-        self._handshake.policy = policy
+    def policy(self, value: Policy) -> None:
+        self._config.policy = value
+
+    @property
+    def store(self) -> Store:
+        """Where pending handshakes, sessions and stored answers live."""
+        return self._config.store
+
+    @store.setter
+    def store(self, value: Store) -> None:
+        self._config.store = value
+
+    @property
+    def resolver(self) -> DIDResolver:
+        """Resolves the DIDs of clients."""
+        return self._config.resolver
+
+    @resolver.setter
+    def resolver(self, value: DIDResolver) -> None:
+        self._config.resolver = value
+
+    @property
+    def dispatcher(self) -> IntentDispatcher:
+        """The goals served and their handlers."""
+        return self._config.dispatcher
+
+    @dispatcher.setter
+    def dispatcher(self, value: IntentDispatcher) -> None:
+        self._config.dispatcher = value
+
+    @property
+    def manifest_hash(self) -> str:
+        """``hash_of`` the agent card, sent in the CHALLENGE."""
+        return self._config.manifest_hash
+
+    @manifest_hash.setter
+    def manifest_hash(self, value: str) -> None:
+        self._config.manifest_hash = value
+
+    @property
+    def limits(self) -> ServerLimits:
+        """The capacity and timing bounds."""
+        return self._config.limits
+
+    @limits.setter
+    def limits(self, value: ServerLimits) -> None:
+        self._config.limits = value
 
     async def handle(self, method: str, params: Any, *, source: str = "") -> Reply:
         """Process one JSON-RPC call whose envelope is already valid; never raises."""

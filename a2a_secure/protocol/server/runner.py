@@ -18,7 +18,8 @@ from typing import Any
 
 from a2a_secure.errors import A2AError, IntentTimeout, InternalError, InvalidParams
 from a2a_secure.identity import encoding
-from a2a_secure.protocol.server.dispatcher import IntentContext, IntentDispatcher
+from a2a_secure.protocol.server.common import ServerConfig
+from a2a_secure.protocol.server.dispatcher import IntentContext
 
 __all__ = ["IntentRunner", "check_result", "handler_error"]
 
@@ -48,12 +49,12 @@ async def _collect(stream: AsyncIterator[Any]) -> list[Any]:
 class IntentRunner:
     """Runs the handler of an accepted, non-streamed intent to its result."""
 
-    def __init__(self, dispatcher: IntentDispatcher) -> None:
-        self._dispatcher = dispatcher
+    def __init__(self, config: ServerConfig) -> None:
+        self._config = config
 
     async def run(self, goal: str, inputs: Any, context: IntentContext, timeout_ms: int) -> Any:
         """The handler's result, or the :class:`A2AError` of step 11."""
-        dispatcher = self._dispatcher
+        dispatcher = self._config.dispatcher
         work: Awaitable[Any]
         if dispatcher.is_streaming(goal):
             # A streaming goal asked without stream: one result, the array of its partials.

@@ -22,15 +22,14 @@ from typing import Any
 from a2a_secure.errors import A2AError, InternalError, SessionUnknown, Unavailable
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign
-from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
-from a2a_secure.protocol.server.common import Clock, Reply, ServerLimits
+from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
-from a2a_secure.protocol.server.dispatcher import IntentContext, IntentDispatcher
+from a2a_secure.protocol.server.dispatcher import IntentContext
 from a2a_secure.protocol.server.runner import check_result, handler_error
 from a2a_secure.protocol.streaming import MAX_EVENT_BYTES, StreamRecord, result_size
-from a2a_secure.store.base import SessionRecord, Store, StoredReply
+from a2a_secure.store.base import SessionRecord, StoredReply
 
 __all__ = ["StreamPump"]
 
@@ -40,19 +39,13 @@ class StreamPump:
 
     def __init__(
         self,
-        identity: Identity,
+        config: ServerConfig,
         *,
-        store: Store,
-        dispatcher: IntentDispatcher,
-        limits: ServerLimits,
         deadlines: SessionDeadlines,
         audit: AuditWriter,
         clock: Clock,
     ) -> None:
-        self._identity = identity
-        self._store = store
-        self._dispatcher = dispatcher
-        self._limits = limits
+        self._config = config
         self._deadlines = deadlines
         self._audit = audit
         self._clock = clock
@@ -69,9 +62,10 @@ class StreamPump:
         """Whether a stream for (``session_id``, ``sequence``) may go on or start for ``did``."""
         if (session_id, sequence) in self._streams:  # a retry of a live stream is no new one
             return True
+        limits = self._config.limits
         return (
-            len(self._streams) < self._limits.max_streams_total
-            and self._streams_by_did.get(did, 0) < self._limits.max_streams_per_did
+            len(self._streams) < limits.max_streams_total
+            and self._streams_by_did.get(did, 0) < limits.max_streams_per_did
         )
 
     def event(
@@ -102,7 +96,7 @@ class StreamPump:
             body = {"status": "success", "result": result}
         payload.update(body)
         payload["timestamp"] = int(self._clock())
-        token = jws_sign(payload, self._identity, m.Typ.EVENT)
+        token = jws_sign(payload, self._config.identity, m.Typ.EVENT)
         out: dict[str, Any] = {"status": body["status"], "sequence": sequence, "index": index, "final": final}
         out.update({k: v for k, v in body.items() if k != "status"})
         out["response_jws"] = token
@@ -133,8 +127,9 @@ class StreamPump:
         # The request that starts the stream subscribes before the first event exists.
         reader = rec.reader(replay=False)
         first_event: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        stream = self._dispatcher.open_stream(goal, inputs, context)
-        single = not self._dispatcher.is_streaming(goal)
+        dispatcher = self._config.dispatcher
+        stream = dispatcher.open_stream(goal, inputs, context)
+        single = not dispatcher.is_streaming(goal)
         key = (session.session_id, sequence)
         self._streams[key] = rec
         did = session.client_did
@@ -190,7 +185,7 @@ class StreamPump:
                 if (
                     session.expired(now)
                     or self._deadlines.past(sid)
-                    or await self._store.get_session(sid, now) is None
+                    or await self._config.store.get_session(sid, now) is None
                 ):
                     raise SessionUnknown("the session ended during the stream")
                 event = self.event(sid, seq, req_hash, index, single, result=item)
@@ -228,7 +223,7 @@ class StreamPump:
                 self._streams_by_did.pop(session.client_did, None)
         if first_event.done() and first_event.exception() is None:
             with contextlib.suppress(Exception):
-                await self._store.finish_request(
+                await self._config.store.finish_request(
                     sid, seq, StoredReply(200, events=tuple(rec.kept), truncated=rec.overflow)
                 )
             self._audit.write_stream_end(audit, final_error.code if final_error is not None else None)
