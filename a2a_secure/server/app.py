@@ -31,6 +31,7 @@ from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.protocol.jsonrpc import EnvelopeError, encode_error, encode_result, parse_request
 from a2a_secure.protocol.messages import PROTOCOL_NAME
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
+from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import (
     AuditHook,
     IntentContext,
@@ -220,7 +221,11 @@ class AgentServer(IntentDispatcher):
         max_body: int = DEFAULT_MAX_BODY,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        priority_rights: PriorityRights | None = None,
     ) -> None:
+        """``priority_rights``: the highest intent priority each caller may use (PROTOCOL.md
+        §12.1; default 3 for everyone). ``limits.max_concurrent_intents`` turns the priority
+        queue on (per worker process)."""
         super().__init__()
         self.identity = identity
         self.policy = policy
@@ -231,6 +236,7 @@ class AgentServer(IntentDispatcher):
         self.store: Store = store if store is not None else MemoryStore()
         self.resolver = resolver or DIDResolver()
         self.limits = limits or ServerLimits()
+        self.priority_rights = priority_rights or PriorityRights()
         self.max_body = max_body
         self._clock = clock
         self._monotonic = monotonic
@@ -376,6 +382,7 @@ class AgentServer(IntentDispatcher):
                 audit=self._audit,
                 clock=self._clock,
                 monotonic=self._monotonic,
+                priority_rights=self.priority_rights,
             )
         return self._protocol
 
