@@ -21,7 +21,8 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.protocol.client import ClientSession, IntentResult
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
-from a2a_secure.protocol.server import AuditHook
+from a2a_secure.protocol.priority import PriorityRights
+from a2a_secure.protocol.server import AuditHook, ServerLimits
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -141,7 +142,12 @@ class A2AAgent:
         retry: RetryPolicy | None = None,
         accept_policy: Callable[[Policy], bool] | None = None,
         description: str = "",
+        priority_rights: PriorityRights | None = None,
+        limits: ServerLimits | None = None,
     ) -> None:
+        """``priority_rights`` and ``limits`` configure the hosted side (:attr:`server`): the
+        highest intent priority each caller may use, and the server's bounds, among them
+        ``max_concurrent_intents`` (PROTOCOL.md §12.1)."""
         self.agent_id = agent_id
         self.identity = identity or Identity.generate(agent_id)
         self.endpoint = endpoint
@@ -162,6 +168,8 @@ class A2AAgent:
         self._policy = policy
         self._store = store
         self._description = description
+        self._priority_rights = priority_rights
+        self._limits = limits
         self._server: AgentServer | None = None
         self._sessions: dict[str, ClientSession] = {}
 
@@ -206,21 +214,25 @@ class A2AAgent:
                     break
         return did, endpoint
 
-    async def request(self, target: str, intent: Mapping[str, Any]) -> Any:
+    async def request(self, target: str, intent: Mapping[str, Any], *, priority: int | None = None) -> Any:
         """Send ``intent`` to the agent named (or with DID) ``target``; return its result.
 
         The result is verified against the server's signature before it is returned; a
         session with that agent is reused, and re-established once if it has expired.
+        ``priority`` (1-5, default 3; PROTOCOL.md §12.1) asks the agent to schedule the
+        intent at that priority, within the rights the agent gives this caller.
         """
         did, endpoint = await self._locate(target)
-        result = await self.client.request(did, intent, endpoint=endpoint)
+        result = await self.client.request(did, intent, endpoint=endpoint, priority=priority)
         return result.result
 
-    async def request_verified(self, target: str, intent: Mapping[str, Any]) -> IntentResult:
+    async def request_verified(
+        self, target: str, intent: Mapping[str, Any], *, priority: int | None = None
+    ) -> IntentResult:
         """Like :meth:`request`, but return the whole verified answer: ``status``,
         ``sequence``, ``result`` and the server's signed ``response_jws`` (kept as proof)."""
         did, endpoint = await self._locate(target)
-        return await self.client.request(did, intent, endpoint=endpoint)
+        return await self.client.request(did, intent, endpoint=endpoint, priority=priority)
 
     # -- peers as LLM tools ---------------------------------------------------------------------
     @cached_property
@@ -254,10 +266,12 @@ class A2AAgent:
         """
         return await self.tools.call(name, arguments, on_progress=on_progress)
 
-    async def stream(self, target: str, intent: Mapping[str, Any]) -> AsyncIterator[Any]:
+    async def stream(
+        self, target: str, intent: Mapping[str, Any], *, priority: int | None = None
+    ) -> AsyncIterator[Any]:
         """Send ``intent`` as a streamed request (PROTOCOL.md §6.4); yield verified partial results."""
         did, endpoint = await self._locate(target)
-        async for item in self.client.stream(did, intent, endpoint=endpoint):
+        async for item in self.client.stream(did, intent, endpoint=endpoint, priority=priority):
             yield item
 
     async def handshake(self, remote_did: str, remote_endpoint: str | None = None) -> str:
@@ -300,6 +314,8 @@ class A2AAgent:
                 store=self._store,
                 resolver=self.resolver,
                 audit=self._audit,
+                limits=self._limits,
+                priority_rights=self._priority_rights,
             )
         return self._server
 
