@@ -39,6 +39,7 @@ from a2a_secure.protocol.server.intents import IntentProcessor
 from a2a_secure.protocol.server.replay import Replayer
 from a2a_secure.protocol.server.replies import SignedReplies, unsigned_error
 from a2a_secure.protocol.server.runner import IntentRunner
+from a2a_secure.protocol.server.scheduler import Scheduler
 from a2a_secure.protocol.server.streams import StreamPump
 from a2a_secure.store.base import Store
 
@@ -80,6 +81,7 @@ class ServerProtocol:
         auditor = AuditWriter(audit, config, clock)
         replies = SignedReplies(config)
         runner = IntentRunner(config)  # its gate (§12.1) is shared with the stream pump
+        self._scheduler = runner.gate.scheduler
         streams = StreamPump(config, deadlines=deadlines, audit=auditor, clock=clock, gate=runner.gate)
         self._budget = FailureBudget(config)
         self._handshake = HandshakeResponder(
@@ -173,6 +175,11 @@ class ServerProtocol:
     @priority_rights.setter
     def priority_rights(self, value: PriorityRights) -> None:
         self._config.priority_rights = value
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """This agent's intent queue in this process (§12.1): how many run, how many wait."""
+        return self._scheduler
 
     async def handle(self, method: str, params: Any, *, source: str = "") -> Reply:
         """Process one JSON-RPC call whose envelope is already valid; never raises."""
