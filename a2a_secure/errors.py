@@ -21,7 +21,9 @@ right answer without a lookup table of its own::
     ├── UnsupportedVersion           -32046  400
     ├── DIDResolutionError           -32047  401
     ├── Unavailable                  -32048  503   rate limited, full, store down (Retry-After)
-    └── IntentTimeout                -32049  504
+    │   └── PeerUnreachable          -32048  503   (client side) the peer's endpoint did not answer
+    ├── IntentTimeout                -32049  504
+    └── ActionNotPending             -32050  409   approval: unknown, expired or decided action
 
 Messages are short and never carry a secret, a key or a stack trace: they are sent to the
 peer as they are.
@@ -33,6 +35,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "A2AError",
+    "ActionNotPending",
     "AuthenticationFailed",
     "DIDResolutionError",
     "HandshakeUnknown",
@@ -43,6 +46,7 @@ __all__ = [
     "MethodNotFound",
     "ParseError",
     "PayloadTooLarge",
+    "PeerUnreachable",
     "PolicyViolation",
     "SequenceError",
     "SessionUnknown",
@@ -219,12 +223,45 @@ class Unavailable(A2AError):
         super().__init__(message, data=merged)
 
 
+class PeerUnreachable(Unavailable):
+    """The peer's endpoint did not answer (nothing listens, no route, timed out), after retries.
+
+    Raised on the calling side only, never sent: ``endpoint`` is the URL that was tried and
+    ``reason`` a short cause ("could not connect", "timed out"), so the message can name both.
+    """
+
+    default_message = "peer unreachable or timed out"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        endpoint: str | None = None,
+        reason: str | None = None,
+        retry_after: int = 1,
+    ) -> None:
+        self.endpoint = endpoint
+        self.reason = reason
+        super().__init__(message, retry_after=retry_after)
+
+
 class IntentTimeout(A2AError):
     """The handler did not finish in time; the intent may still have taken effect."""
 
     code = -32049
     http_status = 504
     default_message = "intent timed out"
+
+
+class ActionNotPending(A2AError):
+    """An approval names an action that is unknown, expired or already approved or rejected.
+
+    An extension of this implementation (PROTOCOL.md §12), outside the protocol's codes.
+    """
+
+    code = -32050
+    http_status = 409
+    default_message = "action is not pending"
 
 
 _BY_CODE: dict[int, type[A2AError]] = {
@@ -245,6 +282,7 @@ _BY_CODE: dict[int, type[A2AError]] = {
         DIDResolutionError,
         Unavailable,
         IntentTimeout,
+        ActionNotPending,
     )
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the priority queue (PROTOCOL.md §12.1) costs a server per intent, with no contention.
+"""What the priority queue (PROTOCOL.md §12.3) costs a server per intent, with no contention.
 
     python scripts/bench_priority.py [--rounds 5] [--batches 30] [--size 200]
 

@@ -3,7 +3,7 @@
 ``register_traced`` serves ``work``: it sleeps ``inputs["seconds"]`` and appends
 ``"<event>:<tag>:<pid>"`` (``start``, ``finish`` or ``cancelled``) to the Redis list
 ``$A2A_TEST_COUNTER_KEY``, so a test sees across processes which worker ran an intent and
-which one saw its handler cancelled (PROTOCOL.md §12.1).
+which one saw its handler cancelled (PROTOCOL.md §12.3).
 """
 
 from __future__ import annotations

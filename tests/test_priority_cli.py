@@ -1,4 +1,4 @@
-"""Priority from the command line and the ``serve --policy`` file (PROTOCOL.md §12.1)."""
+"""Priority from the command line and the ``serve --policy`` file (PROTOCOL.md §12.3)."""
 
 from __future__ import annotations
 

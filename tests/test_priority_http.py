@@ -1,4 +1,4 @@
-"""Intent priority over real HTTP (PROTOCOL.md §12.1): uvicorn on loopback, the real clients.
+"""Intent priority over real HTTP (PROTOCOL.md §12.3): uvicorn on loopback, the real clients.
 
 Each test starts an ``AgentServer`` with a concurrency limit and handlers that record, in
 one list, when they start, finish and see ``asyncio.CancelledError``; callers are

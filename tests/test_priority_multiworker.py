@@ -1,4 +1,4 @@
-"""Intent priority with two worker processes sharing Redis (PROTOCOL.md §12.1).
+"""Intent priority with two worker processes sharing Redis (PROTOCOL.md §12.3).
 
 The rights come from the same configuration on every worker, so a caller without the right
 is refused on both. The concurrency limit and the queue belong to each process: a

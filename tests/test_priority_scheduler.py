@@ -1,6 +1,6 @@
-"""Intent priority without a network (PROTOCOL.md §12.1): the member, the rights, the queue's rules.
+"""Intent priority without a network (PROTOCOL.md §12.3): the member, the rights, the queue's rules.
 
-The scheduler is pure: each rule of §12.1 (order of the queue, the bound, who a priority-5
+The scheduler is pure: each rule of §12.3 (order of the queue, the bound, who a priority-5
 intent interrupts) is checked here on its decisions alone. The in-memory server core then
 shows the rights and the shape checks end to end, with no socket.
 """
@@ -319,4 +319,4 @@ def test_the_interruption_message_is_the_documented_one() -> None:
     assert INTERRUPTED_MESSAGE == "interrupted by a priority-5 intent"
     doc = (Path(__file__).resolve().parents[1] / "docs" / "PROTOCOL.md").read_text(encoding="utf-8")
     assert f"`{INTERRUPTED_MESSAGE}`" in doc
-    assert "### 12.1 Intent priority" in doc
+    assert "### 12.3 Intent priority" in doc

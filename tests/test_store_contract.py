@@ -2,7 +2,8 @@
 
 Every store implementation must pass the same suite: the tests use only the interface (no
 internals), and each one creates its stores through the ``store_factory`` fixture, which
-is parametrised over ``STORE_FACTORIES`` (the memory store and RedisStore): an async callable
+is parametrised over ``STORE_FACTORIES`` (the memory store, RedisStore on one Redis and on a
+local Redis Cluster, tests/cluster_helpers.py): an async callable
 that returns a fresh, empty store; the fixture closes every store it made and deletes the
 Redis keys of its prefix.
 """
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import cluster_helpers
 import pytest
 import redis_helpers
 from protocol_helpers import identity
@@ -48,10 +50,15 @@ async def _redis_store() -> Store:
     return RedisStore(redis_helpers.REDIS_URL, prefix=f"a2a-test:{uuid.uuid4().hex}:")
 
 
+async def _cluster_store() -> Store:
+    raise AssertionError("made by store_factory, which needs the redis_cluster fixture")
+
+
 # One entry per implementation: the same contract holds for every store.
 STORE_FACTORIES: list[Any] = [
     pytest.param(_memory_store, id="memory"),
     pytest.param(_redis_store, id="redis"),
+    pytest.param(_cluster_store, id="cluster"),
 ]
 
 T0 = 1_763_700_000  # a multiple of 60 and of 3600
@@ -65,6 +72,18 @@ BIG = 1_000_000
 async def store_factory(request: pytest.FixtureRequest) -> AsyncIterator[StoreFactory]:
     made: list[Store] = []
     factory: StoreFactory = request.param
+    cluster_url: str | None = None
+    if factory is _cluster_store:
+        # A local Redis Cluster (tests/cluster_helpers.py), started once per test session.
+        cluster_url = request.getfixturevalue("redis_cluster").url
+        from a2a_secure.store.redis import RedisStore
+
+        prefix = f"a2a-test:{uuid.uuid4().hex}:"
+
+        async def on_cluster() -> Store:
+            return RedisStore(cluster_url or "", prefix=prefix)
+
+        factory = on_cluster
 
     async def make() -> Store:
         store = await factory()
@@ -76,7 +95,10 @@ async def store_factory(request: pytest.FixtureRequest) -> AsyncIterator[StoreFa
         await store.aclose()
         prefix = getattr(store, "prefix", None)
         if isinstance(prefix, str) and prefix.startswith("a2a-test:"):
-            redis_helpers.delete_prefix(redis_helpers.REDIS_URL, prefix)
+            if cluster_url is not None:
+                cluster_helpers.delete_prefix(cluster_url, prefix)
+            else:
+                redis_helpers.delete_prefix(redis_helpers.REDIS_URL, prefix)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Intent priority (PROTOCOL.md §12.1): the ``priority`` member and who may use which.
+"""Intent priority (PROTOCOL.md §12.3): the ``priority`` member and who may use which.
 
 An intent may carry ``priority``, an integer from 1 to 5 (3 when absent), as a member of the
 ``intent`` object: it is inside the signed ``request_jws`` payload and cannot be changed on
@@ -41,7 +41,7 @@ MAX_PRIORITY: Final = 5
 DEFAULT_PRIORITY: Final = 3
 # An intent of this priority interrupts running intents of lower priority when no slot is free.
 PREEMPTING_PRIORITY: Final = 5
-# The message of the -32049 an interrupted intent's caller gets (§7, §12.1).
+# The message of the -32049 an interrupted intent's caller gets (§7, §12.3).
 INTERRUPTED_MESSAGE: Final = "interrupted by a priority-5 intent"
 # The name of this extension in the agent card's list of extensions.
 EXTENSION: Final = "priority"

@@ -10,11 +10,13 @@ Environment variables read by :func:`app_from_env`:
 ``A2A_SECURE_KEY_FILE``     the agent's key file (required)
 ``A2A_SECURE_POLICY``       a policy JSON file (members optional, defaults of §9 applied);
                             it may also hold the server's own scheduling settings, which are
-                            never sent to peers (PROTOCOL.md §12.1): ``priority_rights``
+                            never sent to peers (PROTOCOL.md §12.3): ``priority_rights``
                             (``{"default": 3, "per_did": {DID: 5}}``),
                             ``max_concurrent_intents`` and ``max_queued_intents`` (per worker)
 ``A2A_SECURE_REDIS_URL``    Redis URL: the shared :class:`~a2a_secure.store.redis.RedisStore`
-                            (else the in-process :class:`~a2a_secure.store.memory.MemoryStore`)
+                            (else the in-process :class:`~a2a_secure.store.memory.MemoryStore`);
+                            ``redis+cluster://`` and ``redis+sentinel://`` as well
+                            (:mod:`a2a_secure.store.redis_connect`)
 ``A2A_SECURE_REDIS_PREFIX`` key prefix in Redis (default ``a2a:``)
 ``A2A_SECURE_AUDIT_LOG``    path of the hash-chained JSON Lines audit log (shared by workers)
 ``A2A_SECURE_APP``          ``module:attr``: an ``AgentServer`` (or an object with a ``server``
@@ -39,7 +41,8 @@ from fastapi import FastAPI
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.priority import PriorityRights
-from a2a_secure.protocol.server import IntentContext, ServerLimits
+from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits
+from a2a_secure.protocol.tools import TOOL_PREFIX
 from a2a_secure.server.app import AgentServer
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
@@ -59,7 +62,7 @@ FACTORY = "a2a_secure.server.run:app_from_env"
 WORKERS_NEED_REDIS = "--workers > 1 needs --redis-url: sessions would not be shared between workers"
 
 
-# Members of a policy file that configure this server, not the negotiated policy (§12.1).
+# Members of a policy file that configure this server, not the negotiated policy (§12.3).
 SERVER_MEMBERS = ("priority_rights", "max_concurrent_intents", "max_queued_intents")
 
 
@@ -80,7 +83,7 @@ def load_policy(path: str | os.PathLike[str] | None) -> Policy:
 
 
 def load_scheduling(path: str | os.PathLike[str] | None) -> tuple[PriorityRights, ServerLimits]:
-    """The priority rights and concurrency limits in the policy file ``path`` (§12.1)."""
+    """The priority rights and concurrency limits in the policy file ``path`` (§12.3)."""
     if not path:
         return PriorityRights(), ServerLimits()
     data = _read_policy_file(path)
@@ -118,7 +121,12 @@ def _mount_app(server: AgentServer, spec: str) -> None:
         server.description = source.description
         server.version = source.version
         server.url = source.url or server.url
+        # Approved actions run with THIS server's store (shared by the workers), so the
+        # source's handlers are called raw and their NeedsApproval is stored here.
+        server.adopt_approvals(source)
         for goal in source.goals:
+            if goal.startswith(TOOL_PREFIX):  # served by adopt_approvals, bound to this server
+                continue
             if source.is_streaming(goal):
 
                 def stream(inputs: Any, context: IntentContext, _goal: str = goal) -> AsyncIterator[Any]:
@@ -128,7 +136,7 @@ def _mount_app(server: AgentServer, spec: str) -> None:
                 continue
 
             async def run(inputs: Any, context: IntentContext, _goal: str = goal) -> Any:
-                return await source.run(_goal, inputs, context)
+                return await IntentDispatcher.run(source, _goal, inputs, context)
 
             server.add(goal, run)
         return

@@ -80,7 +80,7 @@ class Intent(_Validated):
     """``intent`` (§6.1): ``goal`` and ``inputs`` required; ``domain``/``constraints`` None when absent.
 
     ``inputs`` is the application's JSON object, handed to the handler as received.
-    ``priority`` (§12.1) is None when absent (the default, 3).
+    ``priority`` (§12.3) is None when absent (the default, 3).
     """
 
     goal: str
@@ -107,7 +107,7 @@ class Intent(_Validated):
         if "constraints" in intent:
             constraints = Constraints.parse(intent["constraints"], error=error)
         priority = None
-        if "priority" in intent:  # §12.1
+        if "priority" in intent:  # §12.3
             priority = check_priority(intent["priority"], error)
         return _make(cls, goal, inputs, domain, constraints, priority)
 

@@ -61,7 +61,7 @@ class ServerLimits:
     # throughput of valid handshakes from one host is not limited.
     failed_handshake_burst: int = 100
     failed_handshake_per_second: float = 50.0
-    # Intent priority (PROTOCOL.md §12.1): at most this many handlers of this agent run at
+    # Intent priority (PROTOCOL.md §12.3): at most this many handlers of this agent run at
     # once in this process, the others wait in one priority queue of at most
     # ``max_queued_intents``. None: no limit, hence no queue, and nothing to pay for it.
     max_concurrent_intents: int | None = None

@@ -1,4 +1,4 @@
-"""The event-loop side of the priority queue (PROTOCOL.md §12.1): wait for a slot, interrupt, wake.
+"""The event-loop side of the priority queue (PROTOCOL.md §12.3): wait for a slot, interrupt, wake.
 
 The :class:`Scheduler` decides who runs, who waits and who is interrupted; the gate does
 it on the event loop: a waiting intent awaits a future that the gate resolves when the

@@ -150,7 +150,7 @@ class IntentProcessor:
                 # Checked before the sequence is consumed, so the same request may come back.
                 raise Unavailable("too many open streams", retry_after=1)
             if intent is not None and not self._has_room(intent.priority or DEFAULT_PRIORITY):
-                # §12.1: the queue is full; likewise before the sequence is consumed.
+                # §12.3: the queue is full; likewise before the sequence is consumed.
                 raise Unavailable("too many intents are waiting to run", retry_after=1)
             # Steps 7-8, one atomic check-and-update.
             begin = await cfg.store.begin_request(
@@ -215,7 +215,7 @@ class IntentProcessor:
         # Step 9: the policy agreed in the handshake, not today's configuration.
         if not session.policy.allows(goal):
             raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
-        # ... and the server's priority rights (§12.1), also -32042 before anything runs.
+        # ... and the server's priority rights (§12.3), also -32042 before anything runs.
         priority = self._config.priority_rights.effective(intent.priority, session.client_did)
         # Step 10: a handler.
         if not dispatcher.has(goal):

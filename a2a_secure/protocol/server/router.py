@@ -80,7 +80,7 @@ class ServerProtocol:
         deadlines = SessionDeadlines(config, monotonic)
         auditor = AuditWriter(audit, config, clock)
         replies = SignedReplies(config)
-        runner = IntentRunner(config)  # its gate (§12.1) is shared with the stream pump
+        runner = IntentRunner(config)  # its gate (§12.3) is shared with the stream pump
         self._scheduler = runner.gate.scheduler
         streams = StreamPump(config, deadlines=deadlines, audit=auditor, clock=clock, gate=runner.gate)
         self._budget = FailureBudget(config)
@@ -169,7 +169,7 @@ class ServerProtocol:
 
     @property
     def priority_rights(self) -> PriorityRights:
-        """The highest priority each caller may use (§12.1)."""
+        """The highest priority each caller may use (§12.3)."""
         return self._config.priority_rights
 
     @priority_rights.setter
@@ -178,7 +178,7 @@ class ServerProtocol:
 
     @property
     def scheduler(self) -> Scheduler:
-        """This agent's intent queue in this process (§12.1): how many run, how many wait."""
+        """This agent's intent queue in this process (§12.3): how many run, how many wait."""
         return self._scheduler
 
     async def handle(self, method: str, params: Any, *, source: str = "") -> Reply:

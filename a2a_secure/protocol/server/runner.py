@@ -6,7 +6,7 @@ the runner calls the handler, bounds it by ``min(timeout_ms, ServerLimits.max_ha
 without the text of a foreign exception. The result must be I-JSON (§1), or the answer is
 -32603. Scheduling policy (who runs when) belongs here too: with
 ``ServerLimits.max_concurrent_intents`` set, the handler runs only once the
-:class:`IntentGate` gives it a slot (§12.1); time spent waiting counts against the
+:class:`IntentGate` gives it a slot (§12.3); time spent waiting counts against the
 deadline, and an intent interrupted by a priority-5 one answers -32049 "interrupted by a
 priority-5 intent".
 
@@ -80,7 +80,7 @@ class IntentRunner:
         check_result(result)
         return result
 
-    # -- §12.1: a handler within the concurrency limit ------------------------------------------
+    # -- §12.3: a handler within the concurrency limit ------------------------------------------
     async def _run_in_slot(self, goal: str, inputs: Any, context: IntentContext, timeout_ms: int) -> Any:
         """Wait for a slot, then run; the deadline covers both. Interruptible by priority 5."""
         slot = self.gate.enter(context.priority, asyncio.current_task())

@@ -1,4 +1,4 @@
-"""The priority queue of one agent's intents (PROTOCOL.md §12.1): who runs, who waits, who stops.
+"""The priority queue of one agent's intents (PROTOCOL.md §12.3): who runs, who waits, who stops.
 
 Accepted intents (§6.1 step 11) take a slot to run their handler; with
 ``ServerLimits.max_concurrent_intents`` slots taken, they wait. The rules, all here:

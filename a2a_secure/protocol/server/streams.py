@@ -130,7 +130,7 @@ class StreamPump:
         dispatcher = self._config.dispatcher
         stream = dispatcher.open_stream(goal, inputs, context)
         single = not dispatcher.is_streaming(goal)
-        # §12.1: a place in the queue (or 503) before anything starts; the pump waits in it.
+        # §12.3: a place in the queue (or 503) before anything starts; the pump waits in it.
         # Nothing between here and the pump's creation can fail, so the slot cannot leak.
         slot = self._gate.enter(context.priority, None) if self._gate.active else None
         rec = StreamRecord(session.session_id, sequence)
@@ -211,7 +211,7 @@ class StreamPump:
                     break
         except asyncio.CancelledError:
             interrupted = slot is not None and slot.interrupted
-            if interrupted:  # §12.1: a priority-5 intent took the slot
+            if interrupted:  # §12.3: a priority-5 intent took the slot
                 final_error = IntentTimeout(INTERRUPTED_MESSAGE)
             else:
                 final_error = InternalError("server shutting down")
@@ -255,7 +255,7 @@ class StreamPump:
 
     @staticmethod
     async def _wait_for_slot(slot: Slot, timeout_ms: int) -> None:
-        # §12.1: time in the queue counts against the deadline; past it, the handler never runs.
+        # §12.3: time in the queue counts against the deadline; past it, the handler never runs.
         try:
             async with asyncio.timeout(timeout_ms / 1000):
                 await slot.wait()
