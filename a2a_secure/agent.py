@@ -25,7 +25,8 @@ from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.protocol.approval import ApprovalSettings, approver_dids
 from a2a_secure.protocol.client import ClientSession, IntentResult
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
-from a2a_secure.protocol.server import AuditHook
+from a2a_secure.protocol.priority import PriorityRights
+from a2a_secure.protocol.server import AuditHook, ServerLimits
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -286,10 +287,15 @@ class A2AAgent:
         retry: RetryPolicy | None = None,
         accept_policy: Callable[[Policy], bool] | None = None,
         description: str = "",
+        priority_rights: PriorityRights | None = None,
+        limits: ServerLimits | None = None,
         approvers: Iterable[str] = (),
         approval: ApprovalSettings | None = None,
         serve_tools: bool = False,
     ) -> None:
+        """``priority_rights`` and ``limits`` configure the hosted side (:attr:`server`): the
+        highest intent priority each caller may use, and the server's bounds, among them
+        ``max_concurrent_intents`` (PROTOCOL.md §12.3)."""
         self.agent_id = agent_id
         self.identity = identity or Identity.generate(agent_id)
         self.endpoint = endpoint
@@ -310,6 +316,8 @@ class A2AAgent:
         self._policy = policy
         self._store = store
         self._description = description
+        self._priority_rights = priority_rights
+        self._limits = limits
         self._approvers = approver_dids(approvers)
         self._approval = approval
         self._serve_tools = serve_tools
@@ -377,23 +385,28 @@ class A2AAgent:
                 f"agent {name!r} did not answer at {where} ({reason})", endpoint=where, reason=exc.reason
             ) from None
 
-    async def request(self, target: str, intent: Mapping[str, Any]) -> Any:
+    async def request(self, target: str, intent: Mapping[str, Any], *, priority: int | None = None) -> Any:
         """Send ``intent`` to the agent ``target`` designates (see :meth:`find`); return its result.
 
         The result is verified against the server's signature before it is returned; a
         session with that agent is reused, and re-established once if it has expired. An
         endpoint that does not answer raises :class:`~a2a_secure.errors.PeerUnreachable`
-        naming the agent and the endpoint.
+        naming the agent and the endpoint. ``priority`` (1-5, default 3; PROTOCOL.md §12.3)
+        asks the agent to schedule the intent at that priority, within the rights the agent
+        gives this caller.
         """
         # A JSON object comes back as a dict that also answers ``.needs_approval`` (§12).
-        return _approval.as_result((await self.request_verified(target, intent)).result)
+        result = await self.request_verified(target, intent, priority=priority)
+        return _approval.as_result(result.result)
 
-    async def request_verified(self, target: str, intent: Mapping[str, Any]) -> IntentResult:
+    async def request_verified(
+        self, target: str, intent: Mapping[str, Any], *, priority: int | None = None
+    ) -> IntentResult:
         """Like :meth:`request`, but return the whole verified answer: ``status``,
         ``sequence``, ``result`` and the server's signed ``response_jws`` (kept as proof)."""
         name, did, endpoint = await self._locate(target)
         with self._naming(name, endpoint):
-            return await self.client.request(did, intent, endpoint=endpoint)
+            return await self.client.request(did, intent, endpoint=endpoint, priority=priority)
 
     # -- peers as LLM tools ---------------------------------------------------------------------
     @cached_property
@@ -427,11 +440,13 @@ class A2AAgent:
         """
         return await self.tools.call(name, arguments, on_progress=on_progress)
 
-    async def stream(self, target: str, intent: Mapping[str, Any]) -> AsyncIterator[Any]:
+    async def stream(
+        self, target: str, intent: Mapping[str, Any], *, priority: int | None = None
+    ) -> AsyncIterator[Any]:
         """Send ``intent`` as a streamed request (PROTOCOL.md §6.4); yield verified partial results."""
         name, did, endpoint = await self._locate(target)
         with self._naming(name, endpoint):
-            async for item in self.client.stream(did, intent, endpoint=endpoint):
+            async for item in self.client.stream(did, intent, endpoint=endpoint, priority=priority):
                 yield item
 
     async def handshake(self, remote_did: str, remote_endpoint: str | None = None) -> str:
@@ -479,6 +494,8 @@ class A2AAgent:
                 store=self._store,
                 resolver=self.resolver,
                 audit=self._audit,
+                limits=self._limits,
+                priority_rights=self._priority_rights,
                 approvers=self._approvers,
                 approval=self._approval,
                 serve_tools=self._serve_tools,

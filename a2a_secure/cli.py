@@ -294,7 +294,20 @@ def _build_call(subparsers: Subparsers) -> None:
     parser.add_argument("--domain")
     parser.add_argument("--inputs", default="{}", metavar="JSON", help="intent inputs (a JSON object)")
     parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agent's certificate")
+    parser.add_argument(
+        "--priority",
+        type=_priority_arg,
+        metavar="N",
+        help="intent priority 1-5 (default 3), within the rights the agent gives this caller",
+    )
     parser.set_defaults(handler=_call)
+
+
+def _priority_arg(text: str) -> int:
+    # PROTOCOL.md §12.3: an integer 1-5 written as one ("5", not "5.0", "+5" or "05").
+    if text not in ("1", "2", "3", "4", "5"):
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to 5, not {text!r}")
+    return int(text)
 
 
 def _call(args: argparse.Namespace) -> int:
@@ -317,7 +330,7 @@ def _call(args: argparse.Namespace) -> int:
         async with A2AAgent(
             identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True
         ) as a:
-            return await a.request(target, intent)
+            return await a.request(target, intent, priority=args.priority)
 
     print_json(asyncio.run(run()))
     return 0

@@ -39,6 +39,7 @@ from a2a_secure.protocol.approval import (
 from a2a_secure.protocol.jsonrpc import EnvelopeError, encode_error, encode_result, parse_request
 from a2a_secure.protocol.messages import PROTOCOL_NAME
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
+from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import (
     AuditHook,
     IntentContext,
@@ -254,10 +255,14 @@ class AgentServer(IntentDispatcher):
         max_body: int = DEFAULT_MAX_BODY,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        priority_rights: PriorityRights | None = None,
         approvers: Iterable[str] = (),
         approval: ApprovalSettings | None = None,
         serve_tools: bool = False,
     ) -> None:
+        """``priority_rights``: the highest intent priority each caller may use (PROTOCOL.md
+        §12.3; default 3 for everyone). ``limits.max_concurrent_intents`` turns the priority
+        queue on (per worker process)."""
         super().__init__()
         self.identity = identity
         self.policy = policy
@@ -268,6 +273,7 @@ class AgentServer(IntentDispatcher):
         self.store: Store = store if store is not None else MemoryStore()
         self.resolver = resolver or DIDResolver()
         self.limits = limits or ServerLimits()
+        self.priority_rights = priority_rights or PriorityRights()
         self.max_body = max_body
         self._clock = clock
         self._monotonic = monotonic
@@ -523,6 +529,7 @@ class AgentServer(IntentDispatcher):
                 audit=self._audit,
                 clock=self._clock,
                 monotonic=self._monotonic,
+                priority_rights=self.priority_rights,
             )
         return self._protocol
 
