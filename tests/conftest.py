@@ -35,3 +35,11 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from cluster_helpers import cluster_fixture
 
     yield from cluster_fixture(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A local primary, its replica and three sentinels, shared by the test session."""
+    from sentinel_helpers import sentinel_fixture
+
+    yield from sentinel_fixture(tmp_path_factory)

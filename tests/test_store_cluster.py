@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -20,7 +19,8 @@ import pytest
 import redis as redis_sync
 from cluster_helpers import LocalCluster, delete_prefix
 from redis.crc import key_slot
-from redis_helpers import OwnedRedis, free_port, redis_server_binary
+from redis_helpers import OwnedRedis, free_port
+from sentinel_helpers import start_sentinel
 from test_store_contract import CLIENT, T0, pending, session
 
 from a2a_secure.errors import Unavailable
@@ -267,12 +267,6 @@ def test_url_forms() -> None:
     assert sorted(n.name for n in cluster.startup_nodes) == ["10.0.0.1:7000", "::1:7001"]
     assert cluster.connection_kwargs["password"] == "p@ss"
     assert cluster.retry.get_retries() == 0
-
-
-def start_sentinel(conf: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [redis_server_binary(), str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
 
 
 async def test_sentinel_url_follows_the_primary(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from a2a_secure.errors import A2AError
 from a2a_secure.identity import encoding
@@ -37,10 +37,24 @@ MAX_VERIFIED_LENGTH = MAX_DID_LENGTH
 MAX_INT = encoding.MAX_SAFE_INT
 
 Role = Literal["client", "server"]
-EventName = Literal["hello", "proof", "accept_policy", "intent", "close", "reject"]
+EventName = Literal[
+    "hello",
+    "proof",
+    "accept_policy",
+    "intent",
+    "close",
+    "reject",
+    # an action's life under human approval (PROTOCOL.md §12)
+    "action_created",
+    "action_approved",
+    "action_rejected",
+    "action_refused",
+    "action_executed",
+    "action_failed",
+]
 Status = Literal["success", "error"]
 
-EVENTS: frozenset[str] = frozenset(("hello", "proof", "accept_policy", "intent", "close", "reject"))
+EVENTS: frozenset[str] = frozenset(get_args(EventName))
 _ROLES = frozenset(("client", "server"))
 _STATUSES = frozenset(("success", "error"))
 _STRING_FIELDS = ("session_id", "client_did", "server_did", "intent_goal")

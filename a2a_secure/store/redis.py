@@ -82,6 +82,7 @@ from a2a_secure.errors import Unavailable
 from a2a_secure.identity import encoding
 from a2a_secure.policy import Policy
 from a2a_secure.store import redis_cluster as rc
+from a2a_secure.store.actions import Decision, DecisionKind, PendingAction
 from a2a_secure.store.base import (
     Begin,
     BeginKind,
@@ -299,6 +300,86 @@ _ERRORS = _redis_errors()
 # (script, keys, args): one script call.
 _Call = tuple["AsyncScript", list[Any], list[Any]]
 
+# -- actions waiting for approval (store/actions.py) --------------------------------------------
+# An action is one hash: ``d`` its record as created (JSON), ``st`` its state, ``e`` its
+# expires_at, ``k`` its keep_until, ``h`` its action_hash, ``c`` its caller DID, ``by``/``at``
+# who decided it and when. Its id is in two sorted sets scored by expires_at while it is
+# pending (one per caller DID, one global): they are the bounds.
+
+# KEYS: action hash, caller zset, global zset
+# ARGV: now, max_per_caller, max_total, record, expires_at, keep_until, ttl_ms, action_id,
+#       action_hash, caller_did.  Returns 1 stored, 0 a bound is reached, 2 the id exists.
+_ADD_ACTION = (
+    _EXTEND
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[2])
+   or redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then
+  return 0
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 2 end
+local ttl = tonumber(ARGV[7])
+redis.call('HSET', KEYS[1], 'd', ARGV[4], 'st', 'pending', 'e', ARGV[5], 'k', ARGV[6],
+           'h', ARGV[9], 'c', ARGV[10])
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[8])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[8])
+extend(KEYS[2], ttl)
+extend(KEYS[3], ttl)
+return 1
+"""
+)
+
+# KEYS: action hash.  ARGV: now.  Returns {record, state, decided_by, decided_at} or nil.
+_GET_ACTION = """
+local v = redis.call('HMGET', KEYS[1], 'd', 'k', 'st', 'by', 'at')
+if not v[1] then return false end
+if tonumber(v[2]) <= tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  return false
+end
+return {v[1], v[3], v[4] or '', v[5] or ''}
+"""
+
+# KEYS: action hash, caller zset, global zset
+# ARGV: now, action_hash, new state, decided_by, action_id, caller_did
+# Returns {kind[, record, state, decided_by, decided_at]}:
+# 0 UNKNOWN, 1 DECIDED, 2 EXPIRED, 3 ALREADY, 4 MISMATCH (nothing written)
+_DECIDE_ACTION = """
+local v = redis.call('HMGET', KEYS[1], 'd', 'k', 'st', 'e', 'h', 'c', 'by', 'at')
+if not v[1] or tonumber(v[2]) <= tonumber(ARGV[1]) or v[6] ~= ARGV[6] then return {0} end
+if v[3] ~= 'pending' then return {3, v[1], v[3], v[7] or '', v[8] or ''} end
+if v[5] ~= ARGV[2] then return {4, v[1], v[3], '', ''} end
+local at = tostring(math.floor(tonumber(ARGV[1])))
+redis.call('ZREM', KEYS[2], ARGV[5])
+redis.call('ZREM', KEYS[3], ARGV[5])
+if tonumber(v[4]) <= tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'st', 'expired', 'at', at)
+  return {2, v[1], 'expired', '', at}
+end
+redis.call('HSET', KEYS[1], 'st', ARGV[3], 'by', ARGV[4], 'at', at)
+return {1, v[1], ARGV[3], ARGV[4], at}
+"""
+
+_DECISIONS = {
+    0: DecisionKind.UNKNOWN,
+    1: DecisionKind.DECIDED,
+    2: DecisionKind.EXPIRED,
+    3: DecisionKind.ALREADY,
+    4: DecisionKind.MISMATCH,
+}
+
+
+def _action_from(record: bytes, state: bytes, by: bytes, at: bytes) -> PendingAction:
+    """A stored action from its creation record and the members a decision wrote."""
+    data = encoding.loads(record)
+    data["state"] = state.decode()
+    data["decided_by"] = by.decode() or None
+    data["decided_at"] = int(at) if at else None
+    return PendingAction.from_dict(data)
+
+
 _KINDS = {
     0: BeginKind.GONE,
     1: BeginKind.NEW,
@@ -482,6 +563,9 @@ class RedisStore:
         self._begin_request = client.register_script(_BEGIN_REQUEST)
         self._finish_request = client.register_script(_FINISH_REQUEST)
         self._close_session = client.register_script(_CLOSE_SESSION)
+        self._add_action = client.register_script(_ADD_ACTION)
+        self._get_action = client.register_script(_GET_ACTION)
+        self._decide_action = client.register_script(_DECIDE_ACTION)
         self._c_reserve = client.register_script(rc.RESERVE)
         self._c_release = client.register_script(rc.RELEASE)
         self._c_add_pending = client.register_script(rc.ADD_PENDING)
@@ -524,7 +608,7 @@ class RedisStore:
                 self._finish_request,
                 self._close_session,
             ]
-        )
+        ) + [self._add_action, self._get_action, self._decide_action]
         self._loaded = False
         self._loading: asyncio.Future[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
@@ -592,6 +676,27 @@ class RedisStore:
         if self._spread:
             return f"{self._k_did_tag(client_did)}r:{period}:{start}"
         return f"{self.prefix}r:{client_did}:{period}:{start}"
+
+    # The keys of actions waiting for approval: built here only, so a cluster layout can give
+    # them hash tags of their own.
+    # Creating or deciding an action touches the action, its caller's bound and the global
+    # bound in one script. An approver names only the action id, so on a cluster the three
+    # share one fixed tag: every action lives in one slot. Actions move at the pace of the
+    # people who approve them, so that slot is never the bottleneck sessions would make it.
+    def _k_action_tag(self) -> str:
+        return f"{self.prefix}{{act}}:" if self._spread else self.prefix
+
+    def _k_action(self, action_id: str) -> str:
+        return f"{self._k_action_tag()}act:{action_id}"
+
+    def _k_actions_of(self, caller_did: str) -> str:
+        return f"{self._k_action_tag()}actc:{caller_did}"
+
+    def _k_actions(self) -> str:
+        return f"{self._k_action_tag()}acta"
+
+    def _action_keys(self, action_id: str, caller_did: str) -> list[str]:
+        return [self._k_action(action_id), self._k_actions_of(caller_did), self._k_actions()]
 
     # -- the one place that talks to Redis ----------------------------------------------------------
     async def _unavailable(self, exc: Exception) -> Unavailable:
@@ -1199,6 +1304,67 @@ class RedisStore:
                 await self._refresh
         if self._owns_client:
             await close_client(self._r, self.deployment)
+
+    # -- actions waiting for approval (store/actions.py) ----------------------------------------
+    async def add_action(
+        self, action: PendingAction, *, max_per_caller: int, max_total: int, now: float
+    ) -> bool:
+        """See :meth:`ActionStore.add_action` (one script)."""
+        record = action.to_dict()
+        for member in ("state", "decided_by", "decided_at"):  # kept as hash fields
+            del record[member]
+        code = await self._script(
+            self._add_action,
+            self._action_keys(action.action_id, action.caller_did),
+            [
+                _num(now),
+                max_per_caller,
+                max_total,
+                encoding.dumps(record),
+                action.expires_at,
+                action.keep_until,
+                _ttl_ms(action.keep_until, now),
+                action.action_id,
+                action.action_hash,
+                action.caller_did,
+            ],
+        )
+        return bool(code == 1)
+
+    async def get_action(self, action_id: str, now: float) -> PendingAction | None:
+        """See :meth:`ActionStore.get_action` (one script)."""
+        out = await self._script(self._get_action, [self._k_action(action_id)], [_num(now)])
+        if not out:
+            return None
+        return _action_from(*out)
+
+    async def decide_action(
+        self,
+        action_id: str,
+        *,
+        caller_did: str,
+        action_hash: str,
+        approve: bool,
+        decided_by: str,
+        now: float,
+    ) -> Decision:
+        """See :meth:`ActionStore.decide_action`: the pending → decided step in one script."""
+        out = await self._script(
+            self._decide_action,
+            self._action_keys(action_id, caller_did),
+            [
+                _num(now),
+                action_hash,
+                "approved" if approve else "rejected",
+                decided_by,
+                action_id,
+                caller_did,
+            ],
+        )
+        kind = _DECISIONS[int(out[0])]
+        if kind is DecisionKind.UNKNOWN:
+            return Decision(kind)
+        return Decision(kind, _action_from(*out[1:5]))
 
     # -- introspection (tests, metrics) ---------------------------------------------------------
     async def counts(self, now: float | None = None) -> dict[str, int]:

@@ -10,13 +10,14 @@ is configured with; the rooms share it and own no copy of it. No state lives her
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from a2a_secure.errors import StaleTimestamp
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
 from a2a_secure.store.base import Store, StoredReply
 
@@ -60,6 +61,17 @@ class ServerLimits:
     # throughput of valid handshakes from one host is not limited.
     failed_handshake_burst: int = 100
     failed_handshake_per_second: float = 50.0
+    # Intent priority (PROTOCOL.md §12.3): at most this many handlers of this agent run at
+    # once in this process, the others wait in one priority queue of at most
+    # ``max_queued_intents``. None: no limit, hence no queue, and nothing to pay for it.
+    max_concurrent_intents: int | None = None
+    max_queued_intents: int = 100
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_intents is not None and self.max_concurrent_intents < 1:
+            raise ValueError("max_concurrent_intents must be None or at least 1")
+        if self.max_queued_intents < 0:
+            raise ValueError("max_queued_intents must be at least 0")
 
 
 @dataclass(slots=True)
@@ -79,6 +91,7 @@ class ServerConfig:
     dispatcher: IntentDispatcher
     manifest_hash: str
     limits: ServerLimits
+    priority_rights: PriorityRights = field(default_factory=PriorityRights)
 
 
 @dataclass(frozen=True, slots=True)
