@@ -40,6 +40,7 @@ from a2a_secure.identity.jws import jws_sign, jws_verify
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
 from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.models import (
     AcceptPayload,
     AcceptPolicy,
@@ -250,6 +251,7 @@ class ServerProtocol:
         clock: Clock = time.time,
         random_bytes: RandomSource = os.urandom,
         monotonic: Clock = time.monotonic,
+        key_guard: KeyGuard | None = None,
     ) -> None:
         self.identity = identity
         self.policy = policy
@@ -273,6 +275,10 @@ class ServerProtocol:
         self._streams_by_did: dict[str, int] = {}
         self._pumps: set[asyncio.Task[None]] = set()
         self._failures: dict[str, tuple[float, float]] = {}
+        # Key lifecycle (a2a_secure.protocol.keyguard): revocations, retired keys, and the
+        # retired server keys still answering for the sessions opened with them.
+        self.key_guard = key_guard or KeyGuard(identity, store=store, resolver=resolver, monotonic=monotonic)
+        self._retired_signers: dict[str, Identity] = {}
 
     # -- entry points ---------------------------------------------------------------------
     async def handle(self, method: str, params: Any, *, source: str = "") -> Reply:
@@ -379,6 +385,7 @@ class ServerProtocol:
             raise AuthenticationFailed("refusing a handshake with this agent's own DID")
         resolved: ResolvedDID = await self.resolver.resolve(agent_did)
         client_keys = m.bind_public_keys(PublicKeyEntry.pairs(hello.public_keys), resolved)
+        await self.key_guard.check_hello(agent_did, client_keys, resolved, now)
 
         nonce_b = encoding.b64u_encode(self._random(m.NONCE_BYTES))
         hello_hash = encoding.hash_of(params)  # §5: of the params as received
@@ -521,6 +528,7 @@ class ServerProtocol:
             created_at=now_i,
             expires_at=expires_at,
             client_agent_id=pending.client_agent_id,
+            server_kid=self.identity.kid,
         )
         opened = await self.store.open_session(
             pending.nonce_b, record, max_sessions=self.limits.max_sessions, now=now
@@ -580,7 +588,7 @@ class ServerProtocol:
             "timestamp": now_i,
         }
         data: dict[str, Any] = dict(error["data"])
-        data["response_jws"] = jws_sign(payload, self.identity, m.Typ.RESPONSE)
+        data["response_jws"] = jws_sign(payload, self._signer(session_id), m.Typ.RESPONSE)
         stored = StoredReply(http_status, error=error, signed_at=now_i)
         return Reply(http_status, error={**signed, "data": data}, retry_after=retry, stored=stored)
 
@@ -617,7 +625,11 @@ class ServerProtocol:
             "result": result,
             "timestamp": now_i,
         }
-        return jws_sign(payload, self.identity, m.Typ.RESPONSE)
+        return jws_sign(payload, self._signer(session_id), m.Typ.RESPONSE)
+
+    def _signer(self, session_id: str) -> Identity:
+        """The key answering on ``session_id``: the current one, or the retired one it was opened with."""
+        return self._retired_signers.get(session_id, self.identity)
 
     async def _intent_or_close(self, method: str, params: Any, audit: _Audit) -> Reply:
         is_close = method == "close"
@@ -638,6 +650,9 @@ class ServerProtocol:
             raise SessionUnknown("unknown, expired or closed session")
         audit.session_id = session_id
         audit.client_did = session.client_did
+        signer = self.key_guard.signer_for(session, now)
+        if signer is not self.identity:
+            self._retired_signers[session_id] = signer
         # Step 3: commitment (not a secret, compared in constant time all the same).
         if not ct_equal(req.session_commitment, session.session_commitment):
             raise AuthenticationFailed("session_commitment does not match the session")
@@ -676,6 +691,7 @@ class ServerProtocol:
             ):
                 # Checked before the sequence is consumed, so the same request may come back.
                 raise Unavailable("too many open streams", retry_after=1)
+            await self.key_guard.check_session(session)  # revoked or dropped client keys
             # Steps 7-8, one atomic check-and-update.
             begin = await self.store.begin_request(
                 session_id,
@@ -688,6 +704,8 @@ class ServerProtocol:
             )
             if begin.kind is BeginKind.GONE:
                 raise SessionUnknown("unknown, expired or closed session")
+            if begin.kind is BeginKind.REVOKED:
+                raise SessionUnknown("session ended: the client's DID or key id is revoked")
             if begin.kind is BeginKind.STALE:
                 raise SequenceError(f"sequence {sequence} is not greater than {begin.last_sequence}")
             if begin.kind is BeginKind.RATE_LIMITED:
@@ -882,7 +900,7 @@ class ServerProtocol:
             body = {"status": "success", "result": result}
         payload.update(body)
         payload["timestamp"] = int(self._clock())
-        token = jws_sign(payload, self.identity, m.Typ.EVENT)
+        token = jws_sign(payload, self._signer(session_id), m.Typ.EVENT)
         out: dict[str, Any] = {"status": body["status"], "sequence": sequence, "index": index, "final": final}
         out.update({k: v for k, v in body.items() if k != "status"})
         out["response_jws"] = token
@@ -999,6 +1017,7 @@ class ServerProtocol:
                     or await self.store.get_session(sid, now) is None
                 ):
                     raise SessionUnknown("the session ended during the stream")
+                await self.key_guard.check_stream(session)
                 event = self._event(sid, seq, req_hash, index, single, result=item)
                 # §6.4: an event is at most 1 MiB (the result travels twice: in the event and
                 # base64url-encoded in its signature). A bigger one ends the stream instead.

@@ -13,6 +13,8 @@ Environment variables read by :func:`app_from_env`:
                             (else the in-process :class:`~a2a_secure.store.memory.MemoryStore`)
 ``A2A_SECURE_REDIS_PREFIX`` key prefix in Redis (default ``a2a:``)
 ``A2A_SECURE_AUDIT_LOG``    path of the hash-chained JSON Lines audit log (shared by workers)
+``A2A_SECURE_REVOCATIONS``  a revocation file (``a2a-secure revoke --file``), checked besides
+                            the revocations kept in the store (``a2a-secure revoke --redis-url``)
 ``A2A_SECURE_APP``          ``module:attr``: an ``AgentServer`` (or an object with a ``server``
                             attribute holding one, like ``A2AAgent``) whose intents are served,
                             or a callable given the ``AgentServer`` to register handlers on
@@ -27,18 +29,20 @@ import contextlib
 import importlib
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI
 
 from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.rotation import KeyRing
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.server import IntentContext
 from a2a_secure.server.app import AgentServer
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
+from a2a_secure.store.revocation import FileRevocations, Revocations
 
 __all__ = ["ENV", "WORKERS_NEED_REDIS", "app_from_env", "build_server", "serve"]
 
@@ -49,6 +53,7 @@ ENV = {
     "redis_prefix": "A2A_SECURE_REDIS_PREFIX",
     "audit_log": "A2A_SECURE_AUDIT_LOG",
     "app": "A2A_SECURE_APP",
+    "revocations": "A2A_SECURE_REVOCATIONS",
 }
 FACTORY = "a2a_secure.server.run:app_from_env"
 WORKERS_NEED_REDIS = "--workers > 1 needs --redis-url: sessions would not be shared between workers"
@@ -119,6 +124,8 @@ def build_server(
     store: Store | None = None,
     audit: Any = None,
     app: str | None = None,
+    key_ring: KeyRing | None = None,
+    revocations: Sequence[Revocations] = (),
 ) -> AgentServer:
     """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts."""
     server = AgentServer(
@@ -128,6 +135,8 @@ def build_server(
         description="a2a-secure test agent (PROTOCOL.md §11)" if not app else "",
         store=store,
         audit=audit,
+        key_ring=key_ring,
+        revocations=revocations,
     )
     if app:
         _mount_app(server, app)
@@ -146,8 +155,11 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     key_file = env.get(ENV["key_file"])
     if not key_file:
         raise ValueError(f"{ENV['key_file']} is not set")
-    identity = Identity.load(key_file)
+    key_ring = KeyRing.load(key_file)  # the key, and the retired keys still in their window
+    identity = key_ring.current
     policy = load_policy(env.get(ENV["policy"]) or None)
+    revocation_file = env.get(ENV["revocations"])
+    revocations = [FileRevocations(revocation_file)] if revocation_file else []
 
     store: Store
     redis_url = env.get(ENV["redis_url"])
@@ -165,7 +177,15 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
 
         auditor = Auditor([JsonlAuditLog(audit_path, identity)], role="server")
 
-    server = build_server(identity, policy=policy, store=store, audit=auditor, app=env.get(ENV["app"]))
+    server = build_server(
+        identity,
+        policy=policy,
+        store=store,
+        audit=auditor,
+        app=env.get(ENV["app"]),
+        key_ring=key_ring,
+        revocations=revocations,
+    )
     fastapi_app = server.app()
     fastapi_app.state.agent_server = server
 

@@ -73,6 +73,7 @@ from a2a_secure.store.base import (
     SessionRecord,
     StoredReply,
 )
+from a2a_secure.store.revocation import DID_FIELD, Revocation
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -257,6 +258,46 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
 """
 
+# Runs first in the same script as _BEGIN_REQUEST (a2a_secure.store.revocation): the last
+# key is the client DID's revocation hash ("*" = the whole DID, else key ids), ARGV[7] the
+# client DID. Nothing revoked costs one EXISTS; a revoked session is forgotten at once.
+_REVOCATION_GUARD = """
+local rvk = KEYS[#KEYS]
+if redis.call('EXISTS', rvk) == 1 then
+  local hit = redis.call('HEXISTS', rvk, '*') == 1
+  if not hit then
+    local r = redis.call('HGET', KEYS[1], 'r')
+    if r then
+      local kid = cjson.decode(r)[4]
+      local did = ARGV[7]
+      if kid == 0 then kid = did .. '#' .. string.match(did, '[^:]*$')
+      elseif type(kid) == 'string' then kid = did .. kid
+      else kid = kid[1] end
+      hit = redis.call('HEXISTS', rvk, kid) == 1
+    end
+  end
+  if hit then
+    redis.call('DEL', KEYS[1])
+    redis.call('ZREM', KEYS[2], ARGV[6])
+    return {6, '0'}
+  end
+end
+"""
+
+# KEYS: the DID's revocation hash, the index set.  ARGV: field, entry JSON, target
+_ADD_REVOCATION = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('SADD', KEYS[2], ARGV[3])
+return 1
+"""
+
+# KEYS: the DID's revocation hash, the index set.  ARGV: field, target
+_REMOVE_REVOCATION = """
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('SREM', KEYS[2], ARGV[2])
+return 1
+"""
+
 _KINDS = {
     0: BeginKind.GONE,
     1: BeginKind.NEW,
@@ -264,6 +305,7 @@ _KINDS = {
     3: BeginKind.IN_PROGRESS,
     4: BeginKind.STALE,
     5: BeginKind.RATE_LIMITED,
+    6: BeginKind.REVOKED,
 }
 
 
@@ -327,12 +369,15 @@ def _pack_session(s: SessionRecord) -> bytes:
             s.created_at,
             s.expires_at,
             s.client_agent_id,
+            *([s.server_kid] if s.server_kid else []),
         ]
     )
 
 
 def _unpack_session(session_id: str, data: bytes) -> SessionRecord:
-    commitment, client_did, server_did, kid, key, pol, created, expires, agent_id = encoding.loads(data)
+    fields = encoding.loads(data)
+    commitment, client_did, server_did, kid, key, pol, created, expires, agent_id = fields[:9]
+    rest = fields[9:]
     return SessionRecord(
         session_id=session_id,
         session_commitment=_unpack_hash(commitment),
@@ -344,6 +389,7 @@ def _unpack_session(session_id: str, data: bytes) -> SessionRecord:
         created_at=created,
         expires_at=expires,
         client_agent_id=agent_id,
+        server_kid=rest[0] if rest else "",
     )
 
 
@@ -428,6 +474,9 @@ class RedisStore:
         self._mark_proven = client.register_script(_MARK_PROVEN)
         self._open_session = client.register_script(_OPEN_SESSION)
         self._begin_request = client.register_script(_BEGIN_REQUEST)
+        self._begin_request_guarded = client.register_script(_REVOCATION_GUARD + _BEGIN_REQUEST)
+        self._add_revocation = client.register_script(_ADD_REVOCATION)
+        self._remove_revocation = client.register_script(_REMOVE_REVOCATION)
         self._finish_request = client.register_script(_FINISH_REQUEST)
         self._close_session = client.register_script(_CLOSE_SESSION)
         self._cache_ttl = session_cache_ttl
@@ -470,6 +519,13 @@ class RedisStore:
 
     def _k_rate(self, client_did: str, period: int, start: int) -> str:
         return f"{self.prefix}r:{client_did}:{period}:{start}"
+
+    def _k_revoked(self, did: str) -> str:
+        # The one place a DID's revocation key is named (a per-DID hash tag goes here).
+        return f"{self.prefix}rv:{did}"
+
+    def _k_revocations(self) -> str:
+        return f"{self.prefix}rva"
 
     # -- the one place that talks to Redis ----------------------------------------------------------
     async def _unavailable(self, exc: Exception) -> Unavailable:
@@ -734,16 +790,25 @@ class RedisStore:
             keys.append(self._k_rate(client_did, rate_period, start))
             limit = str(rate_limit)
             rate_ttl = _ttl_ms(start + rate_period, now)
+        keys.append(self._k_revoked(client_did))
         out = await self._script(
-            self._begin_request,
+            self._begin_request_guarded,
             keys,
-            [_num(now), str(sequence), _request_hash_bytes(request_hash), limit, rate_ttl, session_id],
+            [
+                _num(now),
+                str(sequence),
+                _request_hash_bytes(request_hash),
+                limit,
+                rate_ttl,
+                session_id,
+                client_did,
+            ],
         )
         kind = _KINDS[int(out[0])]
         last = int(out[1])
-        if kind is BeginKind.GONE:
+        if kind is BeginKind.GONE or kind is BeginKind.REVOKED:
             self._cache.pop(session_id, None)
-            return Begin(BeginKind.GONE)
+            return Begin(kind)
         if kind is BeginKind.REPLAY:
             return Begin(kind, last, StoredReply.from_dict(encoding.loads(out[2])))
         if kind is BeginKind.RATE_LIMITED:
@@ -777,6 +842,57 @@ class RedisStore:
         self._cache.clear()
         if self._owns_client:
             await self._r.aclose()
+
+    # -- revocations (a2a_secure.store.revocation.RevocationStore) -------------------------------
+    async def add_revocation(self, entry: Revocation) -> bool:
+        """See :meth:`RevocationStore.add_revocation` (one script)."""
+        data = encoding.dumps(entry.to_dict())
+        added = await self._script(
+            self._add_revocation,
+            [self._k_revoked(entry.did), self._k_revocations()],
+            [entry.field, data, entry.target],
+        )
+        return bool(added)
+
+    async def remove_revocation(self, target: str) -> bool:
+        """See :meth:`RevocationStore.remove_revocation` (one script)."""
+        probe = Revocation(target)
+        removed = await self._script(
+            self._remove_revocation,
+            [self._k_revoked(probe.did), self._k_revocations()],
+            [probe.field, target],
+        )
+        return bool(removed)
+
+    async def find_revocation(self, did: str, kids: Sequence[str]) -> Revocation | None:
+        """See :meth:`RevocationStore.find_revocation` (one HMGET)."""
+        from redis.exceptions import RedisError  # noqa: PLC0415 - optional extra
+
+        fields = [DID_FIELD, *kids]
+        try:
+            values = await self._r.hmget(self._k_revoked(did), fields)
+        except (RedisError, OSError) as exc:
+            raise await self._unavailable(exc) from exc
+        for value in values:
+            if value is not None:
+                return Revocation.from_dict(encoding.loads(value))
+        return None
+
+    async def list_revocations(self) -> list[Revocation]:
+        """See :meth:`RevocationStore.list_revocations`."""
+        from redis.exceptions import RedisError  # noqa: PLC0415 - optional extra
+
+        out: list[Revocation] = []
+        try:
+            targets = await self._r.smembers(self._k_revocations())
+            for raw in sorted(targets):
+                probe = Revocation(raw.decode() if isinstance(raw, bytes) else raw)
+                value = await self._r.hget(self._k_revoked(probe.did), probe.field)
+                if value is not None:
+                    out.append(Revocation.from_dict(encoding.loads(value)))
+        except (RedisError, OSError) as exc:
+            raise await self._unavailable(exc) from exc
+        return out
 
     # -- introspection (tests, metrics) ---------------------------------------------------------
     async def counts(self, now: float | None = None) -> dict[str, int]:

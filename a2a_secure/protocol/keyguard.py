@@ -1,0 +1,150 @@
+"""Key lifecycle checks of the server: revoked and retired keys, and its own rotated keys.
+
+``ServerProtocol`` calls one :class:`KeyGuard` at four points:
+
+* HELLO, once the client's keys are bound to its DID: a key whose overlap window has ended
+  (``expires`` in its did:web document) or a revoked DID or key id is refused (-32040,
+  naming the DID or key id);
+* each intent or close, before the sequence is consumed (:meth:`KeyGuard.check_session`):
+  the deny lists that are not kept in the session store (a :class:`FileRevocations`: one
+  ``stat``), and for a DID that is not did:key, whether the DID's current document still
+  lists the session's key. The document is the resolver's cached one while it is fresh
+  (``cache_ttl``, 300 s by default) and is fetched again, once for all of the DID's
+  sessions, when it is not: a key dropped from the document ends its sessions within
+  ``cache_ttl`` (-32043). A failed fetch refuses the intent (-32047) without consuming it.
+  Revocations kept in the session store are checked by the store's ``begin_request`` in
+  the same atomic step (``BeginKind.REVOKED``);
+* each stream event (:meth:`KeyGuard.check_stream`): the same, plus the store's deny list,
+  read at most once per ``stream_staleness`` seconds per session;
+* signing answers (:meth:`KeyGuard.signer_for`): a session opened before this server's
+  key was rotated is answered with the key it was opened with while that key is in its
+  overlap window; afterwards the session is over (-32043, unsigned: no other key may stand
+  in for the one the client pinned).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from a2a_secure.errors import AuthenticationFailed, DIDResolutionError, InternalError, SessionUnknown
+from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
+from a2a_secure.identity.rotation import KeyRing
+from a2a_secure.store.base import SessionRecord, Store
+from a2a_secure.store.revocation import (
+    Revocation,
+    Revocations,
+    RevocationStore,
+    StoreRevocations,
+)
+
+__all__ = ["KeyGuard", "revoked_message"]
+
+
+def revoked_message(entry: Revocation) -> str:
+    """The error message for a refusal because of ``entry``."""
+    what = "key id" if "#" in entry.target else "DID"
+    return f"{what} revoked: {entry.target[:300]}"
+
+
+class KeyGuard:
+    """The checks above, for one server: its store, resolver, key ring and deny lists."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        *,
+        store: Store,
+        resolver: DIDResolver,
+        ring: KeyRing | None = None,
+        revocations: Iterable[Revocations] = (),
+        stream_staleness: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.identity = identity
+        self.store = store
+        self.resolver = resolver
+        self.ring = ring
+        self._store_revocations = store if isinstance(store, RevocationStore) else None
+        # The store's own list is checked in begin_request: not again on the hot path.
+        self._lists: tuple[Revocations, ...] = tuple(
+            r
+            for r in revocations
+            if not (isinstance(r, StoreRevocations) and r.store is self._store_revocations)
+        )
+        self._stream_staleness = stream_staleness
+        self._monotonic = monotonic
+        self._stream_checked: dict[str, float] = {}
+
+    async def _find(self, did: str, kids: Sequence[str], *, with_store: bool) -> Revocation | None:
+        try:
+            for lst in self._lists:
+                hit = await lst.lookup(did, kids)
+                if hit is not None:
+                    return hit
+        except RuntimeError:  # a deny list that cannot be read: fail closed
+            raise InternalError("the revocation list cannot be read") from None
+        if with_store and self._store_revocations is not None:
+            return await self._store_revocations.find_revocation(did, kids)
+        return None
+
+    async def check_hello(
+        self, did: str, keys: Mapping[str, bytes], resolved: ResolvedDID, now: float
+    ) -> None:
+        """Refuse (-32040) a retired key past its window, a revoked DID or a revoked key id."""
+        for kid in keys:
+            resolved.check_key_current(kid, now)
+        hit = await self._find(did, list(keys), with_store=True)
+        if hit is not None:
+            raise AuthenticationFailed(revoked_message(hit))
+
+    async def check_session(self, session: SessionRecord) -> None:
+        """The per-intent checks that the store does not make (see the module documentation)."""
+        if self._lists:
+            hit = await self._find(session.client_did, (session.client_kid,), with_store=False)
+            if hit is not None:
+                raise SessionUnknown(f"session ended: {revoked_message(hit)}")
+        did = session.client_did
+        if did.startswith("did:key:"):
+            return
+        resolved = self.resolver.resolve_offline(did)
+        if resolved is None:
+            try:
+                resolved = await self.resolver.resolve(did)
+            except DIDResolutionError as exc:
+                raise DIDResolutionError(
+                    f"the client's DID could not be resolved again: {exc.message}"
+                ) from None
+        if resolved.key_for(session.client_kid) != session.client_key:
+            await self.store.close_session(session.session_id)
+            raise SessionUnknown(
+                f"session ended: {session.client_kid[:300]} is no longer in the DID document"
+            )
+
+    async def check_stream(self, session: SessionRecord) -> None:
+        """:meth:`check_session` and, at most every ``stream_staleness`` s, the store's list."""
+        await self.check_session(session)
+        if self._store_revocations is None:
+            return
+        now = self._monotonic()
+        sid = session.session_id
+        if now - self._stream_checked.get(sid, -float("inf")) < self._stream_staleness:
+            return
+        if len(self._stream_checked) > 10_000:
+            self._stream_checked.clear()
+        self._stream_checked[sid] = now
+        hit = await self._store_revocations.find_revocation(session.client_did, [session.client_kid])
+        if hit is not None:
+            await self.store.close_session(sid)
+            raise SessionUnknown(f"session ended: {revoked_message(hit)}")
+
+    def signer_for(self, session: SessionRecord, now: float) -> Identity:
+        """The key that answers on ``session``; -32043 once the key it was opened with is gone."""
+        kid = session.server_kid
+        if not kid or kid == self.identity.kid:
+            return self.identity
+        signer = self.ring.signer(kid, now) if self.ring is not None else None
+        if signer is None:
+            raise SessionUnknown(f"session ended: it was opened with the retired server key {kid[:300]}")
+        return signer
