@@ -117,10 +117,36 @@ MAX_VERIFIED_LENGTH = MAX_DID_LENGTH
 MAX_INT = encoding.MAX_SAFE_INT
 
 Role = Literal["client", "server"]
-EventName = Literal["hello", "proof", "accept_policy", "intent", "close", "reject"]
+EventName = Literal[
+    "hello",
+    "proof",
+    "accept_policy",
+    "intent",
+    "close",
+    "reject",
+    # Key lifecycle (docs/PROTOCOL.md §12): client_did holds the DID or key id concerned,
+    # server_did the successor DID of a followed rotation or the rotated agent's new DID.
+    "rotate",
+    "revoke",
+    "unrevoke",
+    "follow_rotation",
+]
 Status = Literal["success", "error"]
 
-EVENTS: frozenset[str] = frozenset(("hello", "proof", "accept_policy", "intent", "close", "reject"))
+EVENTS: frozenset[str] = frozenset(
+    (
+        "hello",
+        "proof",
+        "accept_policy",
+        "intent",
+        "close",
+        "reject",
+        "rotate",
+        "revoke",
+        "unrevoke",
+        "follow_rotation",
+    )
+)
 _ROLES = frozenset(("client", "server"))
 _STATUSES = frozenset(("success", "error"))
 _STRING_FIELDS = ("session_id", "client_did", "server_did", "intent_goal")

@@ -340,16 +340,18 @@ class RotationFollower:
     def __init__(self, *, audit: FollowAudit | None = None, clock: Callable[[], float] = time.time) -> None:
         self.history: dict[str, str] = {}
         self._audit = audit
-        self._clock = clock
+        self.clock = clock
 
-    def plan(self, pinned: str, tokens: Sequence[object] | object) -> list[RotationStatement]:
+    def plan(
+        self, pinned: str, tokens: Sequence[object] | object, *, now: float | None = None
+    ) -> list[RotationStatement]:
         """The statements that take ``pinned`` to its newest successor, all checked; no change.
 
         ``tokens`` is one statement or a chain in any order (as served at
         ``/.well-known/a2a-rotation.json``). Raises on the first statement that does not
         check out, or when none applies to ``pinned``.
         """
-        now = self._clock()
+        now = self.clock() if now is None else now
         items = list(tokens) if isinstance(tokens, list | tuple) else [tokens]
         verified = [verify_rotation_statement(t, now=now) for t in items]
         by_did: dict[str, RotationStatement] = {}

@@ -30,9 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from a2a_secure.errors import InvalidParams
+from a2a_secure.errors import DIDResolutionError, InvalidParams
 from a2a_secure.identity import encoding
-from a2a_secure.identity.did import check_did_syntax, split_key_id
+from a2a_secure.identity.did import (
+    check_did_syntax,
+    did_web_host_port,
+    key_id_for_did_key,
+    public_key_from_did_key,
+    split_key_id,
+)
 
 __all__ = [
     "DID_FIELD",
@@ -55,10 +61,17 @@ def check_target(target: object) -> str:
     """Return ``target`` if it is a DID or a key id (``did#fragment``), else ``InvalidParams``."""
     if not isinstance(target, str):
         raise InvalidParams("a revocation names a DID or a key id")
-    if "#" in target:
-        split_key_id(target)
-    else:
-        check_did_syntax(target)
+    did = split_key_id(target)[0] if "#" in target else check_did_syntax(target)
+    try:
+        # A did:key that is no Ed25519 key, or a did:web no resolver may fetch, names nothing.
+        if did.startswith("did:key:"):
+            public_key_from_did_key(did)
+        elif did.startswith("did:web:"):
+            did_web_host_port(did)
+    except DIDResolutionError as exc:
+        raise InvalidParams(exc.message) from None
+    if did.startswith("did:key:") and "#" in target and target != key_id_for_did_key(did):
+        raise InvalidParams("a did:key has one key id: the DID, '#', and the DID's key again")
     return target
 
 
