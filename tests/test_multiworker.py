@@ -497,26 +497,15 @@ async def test_revoked_did_session_is_refused_on_the_other_worker_at_once(cluste
         assert (await send(http, b, req)).status_code == 200  # both workers know it now
         executed = cluster.count()
         # Revoked through the shared store, as an operator does it.
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "a2a_secure",
-                "revoke",
-                client.did,
-                "--reason",
-                "leaked",
-                "--redis-url",
-                cluster.redis.url,
-                "--redis-prefix",
-                prefix,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            env=os.environ.copy(),
+        argv = [
+            sys.executable, "-m", "a2a_secure", "revoke", client.did, "--reason", "leaked",
+            "--redis-url", cluster.redis.url, "--redis-prefix", prefix,
+        ]  # fmt: skip
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
-        assert done.returncode == 0, done.stderr
+        _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, stderr
         # The very next intent, on either worker, ends the session without running.
         req = sess.prepare_intent({"goal": "echo", "inputs": {"i": 3}})
         resp = await send(http, b, req)
