@@ -304,7 +304,6 @@ def verify_rotation_statement(token: object, *, now: float) -> RotationStatement
     key = _did_key_or_invalid(did, "did")
     # The signature is checked before anything the statement claims is believed.
     jws_verify(str(token), key, typ=ROTATION_TYP, kid=key_id_for_did_key(did), decoded=decoded)
-    check_did_syntax(successor)
     _did_key_or_invalid(successor, "successor")
     if successor_kid != key_id_for_did_key(successor):
         split_key_id(successor_kid)
