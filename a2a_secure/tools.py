@@ -272,7 +272,7 @@ class ToolCatalog:
     async def _check(self, entry: RegistryEntry) -> _Checked | str:
         """Fetch ``entry``'s card and check it against the session; a reason string on failure."""
         try:
-            did, endpoint = await self.agent._locate(entry.name)
+            _, did, endpoint = await self.agent._locate(entry.name)
             if endpoint is None:
                 raise CardRefused(f"no endpoint known for {entry.name}")
             card = await self._fetch_card(endpoint)
@@ -346,7 +346,7 @@ class ToolCatalog:
         try:
             # The card the model saw must still be the one the agent commits to: a session
             # re-opened since the listing may carry a new manifest_hash.
-            did, endpoint = await self.agent._locate(spec.agent)
+            _, did, endpoint = await self.agent._locate(spec.agent)
             session = await self.agent.client.session_for(did, endpoint)
             if spec.card_hash is None or not hmac.compare_digest(
                 spec.card_hash, session.server_manifest_hash

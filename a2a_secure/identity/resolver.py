@@ -16,8 +16,6 @@ and hand the result to the core, which pins that key for the handshake and the s
 
 from __future__ import annotations
 
-import asyncio
-import importlib.metadata
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -155,11 +153,14 @@ class DIDResolver:
         offline = self.resolve_offline(did)
         if offline is not None:
             return offline
+        # Imported here: the pure layers that import this module must not load asyncio.
+        from asyncio import timeout  # noqa: PLC0415
+
         method = did_method(did)
         resolver = self._method_resolver(method)
         try:
             # A plug-in is foreign code: whatever it does, it answers within the time cap.
-            async with asyncio.timeout(self._timeout):
+            async with timeout(self._timeout):
                 resolved = await resolver(did)
         except A2AError:
             raise
@@ -199,6 +200,8 @@ def _load_method(method: str) -> MethodResolver | None:
 
     A plug-in that is installed but fails to load is ``DIDResolutionError`` naming it.
     """
+    import importlib.metadata  # noqa: PLC0415 - only on a method's first use (it loads socket)
+
     try:
         builtin = _BUILTIN_METHODS.get(method)
         if builtin is not None:

@@ -49,83 +49,81 @@ def revoked_message(entry: Revocation) -> str:
 
 
 class KeyGuard:
-    """The checks above, for one server: its store, resolver, key ring and deny lists."""
+    """The checks above, for one server: its key ring and its deny lists besides the store's.
+
+    The store, resolver and identity are the server's live configuration, given at each
+    call (a server may be handed another store or identity while it runs).
+    """
 
     def __init__(
         self,
-        identity: Identity,
         *,
-        store: Store,
-        resolver: DIDResolver,
         ring: KeyRing | None = None,
         revocations: Iterable[Revocations] = (),
         stream_staleness: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.identity = identity
-        self.store = store
-        self.resolver = resolver
         self.ring = ring
-        self._store_revocations = store if isinstance(store, RevocationStore) else None
-        # The store's own list is checked in begin_request: not again on the hot path.
-        self._lists: tuple[Revocations, ...] = tuple(
-            r
-            for r in revocations
-            if not (isinstance(r, StoreRevocations) and r.store is self._store_revocations)
-        )
+        self.revocations = tuple(revocations)
         self._stream_staleness = stream_staleness
         self._monotonic = monotonic
         self._stream_checked: dict[str, float] = {}
 
-    async def _find(self, did: str, kids: Sequence[str], *, with_store: bool) -> Revocation | None:
+    async def _find(
+        self, store: Store, did: str, kids: Sequence[str], *, with_store: bool
+    ) -> Revocation | None:
+        in_store = store if isinstance(store, RevocationStore) else None
         try:
-            for lst in self._lists:
+            for lst in self.revocations:
+                # The store's own list is checked by its begin_request: not again here.
+                if isinstance(lst, StoreRevocations) and lst.store is in_store:
+                    continue
                 hit = await lst.lookup(did, kids)
                 if hit is not None:
                     return hit
         except RuntimeError:  # a deny list that cannot be read: fail closed
             raise InternalError("the revocation list cannot be read") from None
-        if with_store and self._store_revocations is not None:
-            return await self._store_revocations.find_revocation(did, kids)
+        if with_store and in_store is not None:
+            return await in_store.find_revocation(did, kids)
         return None
 
     async def check_hello(
-        self, did: str, keys: Mapping[str, bytes], resolved: ResolvedDID, now: float
+        self, store: Store, did: str, keys: Mapping[str, bytes], resolved: ResolvedDID, now: float
     ) -> None:
         """Refuse (-32040) a retired key past its window, a revoked DID or a revoked key id."""
         for kid in keys:
             resolved.check_key_current(kid, now)
-        hit = await self._find(did, list(keys), with_store=True)
+        hit = await self._find(store, did, list(keys), with_store=True)
         if hit is not None:
             raise AuthenticationFailed(revoked_message(hit))
 
-    async def check_session(self, session: SessionRecord) -> None:
+    async def check_session(self, store: Store, resolver: DIDResolver, session: SessionRecord) -> None:
         """The per-intent checks that the store does not make (see the module documentation)."""
-        if self._lists:
-            hit = await self._find(session.client_did, (session.client_kid,), with_store=False)
+        if self.revocations:
+            hit = await self._find(store, session.client_did, (session.client_kid,), with_store=False)
             if hit is not None:
                 raise SessionUnknown(f"session ended: {revoked_message(hit)}")
         did = session.client_did
         if did.startswith("did:key:"):
             return
-        resolved = self.resolver.resolve_offline(did)
+        resolved = resolver.resolve_offline(did)
         if resolved is None:
             try:
-                resolved = await self.resolver.resolve(did)
+                resolved = await resolver.resolve(did)
             except DIDResolutionError as exc:
                 raise DIDResolutionError(
                     f"the client's DID could not be resolved again: {exc.message}"
                 ) from None
         if resolved.key_for(session.client_kid) != session.client_key:
-            await self.store.close_session(session.session_id)
+            await store.close_session(session.session_id)
             raise SessionUnknown(
                 f"session ended: {session.client_kid[:300]} is no longer in the DID document"
             )
 
-    async def check_stream(self, session: SessionRecord) -> None:
+    async def check_stream(self, store: Store, resolver: DIDResolver, session: SessionRecord) -> None:
         """:meth:`check_session` and, at most every ``stream_staleness`` s, the store's list."""
-        await self.check_session(session)
-        if self._store_revocations is None:
+        await self.check_session(store, resolver, session)
+        if not isinstance(store, RevocationStore):
             return
         now = self._monotonic()
         sid = session.session_id
@@ -134,16 +132,16 @@ class KeyGuard:
         if len(self._stream_checked) > 10_000:
             self._stream_checked.clear()
         self._stream_checked[sid] = now
-        hit = await self._store_revocations.find_revocation(session.client_did, [session.client_kid])
+        hit = await store.find_revocation(session.client_did, [session.client_kid])
         if hit is not None:
-            await self.store.close_session(sid)
+            await store.close_session(sid)
             raise SessionUnknown(f"session ended: {revoked_message(hit)}")
 
-    def signer_for(self, session: SessionRecord, now: float) -> Identity:
+    def signer_for(self, identity: Identity, session: SessionRecord, now: float) -> Identity:
         """The key that answers on ``session``; -32043 once the key it was opened with is gone."""
         kid = session.server_kid
-        if not kid or kid == self.identity.kid:
-            return self.identity
+        if not kid or kid == identity.kid:
+            return identity
         signer = self.ring.signer(kid, now) if self.ring is not None else None
         if signer is None:
             raise SessionUnknown(f"session ended: it was opened with the retired server key {kid[:300]}")

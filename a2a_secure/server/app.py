@@ -388,12 +388,7 @@ class AgentServer(IntentDispatcher):
                 clock=self._clock,
                 monotonic=self._monotonic,
                 key_guard=KeyGuard(
-                    self.identity,
-                    store=self.store,
-                    resolver=self.resolver,
-                    ring=self.key_ring,
-                    revocations=self.revocations,
-                    monotonic=self._monotonic,
+                    ring=self.key_ring, revocations=self.revocations, monotonic=self._monotonic
                 ),
             )
         return self._protocol
