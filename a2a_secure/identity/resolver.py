@@ -175,6 +175,15 @@ class DIDResolver:
         self._cache[did] = (self._clock() + self._ttl, resolved)
         return resolved
 
+    def clock(self) -> float:
+        """The resolver's clock (the time base of :meth:`fresh_until`)."""
+        return self._clock()
+
+    def fresh_until(self, did: str) -> float | None:
+        """When the cached resolution of ``did`` goes stale (:meth:`clock` time), or None."""
+        hit = self._cache.get(did)
+        return None if hit is None else hit[0]
+
     def forget(self, did: str) -> None:
         """Drop the cached resolution of ``did`` (the next :meth:`resolve` fetches it again)."""
         self._cache.pop(did, None)

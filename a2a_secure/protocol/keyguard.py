@@ -8,10 +8,12 @@
 * each intent or close, before the sequence is consumed (:meth:`KeyGuard.check_session`):
   the deny lists that are not kept in the session store (a :class:`FileRevocations`: one
   ``stat``), and for a DID that is not did:key, whether the DID's current document still
-  lists the session's key. The document is the resolver's cached one while it is fresh
-  (``cache_ttl``, 300 s by default) and is fetched again, once for all of the DID's
-  sessions, when it is not: a key dropped from the document ends its sessions within
-  ``cache_ttl`` (-32043). A failed fetch refuses the intent (-32047) without consuming it.
+  lists the session's key. Nothing is fetched while the document the DID was last checked
+  against (at HELLO, or by an earlier intent) is fresh in the resolver's cache
+  (``cache_ttl``, 300 s by default): within that window the key stays pinned (ATTACKS.md
+  F18). The first intent after it resolves the DID again, once for all of its sessions: a
+  key dropped from the document, or replaced under the same key id, ends its sessions
+  (-32043). A failed fetch refuses the intent (-32047) without consuming it.
   Revocations kept in the session store are checked by the store's ``begin_request`` in
   the same atomic step (``BeginKind.REVOKED``);
 * each stream event (:meth:`KeyGuard.check_stream`): the same, plus the store's deny list,
@@ -68,6 +70,20 @@ class KeyGuard:
         self._stream_staleness = stream_staleness
         self._monotonic = monotonic
         self._stream_checked: dict[str, float] = {}
+        # DID -> until when (resolver clock) the document its sessions were checked against is
+        # fresh: a key dropped from it is seen on the first intent after that.
+        self._fresh_until: dict[str, float] = {}
+
+    def _note_fresh(self, resolver: DIDResolver, did: str) -> None:
+        until = resolver.fresh_until(did)
+        if until is None:
+            return
+        if len(self._fresh_until) >= 10_000:
+            now = resolver.clock()
+            self._fresh_until = {d: t for d, t in self._fresh_until.items() if t > now}
+            if len(self._fresh_until) >= 10_000:
+                self._fresh_until.clear()
+        self._fresh_until[did] = until
 
     async def _find(
         self, store: Store, did: str, kids: Sequence[str], *, with_store: bool
@@ -88,7 +104,13 @@ class KeyGuard:
         return None
 
     async def check_hello(
-        self, store: Store, did: str, keys: Mapping[str, bytes], resolved: ResolvedDID, now: float
+        self,
+        store: Store,
+        resolver: DIDResolver,
+        did: str,
+        keys: Mapping[str, bytes],
+        resolved: ResolvedDID,
+        now: float,
     ) -> None:
         """Refuse (-32040) a retired key past its window, a revoked DID or a revoked key id."""
         for kid in keys:
@@ -96,6 +118,8 @@ class KeyGuard:
         hit = await self._find(store, did, list(keys), with_store=True)
         if hit is not None:
             raise AuthenticationFailed(revoked_message(hit))
+        if not did.startswith("did:key:"):
+            self._note_fresh(resolver, did)
 
     async def check_session(self, store: Store, resolver: DIDResolver, session: SessionRecord) -> None:
         """The per-intent checks that the store does not make (see the module documentation)."""
@@ -106,14 +130,14 @@ class KeyGuard:
         did = session.client_did
         if did.startswith("did:key:"):
             return
-        resolved = resolver.resolve_offline(did)
-        if resolved is None:
-            try:
-                resolved = await resolver.resolve(did)
-            except DIDResolutionError as exc:
-                raise DIDResolutionError(
-                    f"the client's DID could not be resolved again: {exc.message}"
-                ) from None
+        until = self._fresh_until.get(did)
+        if until is not None and resolver.clock() < until:
+            return  # checked against a document that is still fresh
+        try:
+            resolved = await resolver.resolve(did)  # the cached document, or a new fetch
+        except DIDResolutionError as exc:
+            raise DIDResolutionError(f"the client's DID could not be resolved again: {exc.message}") from None
+        self._note_fresh(resolver, did)
         if resolved.key_for(session.client_kid) != session.client_key:
             await store.close_session(session.session_id)
             raise SessionUnknown(

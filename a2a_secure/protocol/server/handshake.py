@@ -76,7 +76,7 @@ class HandshakeResponder:
             raise AuthenticationFailed("refusing a handshake with this agent's own DID")
         resolved: ResolvedDID = await cfg.resolver.resolve(agent_did)
         client_keys = m.bind_public_keys(PublicKeyEntry.pairs(hello.public_keys), resolved)
-        await cfg.key_guard.check_hello(cfg.store, agent_did, client_keys, resolved, now)
+        await cfg.key_guard.check_hello(cfg.store, cfg.resolver, agent_did, client_keys, resolved, now)
 
         nonce_b = encoding.b64u_encode(self._random(m.NONCE_BYTES))
         hello_hash = encoding.hash_of(params)  # §5: of the params as received
