@@ -11,6 +11,7 @@ from a2a_secure._lazy import attach
 
 if TYPE_CHECKING:
     from a2a_secure.agent import A2AAgent, AgentRegistry
+    from a2a_secure.approval import NeedsApproval
     from a2a_secure.client.http import A2AClient
     from a2a_secure.errors import A2AError
     from a2a_secure.identity import (
@@ -31,6 +32,7 @@ __all__ = [
     "AgentRegistry",
     "DIDResolver",
     "Identity",
+    "NeedsApproval",
     "__version__",
     "hash_of",
     "jws_sign",
@@ -47,6 +49,7 @@ __getattr__, __dir__ = attach(
         "AgentRegistry": "a2a_secure.agent",
         "DIDResolver": "a2a_secure.identity",
         "Identity": "a2a_secure.identity",
+        "NeedsApproval": "a2a_secure.approval",
         "hash_of": "a2a_secure.identity",
         "jws_sign": "a2a_secure.identity",
         "jws_verify": "a2a_secure.identity",

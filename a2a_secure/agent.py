@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from a2a_secure import approval as _approval
 from a2a_secure.client.http import A2AClient, RetryPolicy, check_endpoint
 from a2a_secure.errors import A2AError, AuthenticationFailed, InvalidParams, PeerUnreachable
 from a2a_secure.identity import encoding
@@ -23,9 +24,11 @@ from a2a_secure.identity.did import A2A_SERVICE_TYPE, check_did_syntax
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.identity.rotation import WELL_KNOWN_ROTATION, RotationFollower, verify_rotation_statement
+from a2a_secure.protocol.approval import ApprovalSettings, approver_dids
 from a2a_secure.protocol.client import ClientSession, IntentResult
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
-from a2a_secure.protocol.server import AuditHook
+from a2a_secure.protocol.priority import PriorityRights
+from a2a_secure.protocol.server import AuditHook, ServerLimits
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -314,7 +317,15 @@ class A2AAgent:
         retry: RetryPolicy | None = None,
         accept_policy: Callable[[Policy], bool] | None = None,
         description: str = "",
+        priority_rights: PriorityRights | None = None,
+        limits: ServerLimits | None = None,
+        approvers: Iterable[str] = (),
+        approval: ApprovalSettings | None = None,
+        serve_tools: bool = False,
     ) -> None:
+        """``priority_rights`` and ``limits`` configure the hosted side (:attr:`server`): the
+        highest intent priority each caller may use, and the server's bounds, among them
+        ``max_concurrent_intents`` (PROTOCOL.md §12.3)."""
         self.agent_id = agent_id
         self.identity = identity or Identity.generate(agent_id)
         self.endpoint = endpoint
@@ -337,6 +348,11 @@ class A2AAgent:
         self._verify = verify
         self.registry.rotations = RotationFollower(audit=self._audit_follow)
         self._description = description
+        self._priority_rights = priority_rights
+        self._limits = limits
+        self._approvers = approver_dids(approvers)
+        self._approval = approval
+        self._serve_tools = serve_tools
         self._server: AgentServer | None = None
         self._sessions: dict[str, ClientSession] = {}
 
@@ -401,22 +417,28 @@ class A2AAgent:
                 f"agent {name!r} did not answer at {where} ({reason})", endpoint=where, reason=exc.reason
             ) from None
 
-    async def request(self, target: str, intent: Mapping[str, Any]) -> Any:
+    async def request(self, target: str, intent: Mapping[str, Any], *, priority: int | None = None) -> Any:
         """Send ``intent`` to the agent ``target`` designates (see :meth:`find`); return its result.
 
         The result is verified against the server's signature before it is returned; a
         session with that agent is reused, and re-established once if it has expired. An
         endpoint that does not answer raises :class:`~a2a_secure.errors.PeerUnreachable`
-        naming the agent and the endpoint.
+        naming the agent and the endpoint. ``priority`` (1-5, default 3; PROTOCOL.md §12.3)
+        asks the agent to schedule the intent at that priority, within the rights the agent
+        gives this caller.
         """
-        return (await self.request_verified(target, intent)).result
+        # A JSON object comes back as a dict that also answers ``.needs_approval`` (§12).
+        result = await self.request_verified(target, intent, priority=priority)
+        return _approval.as_result(result.result)
 
-    async def request_verified(self, target: str, intent: Mapping[str, Any]) -> IntentResult:
+    async def request_verified(
+        self, target: str, intent: Mapping[str, Any], *, priority: int | None = None
+    ) -> IntentResult:
         """Like :meth:`request`, but return the whole verified answer: ``status``,
         ``sequence``, ``result`` and the server's signed ``response_jws`` (kept as proof)."""
         name, did, endpoint = await self._locate(target)
         with self._naming(name, endpoint):
-            return await self.client.request(did, intent, endpoint=endpoint)
+            return await self.client.request(did, intent, endpoint=endpoint, priority=priority)
 
     # -- key rotation ----------------------------------------------------------------------------
     def _audit_follow(self, statement: Any) -> None:
@@ -486,11 +508,13 @@ class A2AAgent:
         """
         return await self.tools.call(name, arguments, on_progress=on_progress)
 
-    async def stream(self, target: str, intent: Mapping[str, Any]) -> AsyncIterator[Any]:
+    async def stream(
+        self, target: str, intent: Mapping[str, Any], *, priority: int | None = None
+    ) -> AsyncIterator[Any]:
         """Send ``intent`` as a streamed request (PROTOCOL.md §6.4); yield verified partial results."""
         name, did, endpoint = await self._locate(target)
         with self._naming(name, endpoint):
-            async for item in self.client.stream(did, intent, endpoint=endpoint):
+            async for item in self.client.stream(did, intent, endpoint=endpoint, priority=priority):
                 yield item
 
     async def handshake(self, remote_did: str, remote_endpoint: str | None = None) -> str:
@@ -538,12 +562,54 @@ class A2AAgent:
                 store=self._store,
                 resolver=self.resolver,
                 audit=self._audit,
+                limits=self._limits,
+                priority_rights=self._priority_rights,
+                approvers=self._approvers,
+                approval=self._approval,
+                serve_tools=self._serve_tools,
             )
         return self._server
 
-    def intent(self, goal: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator: host ``goal`` with the decorated handler."""
-        return self.server.intent(goal)
+    def intent(
+        self,
+        goal: str,
+        *,
+        description: str | None = None,
+        input_schema: Mapping[str, Any] | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: host ``goal`` with the decorated handler (described in the card)."""
+        return self.server.intent(goal, description=description, input_schema=input_schema)
+
+    # -- human approval (PROTOCOL.md §12) ----------------------------------------------------
+    def approved_action(
+        self, action: str, *, approvers: Iterable[str] | None = None
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: run the decorated function when a person approves an ``action``.
+
+        See :meth:`AgentServer.approved_action <a2a_secure.server.app.AgentServer.approved_action>`.
+        """
+        return self.server.approved_action(action, approvers=approvers)
+
+    async def pending_action(self, target: str, action_id: str) -> _approval.ActionDetails:
+        """The pending action ``action_id`` at ``target``, checked (for its approvers)."""
+        name, did, endpoint = await self._locate(target)
+        with self._naming(name, endpoint):
+            return await _approval.pending_action(self.client, did, action_id, endpoint=endpoint)
+
+    async def approve(
+        self, target: str, action_id: str, *, approved: bool = True, action_hash: str | None = None
+    ) -> _approval.ApprovalOutcome:
+        """Sign this agent's approval (or rejection) of ``action_id`` at ``target``.
+
+        Without ``action_hash``, the pending action is read first and its data checked
+        against its hash; the outcome holds those details and, once approved, the action's
+        result.
+        """
+        name, did, endpoint = await self._locate(target)
+        with self._naming(name, endpoint):
+            return await _approval.approve(
+                self.client, did, action_id, approved=approved, action_hash=action_hash, endpoint=endpoint
+            )
 
     @property
     def app(self) -> FastAPI:

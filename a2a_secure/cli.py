@@ -258,7 +258,12 @@ def _build_serve(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--workers", type=int, default=1, help="worker processes (more than 1 needs --redis-url)"
     )
-    parser.add_argument("--redis-url", metavar="URL", help="shared store for sessions and sequences")
+    parser.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help="shared store for sessions and sequences: redis://host:port/db, "
+        "redis+cluster://host:port[,host:port], redis+sentinel://host:port[,host:port]/service",
+    )
     parser.set_defaults(handler=_serve)
 
 
@@ -295,13 +300,26 @@ def _build_call(subparsers: Subparsers) -> None:
     parser.add_argument("--domain")
     parser.add_argument("--inputs", default="{}", metavar="JSON", help="intent inputs (a JSON object)")
     parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agent's certificate")
+    parser.add_argument(
+        "--priority",
+        type=_priority_arg,
+        metavar="N",
+        help="intent priority 1-5 (default 3), within the rights the agent gives this caller",
+    )
     parser.set_defaults(handler=_call)
+
+
+def _priority_arg(text: str) -> int:
+    # PROTOCOL.md §12.3: an integer 1-5 written as one ("5", not "5.0", "+5" or "05").
+    if text not in ("1", "2", "3", "4", "5"):
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to 5, not {text!r}")
+    return int(text)
 
 
 def _call(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
-    from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry  # noqa: PLC0415
+    from a2a_secure.agent import A2AAgent  # noqa: PLC0415
     from a2a_secure.identity import encoding  # noqa: PLC0415
 
     identity = Identity.load(args.key_file)
@@ -312,20 +330,79 @@ def _call(args: argparse.Namespace) -> int:
     intent: dict[str, Any] = {"goal": args.goal, "inputs": inputs}
     if args.domain:
         intent["domain"] = args.domain
+    registry, target = _registry_for(args)
+
+    async def run() -> Any:
+        async with A2AAgent(
+            identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True
+        ) as a:
+            return await a.request(target, intent, priority=args.priority)
+
+    print_json(asyncio.run(run()))
+    return 0
+
+
+def _registry_for(args: argparse.Namespace) -> tuple[Any, str]:
+    """The registry of ``--registry``/``--endpoint`` and the target ``--to`` to look up in it."""
+    from a2a_secure.agent import AgentRegistry, RegistryEntry  # noqa: PLC0415
+
     registry = AgentRegistry.load(args.registry) if args.registry else AgentRegistry()
     target = args.to
     if args.endpoint:
         did = target if target.startswith("did:") else registry.find(target).did
         registry.add(RegistryEntry(target if not target.startswith("did:") else "target", did, args.endpoint))
         target = did
+    return registry, target
+
+
+@subcommand("approve")
+def _build_approve(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "approve",
+        help="approve (or reject) an action an agent is waiting to run",
+        description=(
+            "Read the pending action, check that its data hashes to its action_hash, print its"
+            " preview and data, then sign the approval (or, with --reject, the rejection) with"
+            " the key file: the action runs once, with the data shown (PROTOCOL.md §12)."
+        ),
+    )
+    parser.add_argument("--key-file", required=True, metavar="FILE", help="the approver's own key")
+    parser.add_argument("--to", required=True, metavar="DID|NAME", help="the agent's DID or registry name")
+    parser.add_argument("--action-id", required=True, metavar="ID")
+    parser.add_argument("--reject", action="store_true", help="reject the action instead")
+    parser.add_argument("--endpoint", metavar="URL", help="the agent's base URL")
+    parser.add_argument("--registry", metavar="FILE", help="agent_registry.json")
+    parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agent's certificate")
+    parser.set_defaults(handler=_approve)
+
+
+def _approve(args: argparse.Namespace) -> int:
+    from a2a_secure.agent import A2AAgent  # noqa: PLC0415
+
+    identity = Identity.load(args.key_file)
+    registry, target = _registry_for(args)
 
     async def run() -> Any:
         async with A2AAgent(
             identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True
-        ) as a:
-            return await a.request(target, intent)
+        ) as agent:
+            details = await agent.pending_action(target, args.action_id)
+            print(f"action:   {details.action} (asked by {details.caller_did})")
+            preview = details.preview
+            print(f"preview:  {preview if isinstance(preview, str) else json.dumps(preview)}")
+            print(f"data:     {json.dumps(details.action_data, ensure_ascii=False)}")
+            print(f"hash:     {details.action_hash} (checked against the data)")
+            print(f"state:    {details.state}, expires at {details.expires_at}")
+            return await agent.approve(
+                target, args.action_id, approved=not args.reject, action_hash=details.action_hash
+            )
 
-    print_json(asyncio.run(run()))
+    outcome = asyncio.run(run())
+    if outcome.approved:
+        print("approved; the action ran once. Its result:")
+        print_json(outcome.result)
+    else:
+        print("rejected; the action will not run")
     return 0
 
 

@@ -19,7 +19,7 @@ import httpx
 from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
 from a2a_secure.audit import AuditEvent, Auditor, JsonlAuditLog, run_audit_verify
 from a2a_secure.errors import A2AError
-from a2a_secure.examples import sentiment, summarizer, translator
+from a2a_secure.examples import calendar_agent, sentiment, summarizer, translator
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.jsonrpc import encode_request
@@ -63,6 +63,44 @@ def _short(value: Any) -> str:
     return text if len(text) <= 90 else text[:87] + "..."
 
 
+async def _approval_part(
+    out: TextIO,
+    stack: contextlib.AsyncExitStack,
+    orchestrator: A2AAgent,
+    registry: AgentRegistry,
+    workdir: Path,
+    logs: dict[str, Path],
+    auditors: list[Auditor],
+    dids: dict[str, str],
+    names: dict[str, str],
+) -> None:
+    """A calendar agent that asks a person (another key) before it invites anyone (§12)."""
+    person = Identity.generate("person")
+    calendar_identity = Identity.generate("calendar")
+    logs["calendar"] = workdir / "calendar.audit.jsonl"
+    auditor = Auditor([JsonlAuditLog(logs["calendar"], calendar_identity)], role="server")
+    auditors.append(auditor)
+    dids["calendar"] = calendar_identity.did
+    names[calendar_identity.did] = "calendar"
+    calendar = calendar_agent.build_agent(calendar_identity, approvers=[person.did])
+    calendar.server._audit = auditor.record
+    url = await stack.enter_async_context(serve_app(calendar.app))
+    registry.add(RegistryEntry("calendar", calendar.did, url, tuple(calendar.server.goals)))
+    out.write(f"  human approval: calendar {calendar.did[:32]}…, person {person.did[:32]}…\n")
+    event = {"title": "Design review", "start": "2026-03-02T10:00Z", "participants": ["ana@example.com"]}
+    out.write(f"  orchestrator -> calendar: create_event {_short(event)}\n")
+    result = await orchestrator.request("calendar", {"goal": "create_event", "inputs": event})
+    out.write(f"    needs approval: action {result.action_id}, preview: {result.preview}\n")
+    async with A2AAgent("person", person, registry=registry) as me:
+        outcome = await me.approve("calendar", result.action_id, approved=True)
+        out.write(f"    the person signed the approval of {outcome.action_hash[:23]}…; ran once: ")
+        out.write(f"{_short(outcome.result)}\n")
+        try:
+            await me.approve("calendar", result.action_id, action_hash=outcome.action_hash)
+        except A2AError as exc:
+            out.write(f"    a second approval is refused: code {exc.code}: {exc.message}\n\n")
+
+
 async def run_demo(out: TextIO, workdir: Path) -> int:
     """Run the whole demo, writing to ``out``; audit logs go under ``workdir``."""
     builders = {"translator": translator, "summarizer": summarizer, "sentiment": sentiment}
@@ -79,6 +117,7 @@ async def run_demo(out: TextIO, workdir: Path) -> int:
         hosts[name] = agent
 
     out.write("a2a-secure demo: three agents and an orchestrator on loopback\n\n")
+    dids_extra: dict[str, str] = {}
     async with contextlib.AsyncExitStack() as stack:
         registry = AgentRegistry()
         session_urls: dict[str, str] = {}
@@ -134,6 +173,9 @@ async def run_demo(out: TextIO, workdir: Path) -> int:
             out.write(
                 f"    server answered HTTP {resp.status_code}, code {err['code']}: {err['message']}\n\n"
             )
+            await _approval_part(
+                out, stack, orchestrator, registry, workdir, logs, auditors, dids_extra, names
+            )
             out.write("  closing sessions\n")
         # leaving the context closed every session with an authenticated close
         for auditor in auditors:
@@ -141,7 +183,7 @@ async def run_demo(out: TextIO, workdir: Path) -> int:
 
     out.write("\naudit trail (hash-chained JSON Lines, checkpoints signed by each agent's key):\n")
     ok = True
-    dids = {n: a.did for n, a in hosts.items()} | {"orchestrator": orch_identity.did}
+    dids = {n: a.did for n, a in hosts.items()} | {"orchestrator": orch_identity.did} | dids_extra
     for name, path in logs.items():
         code, message = run_audit_verify(str(path), dids[name])
         ok = ok and code == 0

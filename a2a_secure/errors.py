@@ -22,7 +22,8 @@ right answer without a lookup table of its own::
     ├── DIDResolutionError           -32047  401
     ├── Unavailable                  -32048  503   rate limited, full, store down (Retry-After)
     │   └── PeerUnreachable          -32048  503   (client side) the peer's endpoint did not answer
-    └── IntentTimeout                -32049  504
+    ├── IntentTimeout                -32049  504
+    └── ActionNotPending             -32050  409   approval: unknown, expired or decided action
 
 Messages are short and never carry a secret, a key or a stack trace: they are sent to the
 peer as they are.
@@ -34,6 +35,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "A2AError",
+    "ActionNotPending",
     "AuthenticationFailed",
     "DIDResolutionError",
     "HandshakeUnknown",
@@ -251,6 +253,17 @@ class IntentTimeout(A2AError):
     default_message = "intent timed out"
 
 
+class ActionNotPending(A2AError):
+    """An approval names an action that is unknown, expired or already approved or rejected.
+
+    An extension of this implementation (PROTOCOL.md §12), outside the protocol's codes.
+    """
+
+    code = -32050
+    http_status = 409
+    default_message = "action is not pending"
+
+
 _BY_CODE: dict[int, type[A2AError]] = {
     cls.code: cls
     for cls in (
@@ -269,6 +282,7 @@ _BY_CODE: dict[int, type[A2AError]] = {
         DIDResolutionError,
         Unavailable,
         IntentTimeout,
+        ActionNotPending,
     )
 }
 

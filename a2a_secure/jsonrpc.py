@@ -81,7 +81,8 @@ _MAX_REQUEST_ID_LENGTH = 128
 
 
 class ErrorCodes(enum.IntEnum):
-    """JSON-RPC 2.0 error codes and those of PROTOCOL.md §7 (-32040 … -32049)."""
+    """JSON-RPC 2.0 error codes, those of PROTOCOL.md §7 (-32040 … -32049), and -32050 of
+    the approval extension (§12.1)."""
 
     PARSE_ERROR = -32700
     INVALID_REQUEST = -32600
@@ -98,6 +99,7 @@ class ErrorCodes(enum.IntEnum):
     DID_RESOLUTION_ERROR = -32047
     UNAVAILABLE = -32048
     INTENT_TIMEOUT = -32049
+    ACTION_NOT_PENDING = -32050
 
 
 # -- unchecked builders: the SDK's own hot paths, whose arguments the core already checked ---------

@@ -7,7 +7,7 @@ exists, else from the unchanged copies in ``tests/vectors``, so a clean clone wo
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,3 +27,19 @@ def load_vector(name: str) -> Any:
 def vectors() -> Callable[[str], Any]:
     """A loader for the published vector files."""
     return load_vector
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A local Redis Cluster (three primaries, three replicas) shared by the test session."""
+    from cluster_helpers import cluster_fixture
+
+    yield from cluster_fixture(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A local primary, its replica and three sentinels, shared by the test session."""
+    from sentinel_helpers import sentinel_fixture
+
+    yield from sentinel_fixture(tmp_path_factory)

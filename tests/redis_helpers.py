@@ -24,7 +24,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -117,13 +117,17 @@ class OwnedRedis:
 
     ``persist=True`` turns on the append-only file with ``appendfsync always`` in ``workdir``,
     so a killed server comes back with every acknowledged write; otherwise nothing is saved.
+    ``args`` are added to the command line (``("--replicaof", "127.0.0.1", "6380")``).
     """
 
-    def __init__(self, workdir: Path, *, persist: bool = False, port: int | None = None) -> None:
+    def __init__(
+        self, workdir: Path, *, persist: bool = False, port: int | None = None, args: Sequence[str] = ()
+    ) -> None:
         self.binary = redis_server_binary()
         self.workdir = workdir
         self.persist = persist
         self.port = port or free_port()
+        self.args = list(args)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -150,6 +154,7 @@ class OwnedRedis:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
+        args += self.args
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         why: str | None = "not started"

@@ -442,7 +442,15 @@ def test_demo_runs_the_agents_and_verifies_every_audit_chain(
     assert '"translated_text":"Hola mundo"' in out
     assert out.rstrip().endswith("demo finished: all handshakes, intents and audit chains verified")
     logs = sorted(p.name for p in tmp_path.glob("*.audit.jsonl"))
-    assert logs == [f"{n}.audit.jsonl" for n in ("orchestrator", "sentiment", "summarizer", "translator")]
+    names = ("calendar", "orchestrator", "sentiment", "summarizer", "translator")
+    assert logs == [f"{n}.audit.jsonl" for n in names]
+    # The approval part: the request, its preview, the person's approval, one run, a refusal.
+    assert "needs approval: action " in out and "preview: Create 'Design review'" in out
+    assert "ran once: " in out and "a second approval is refused: code -32050" in out
+    lines = (tmp_path / "calendar.audit.jsonl").read_text().splitlines()
+    calendar_events = [json.loads(line)["event"] for line in lines]
+    for event in ("action_created", "action_approved", "action_executed", "action_refused"):
+        assert calendar_events.count(event) == 1
     for log in tmp_path.glob("*.audit.jsonl"):
         assert b"Hola" not in log.read_bytes()  # no results (or inputs) in an audit record
 

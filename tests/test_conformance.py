@@ -951,7 +951,7 @@ async def test_s6_1_intent_member_shapes(stack: Stack) -> None:
         "unknown-constraint": {**base, "constraints": {"temperature": 1}},
         "inputs-null": {**base, "inputs": None},
         "goal-missing": {"inputs": {}},
-        "unknown-member": {**base, "priority": 1},
+        "unknown-member": {**base, "urgency": 1},
     }
     for name, intent in bad.items():
         req = forge_request(stack.session, intent, sequence=stack.session.last_sequence + 1)

@@ -319,7 +319,7 @@ def _intent_variants(req: PreparedRequest) -> dict[str, Any]:
         "goal-129": {**p, "intent": {"goal": "g" * 129, "inputs": {}}},
         "inputs-missing": {**p, "intent": {"goal": "echo"}},
         "inputs-array": {**p, "intent": {"goal": "echo", "inputs": []}},
-        "intent-extra": {**p, "intent": {**p["intent"], "priority": 1}},
+        "intent-extra": {**p, "intent": {**p["intent"], "urgency": 1}},
         "unknown-constraint": {**p, "intent": {**p["intent"], "constraints": {"retries": 1}}},
         "timeout-zero": {**p, "intent": {**p["intent"], "constraints": {"timeout_ms": 0}}},
     }

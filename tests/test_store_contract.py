@@ -2,7 +2,9 @@
 
 Every store implementation must pass the same suite: the tests use only the interface (no
 internals), and each one creates its stores through the ``store_factory`` fixture, which
-is parametrised over ``STORE_FACTORIES`` (the memory store and RedisStore): an async callable
+is parametrised over ``STORE_FACTORIES`` (the memory store, RedisStore on one Redis, on a
+local Redis Cluster, tests/cluster_helpers.py, and on a primary found through local
+sentinels, tests/sentinel_helpers.py): an async callable
 that returns a fresh, empty store; the fixture closes every store it made and deletes the
 Redis keys of its prefix.
 """
@@ -10,11 +12,13 @@ Redis keys of its prefix.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import cluster_helpers
 import pytest
 import redis_helpers
 from protocol_helpers import identity
@@ -48,10 +52,20 @@ async def _redis_store() -> Store:
     return RedisStore(redis_helpers.REDIS_URL, prefix=f"a2a-test:{uuid.uuid4().hex}:")
 
 
+async def _cluster_store() -> Store:
+    raise AssertionError("made by store_factory, which needs the redis_cluster fixture")
+
+
+async def _sentinel_store() -> Store:
+    raise AssertionError("made by store_factory, which needs the redis_sentinel fixture")
+
+
 # One entry per implementation: the same contract holds for every store.
 STORE_FACTORIES: list[Any] = [
     pytest.param(_memory_store, id="memory"),
     pytest.param(_redis_store, id="redis"),
+    pytest.param(_cluster_store, id="cluster"),
+    pytest.param(_sentinel_store, id="sentinel"),
 ]
 
 T0 = 1_763_700_000  # a multiple of 60 and of 3600
@@ -65,6 +79,31 @@ BIG = 1_000_000
 async def store_factory(request: pytest.FixtureRequest) -> AsyncIterator[StoreFactory]:
     made: list[Store] = []
     factory: StoreFactory = request.param
+    # Deletes the keys of a prefix wherever the stores of this param keep them.
+    delete_prefix: Callable[[str], int] = functools.partial(
+        redis_helpers.delete_prefix, redis_helpers.REDIS_URL
+    )
+    if factory is _cluster_store or factory is _sentinel_store:
+        from a2a_secure.store.redis import RedisStore
+
+        if factory is _cluster_store:
+            # A local Redis Cluster (tests/cluster_helpers.py), started once per test session.
+            url = request.getfixturevalue("redis_cluster").url
+            delete_prefix = functools.partial(cluster_helpers.delete_prefix, url)
+        else:
+            # A primary, its replica and three sentinels (tests/sentinel_helpers.py), once per
+            # session; nothing kills its primary, so keys are deleted there directly.
+            sentinels = request.getfixturevalue("redis_sentinel")
+            url = sentinels.url
+            delete_prefix = functools.partial(
+                redis_helpers.delete_prefix, sentinels.url_of(sentinels.first_primary)
+            )
+        prefix = f"a2a-test:{uuid.uuid4().hex}:"
+
+        async def on_deployment() -> Store:
+            return RedisStore(url, prefix=prefix)
+
+        factory = on_deployment
 
     async def make() -> Store:
         store = await factory()
@@ -76,7 +115,7 @@ async def store_factory(request: pytest.FixtureRequest) -> AsyncIterator[StoreFa
         await store.aclose()
         prefix = getattr(store, "prefix", None)
         if isinstance(prefix, str) and prefix.startswith("a2a-test:"):
-            redis_helpers.delete_prefix(redis_helpers.REDIS_URL, prefix)
+            delete_prefix(prefix)
 
 
 @pytest.fixture

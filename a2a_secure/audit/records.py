@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from a2a_secure.errors import A2AError
 from a2a_secure.identity import encoding
@@ -44,29 +44,23 @@ EventName = Literal[
     "intent",
     "close",
     "reject",
-    # Key lifecycle (docs/PROTOCOL.md §12.1): client_did holds the DID or key id concerned,
+    # Key lifecycle (docs/PROTOCOL.md §12.4): client_did holds the DID or key id concerned,
     # server_did the successor DID of a followed rotation or the rotated agent's new DID.
     "rotate",
     "revoke",
     "unrevoke",
     "follow_rotation",
+    # an action's life under human approval (PROTOCOL.md §12)
+    "action_created",
+    "action_approved",
+    "action_rejected",
+    "action_refused",
+    "action_executed",
+    "action_failed",
 ]
 Status = Literal["success", "error"]
 
-EVENTS: frozenset[str] = frozenset(
-    (
-        "hello",
-        "proof",
-        "accept_policy",
-        "intent",
-        "close",
-        "reject",
-        "rotate",
-        "revoke",
-        "unrevoke",
-        "follow_rotation",
-    )
-)
+EVENTS: frozenset[str] = frozenset(get_args(EventName))
 _ROLES = frozenset(("client", "server"))
 _STATUSES = frozenset(("success", "error"))
 _STRING_FIELDS = ("session_id", "client_did", "server_did", "intent_goal")

@@ -40,6 +40,7 @@ from a2a_secure.jsonrpc import JSONRPC_VERSION
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, IntentResult, PreparedRequest
 from a2a_secure.protocol.jsonrpc import encode_request
 from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.priority import with_priority
 from a2a_secure.protocol.server import AuditHook
 from a2a_secure.protocol.validate import json_equal
 
@@ -526,13 +527,20 @@ class A2AClient:
             return peer.session
 
     async def request(
-        self, server_did: str, intent: Mapping[str, Any], *, endpoint: str | None = None
+        self,
+        server_did: str,
+        intent: Mapping[str, Any],
+        *,
+        endpoint: str | None = None,
+        priority: int | None = None,
     ) -> IntentResult:
         """Send ``intent`` to ``server_did`` on a (re)used session; return the verified result.
 
         A session that expired, or that the server no longer knows, is replaced by a new
-        handshake once.
+        handshake once. ``priority`` (1-5, PROTOCOL.md §12.3) asks the server to schedule
+        the intent at that priority; it is sent only when it is not the default 3.
         """
+        intent = with_priority(intent, priority)
         peer = self._peer(server_did, endpoint)
         async with peer.lock:
             for attempt in (1, 2):
@@ -572,16 +580,22 @@ class A2AClient:
         return verified
 
     async def stream(
-        self, server_did: str, intent: Mapping[str, Any], *, endpoint: str | None = None
+        self,
+        server_did: str,
+        intent: Mapping[str, Any],
+        *,
+        endpoint: str | None = None,
+        priority: int | None = None,
     ) -> AsyncIterator[Any]:
         """Send ``intent`` as a streamed request (§6.4) and yield its verified partial results.
 
         Every event is checked (signature, index, final rule, nothing after the final one);
         a signed error event is raised; a stream cut short is resumed by re-sending the
         byte-identical request, skipping the replayed events already held. The session is
-        held for the whole stream, as a resumable stream requires.
+        held for the whole stream, as a resumable stream requires. ``priority``: as for
+        :meth:`request`.
         """
-        body_intent = dict(intent)
+        body_intent = dict(with_priority(intent, priority))
         body_intent["constraints"] = {**dict(intent.get("constraints") or {}), "stream": True}
         peer = self._peer(server_did, endpoint)
         async with peer.lock:

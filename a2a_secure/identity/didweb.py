@@ -337,7 +337,7 @@ def parse_did_document(did: str, document: Any) -> ResolvedDID:
         The DID's usable Ed25519 keys listed under ``authentication`` (key id → raw key),
         its ``service`` entries, the document, and for each key whose method carries
         ``expires`` (an RFC 3339 date-time: a key retired by a rotation, docs/PROTOCOL.md
-        §12) the end of its overlap window.
+        §12.4) the end of its overlap window.
 
     Raises:
         DIDResolutionError: The document is not an object, its ``id`` is not ``did``

@@ -51,7 +51,7 @@ class ResolvedDID:
     services: tuple[Mapping[str, Any], ...] = ()
     document: Mapping[str, Any] | None = field(default=None, compare=False)
     # Key id -> end of its overlap window (Unix seconds) for a key its controller retired
-    # (a verification method with ``expires``, docs/PROTOCOL.md §12). Keys not listed here
+    # (a verification method with ``expires``, docs/PROTOCOL.md §12.4). Keys not listed here
     # do not expire.
     expires: Mapping[str, int] = field(default_factory=dict, compare=False)
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     )
     from a2a_secure.protocol.messages import PROTOCOL_NAME, PROTOCOL_VERSION, Typ
     from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
+    from a2a_secure.protocol.priority import PriorityRights
     from a2a_secure.protocol.server import (
         IntentContext,
         IntentDispatcher,
@@ -40,6 +41,7 @@ __all__ = [
     "IntentResult",
     "Policy",
     "PreparedRequest",
+    "PriorityRights",
     "Reply",
     "ServerLimits",
     "ServerProtocol",
@@ -60,6 +62,7 @@ __getattr__, __dir__ = attach(
         "IntentResult": "a2a_secure.protocol.client",
         "Policy": "a2a_secure.protocol.policy",
         "PreparedRequest": "a2a_secure.protocol.client",
+        "PriorityRights": "a2a_secure.protocol.priority",
         "Reply": "a2a_secure.protocol.server",
         "ServerLimits": "a2a_secure.protocol.server",
         "ServerProtocol": "a2a_secure.protocol.server",

@@ -135,7 +135,7 @@ EVENT_ERROR_PAYLOAD: Final = frozenset(
     ("session_id", "sequence", "request_hash", "index", "final", "status", "error", "timestamp")
 )
 CLOSED_MEMBERS: Final = frozenset(("type", "session_id", "response_jws"))
-INTENT_MEMBERS: Final = frozenset(("goal", "domain", "inputs", "constraints"))
+INTENT_MEMBERS: Final = frozenset(("goal", "domain", "inputs", "constraints", "priority"))
 CONSTRAINT_MEMBERS: Final = frozenset(("timeout_ms", "max_tokens", "stream"))
 KEY_ENTRY_MEMBERS: Final = frozenset(("kid", "kty", "crv", "alg", "key"))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -28,10 +29,18 @@ from a2a_secure.identity import did as did_module
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.approval import (
+    APPROVAL_GOALS,
+    ApprovalEngine,
+    ApprovalSettings,
+    NeedsApproval,
+    approver_dids,
+)
 from a2a_secure.protocol.jsonrpc import EnvelopeError, encode_error, encode_result, parse_request
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.messages import PROTOCOL_NAME
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
+from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import (
     AuditHook,
     IntentContext,
@@ -40,6 +49,8 @@ from a2a_secure.protocol.server import (
     ServerLimits,
     ServerProtocol,
 )
+from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolService
+from a2a_secure.store.actions import ActionStore
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
 
@@ -193,6 +204,30 @@ async def _send_stream(
             await closer()
 
 
+def _positional_arity(fn: Handler) -> int:
+    return len(
+        [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    )
+
+
+def _as_async(fn: Handler) -> Callable[[Any, Any], Awaitable[Any]]:
+    """``fn(data)`` or ``fn(data, context)``, sync (run in a worker thread) or async."""
+    wants_context = _positional_arity(fn) >= 2
+    is_async = inspect.iscoroutinefunction(fn)
+
+    async def call(inputs: Any, context: Any) -> Any:
+        args = (inputs, context) if wants_context else (inputs,)
+        if is_async:
+            return await fn(*args)
+        return await anyio.to_thread.run_sync(lambda: fn(*args))
+
+    return call
+
+
 def _content_type_ok(value: str | None) -> bool:
     if value is None:
         return False
@@ -225,7 +260,14 @@ class AgentServer(IntentDispatcher):
         monotonic: Callable[[], float] = time.monotonic,
         key_ring: KeyRing | None = None,
         revocations: Iterable[Revocations] = (),
+        priority_rights: PriorityRights | None = None,
+        approvers: Iterable[str] = (),
+        approval: ApprovalSettings | None = None,
+        serve_tools: bool = False,
     ) -> None:
+        """``priority_rights``: the highest intent priority each caller may use (PROTOCOL.md
+        §12.3; default 3 for everyone). ``limits.max_concurrent_intents`` turns the priority
+        queue on (per worker process)."""
         super().__init__()
         if key_ring is not None and key_ring.current.did != identity.did:
             raise ValueError("the key ring's current key is not the identity's")
@@ -242,6 +284,7 @@ class AgentServer(IntentDispatcher):
         self.store: Store = store if store is not None else MemoryStore()
         self.resolver = resolver or DIDResolver()
         self.limits = limits or ServerLimits()
+        self.priority_rights = priority_rights or PriorityRights()
         self.max_body = max_body
         self._clock = clock
         self._monotonic = monotonic
@@ -252,27 +295,51 @@ class AgentServer(IntentDispatcher):
         self._card: dict[str, Any] | None = None
         self._card_builder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self._intent_schemas: dict[str, dict[str, Any]] = {}
+        # Human approval and tools (PROTOCOL.md §12), configured here, not in the policy.
+        self._approvers = approver_dids(approvers)
+        self._approval_settings = approval
+        self._approvals: ApprovalEngine | None = None
+        if serve_tools:
+            self.enable_tools()
 
     # -- handlers -----------------------------------------------------------------------------
-    def intent(self, goal: str) -> Callable[[Handler], Handler]:
-        """Decorator: serve ``goal`` with the decorated function."""
+    def intent(
+        self,
+        goal: str,
+        *,
+        description: str | None = None,
+        input_schema: Mapping[str, Any] | None = None,
+    ) -> Callable[[Handler], Handler]:
+        """Decorator: serve ``goal`` with the decorated function.
+
+        ``description`` and ``input_schema`` are published in the card (see
+        :meth:`describe_intent`) and by ``tool.list``.
+        """
 
         def register(fn: Handler) -> Handler:
-            self.add_handler(goal, fn)
+            self.add_handler(goal, fn, description=description, input_schema=input_schema)
             return fn
 
         return register
 
-    def add_handler(self, goal: str, fn: Handler) -> None:
-        """Serve ``goal`` with ``fn(inputs)`` or ``fn(inputs, context)``, sync or async."""
+    def add_handler(
+        self,
+        goal: str,
+        fn: Handler,
+        *,
+        description: str | None = None,
+        input_schema: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Serve ``goal`` with ``fn(inputs)`` or ``fn(inputs, context)``, sync or async.
+
+        The handler may return :class:`~a2a_secure.NeedsApproval` to have a person approve
+        the action first (see :meth:`approved_action`).
+        """
         if not isinstance(goal, str) or not 1 <= len(goal) <= 128:
             raise ValueError("goal must be 1-128 characters")
-        params = [
-            p
-            for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
-        wants_context = len(params) >= 2
+        if description is not None or input_schema is not None:
+            self.describe_intent(goal, description or "", input_schema)
+        wants_context = _positional_arity(fn) >= 2
         if inspect.isasyncgenfunction(fn):
             # A streaming handler: an async generator of partial results (§6.4).
             def open_stream(inputs: Any, context: IntentContext) -> AsyncIterator[Any]:
@@ -280,15 +347,7 @@ class AgentServer(IntentDispatcher):
 
             self.add_stream(goal, open_stream)
             return
-        is_async = inspect.iscoroutinefunction(fn)
-
-        async def call(inputs: Any, context: IntentContext) -> Any:
-            args = (inputs, context) if wants_context else (inputs,)
-            if is_async:
-                return await fn(*args)
-            return await anyio.to_thread.run_sync(lambda: fn(*args))
-
-        self.add(goal, call)
+        self.add(goal, _as_async(fn))
 
     def add(self, goal: str, handler: Callable[[Any, IntentContext], Awaitable[Any]]) -> None:
         """See :meth:`IntentDispatcher.add`; the card and core are rebuilt to list it."""
@@ -337,6 +396,100 @@ class AgentServer(IntentDispatcher):
         self._intent_schemas[goal] = entry
         self._card = None
         self._protocol = None
+
+    # -- human approval and tools (PROTOCOL.md §12) -------------------------------------------
+    @property
+    def approvals(self) -> ApprovalEngine:
+        """The approval engine: pending actions in this server's store, its approvers."""
+        if self._approvals is None:
+            if not isinstance(self.store, ActionStore):
+                raise TypeError(f"{type(self.store).__name__} cannot keep actions waiting for approval")
+            self._approvals = ApprovalEngine(
+                server_did=self.identity.did,
+                store=self.store,
+                approvers=self._approvers,
+                settings=self._approval_settings,
+                audit=self._audit_action,
+                clock=self._clock,
+                random_bytes=os.urandom,
+            )
+        return self._approvals
+
+    def _audit_action(self, **record: Any) -> None:
+        # Looked up at each call: the hook may be replaced after the server is built.
+        if self._audit is not None:
+            self._audit(**record)
+
+    def approved_action(
+        self, action: str, *, approvers: Iterable[str] | None = None
+    ) -> Callable[[Handler], Handler]:
+        """Decorator: run the decorated ``fn(action_data)`` or ``fn(action_data, context)``
+        when a person approves an ``action`` that a handler answered with ``NeedsApproval``.
+
+        ``approvers`` (DIDs) replace the server's approvers for this action. Registering
+        the first action serves ``tool.approve`` and ``tool.pending``.
+        """
+
+        def register(fn: Handler) -> Handler:
+            self.add_approved_action(action, fn, approvers=approvers)
+            return fn
+
+        return register
+
+    def add_approved_action(
+        self, action: str, fn: Handler, *, approvers: Iterable[str] | None = None
+    ) -> None:
+        """See :meth:`approved_action`."""
+        self.approvals.register(action, _as_async(fn), approvers=approvers)
+        self._serve_approvals()
+
+    def _serve_approvals(self) -> None:
+        if self.has(APPROVAL_GOALS[0]):
+            return
+        engine = self.approvals
+
+        async def approve(inputs: Any, context: IntentContext) -> Any:
+            return await engine.approve(
+                inputs, approver=context.caller_did, session_id=context.session_id, sequence=context.sequence
+            )
+
+        async def pending(inputs: Any, context: IntentContext) -> Any:
+            return await engine.pending(
+                inputs, approver=context.caller_did, session_id=context.session_id, sequence=context.sequence
+            )
+
+        self.add(APPROVAL_GOALS[0], approve)
+        self.add(APPROVAL_GOALS[1], pending)
+
+    def enable_tools(self) -> None:
+        """Serve ``tool.list`` and ``tool.execute`` (each still needs the session's policy)."""
+        catalog = ToolService(self, lambda: self._intent_schemas, self.store, self._clock)
+        self.add(TOOL_LIST, catalog.list_tools)
+        self.add(TOOL_EXECUTE, catalog.execute)
+
+    def adopt_approvals(self, source: AgentServer) -> None:
+        """Serve ``source``'s approved actions, approvers and descriptions with this server's store."""
+        self._intent_schemas.update(source._intent_schemas)
+        if source._approvals is not None:
+            self.approvals.adopt(source._approvals)
+            self._serve_approvals()
+        if source.has(TOOL_LIST):
+            self.enable_tools()
+        self._card = None
+        self._protocol = None
+
+    async def run(self, goal: str, inputs: Any, context: IntentContext) -> Any:
+        """See :meth:`IntentDispatcher.run`; a ``NeedsApproval`` answer is stored for approval."""
+        result = await super().run(goal, inputs, context)
+        if isinstance(result, NeedsApproval):
+            return await self.approvals.create(
+                result,
+                goal=goal,
+                caller_did=context.caller_did,
+                session_id=context.session_id,
+                sequence=context.sequence,
+            )
+        return result
 
     # -- card and core ------------------------------------------------------------------------
     @property
@@ -390,6 +543,7 @@ class AgentServer(IntentDispatcher):
                 key_guard=KeyGuard(
                     ring=self.key_ring, revocations=self.revocations, monotonic=self._monotonic
                 ),
+                priority_rights=self.priority_rights,
             )
         return self._protocol
 

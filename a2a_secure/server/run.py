@@ -8,9 +8,15 @@ in-memory store each worker would know only the sessions it opened itself.
 Environment variables read by :func:`app_from_env`:
 
 ``A2A_SECURE_KEY_FILE``     the agent's key file (required)
-``A2A_SECURE_POLICY``       a policy JSON file (members optional, defaults of §9 applied)
+``A2A_SECURE_POLICY``       a policy JSON file (members optional, defaults of §9 applied);
+                            it may also hold the server's own scheduling settings, which are
+                            never sent to peers (PROTOCOL.md §12.3): ``priority_rights``
+                            (``{"default": 3, "per_did": {DID: 5}}``),
+                            ``max_concurrent_intents`` and ``max_queued_intents`` (per worker)
 ``A2A_SECURE_REDIS_URL``    Redis URL: the shared :class:`~a2a_secure.store.redis.RedisStore`
-                            (else the in-process :class:`~a2a_secure.store.memory.MemoryStore`)
+                            (else the in-process :class:`~a2a_secure.store.memory.MemoryStore`);
+                            ``redis+cluster://`` and ``redis+sentinel://`` as well
+                            (:mod:`a2a_secure.store.redis_connect`)
 ``A2A_SECURE_REDIS_PREFIX`` key prefix in Redis (default ``a2a:``)
 ``A2A_SECURE_AUDIT_LOG``    path of the hash-chained JSON Lines audit log (shared by workers)
 ``A2A_SECURE_REVOCATIONS``  a revocation file (``a2a-secure revoke --file``), checked besides
@@ -37,7 +43,9 @@ from fastapi import FastAPI
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.rotation import KeyRing
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
-from a2a_secure.protocol.server import IntentContext
+from a2a_secure.protocol.priority import PriorityRights
+from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits
+from a2a_secure.protocol.tools import TOOL_PREFIX
 from a2a_secure.server.app import AgentServer
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
@@ -59,15 +67,40 @@ FACTORY = "a2a_secure.server.run:app_from_env"
 WORKERS_NEED_REDIS = "--workers > 1 needs --redis-url: sessions would not be shared between workers"
 
 
-def load_policy(path: str | os.PathLike[str] | None) -> Policy:
-    """The policy in the JSON file ``path`` (missing members take their defaults)."""
-    if not path:
-        return DEFAULT_POLICY
+# Members of a policy file that configure this server, not the negotiated policy (§12.3).
+SERVER_MEMBERS = ("priority_rights", "max_concurrent_intents", "max_queued_intents")
+
+
+def _read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a policy file holds one JSON object")
-    return Policy.load(data)
+    return data
+
+
+def load_policy(path: str | os.PathLike[str] | None) -> Policy:
+    """The policy in the JSON file ``path`` (missing members take their defaults)."""
+    if not path:
+        return DEFAULT_POLICY
+    data = _read_policy_file(path)
+    return Policy.load({k: v for k, v in data.items() if k not in SERVER_MEMBERS})
+
+
+def load_scheduling(path: str | os.PathLike[str] | None) -> tuple[PriorityRights, ServerLimits]:
+    """The priority rights and concurrency limits in the policy file ``path`` (§12.3)."""
+    if not path:
+        return PriorityRights(), ServerLimits()
+    data = _read_policy_file(path)
+    rights = PriorityRights.from_dict(data.get("priority_rights", {}))
+    bounds: dict[str, Any] = {}
+    for name in ("max_concurrent_intents", "max_queued_intents"):
+        if name in data:
+            value = data[name]
+            if not (value is None and name == "max_concurrent_intents") and type(value) is not int:
+                raise ValueError(f"{path}: {name} must be an integer")
+            bounds[name] = value
+    return rights, ServerLimits(**bounds)
 
 
 def _load_object(spec: str) -> Any:
@@ -93,7 +126,12 @@ def _mount_app(server: AgentServer, spec: str) -> None:
         server.description = source.description
         server.version = source.version
         server.url = source.url or server.url
+        # Approved actions run with THIS server's store (shared by the workers), so the
+        # source's handlers are called raw and their NeedsApproval is stored here.
+        server.adopt_approvals(source)
         for goal in source.goals:
+            if goal.startswith(TOOL_PREFIX):  # served by adopt_approvals, bound to this server
+                continue
             if source.is_streaming(goal):
 
                 def stream(inputs: Any, context: IntentContext, _goal: str = goal) -> AsyncIterator[Any]:
@@ -103,7 +141,7 @@ def _mount_app(server: AgentServer, spec: str) -> None:
                 continue
 
             async def run(inputs: Any, context: IntentContext, _goal: str = goal) -> Any:
-                return await source.run(_goal, inputs, context)
+                return await IntentDispatcher.run(source, _goal, inputs, context)
 
             server.add(goal, run)
         return
@@ -126,6 +164,8 @@ def build_server(
     app: str | None = None,
     key_ring: KeyRing | None = None,
     revocations: Sequence[Revocations] = (),
+    priority_rights: PriorityRights | None = None,
+    limits: ServerLimits | None = None,
 ) -> AgentServer:
     """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts."""
     server = AgentServer(
@@ -137,6 +177,8 @@ def build_server(
         audit=audit,
         key_ring=key_ring,
         revocations=revocations,
+        priority_rights=priority_rights,
+        limits=limits,
     )
     if app:
         _mount_app(server, app)
@@ -160,6 +202,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     policy = load_policy(env.get(ENV["policy"]) or None)
     revocation_file = env.get(ENV["revocations"])
     revocations = [FileRevocations(revocation_file)] if revocation_file else []
+    rights, limits = load_scheduling(env.get(ENV["policy"]) or None)
 
     store: Store
     redis_url = env.get(ENV["redis_url"])
@@ -185,6 +228,8 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
         app=env.get(ENV["app"]),
         key_ring=key_ring,
         revocations=revocations,
+        priority_rights=rights,
+        limits=limits,
     )
     fastapi_app = server.app()
     fastapi_app.state.agent_server = server
@@ -248,7 +293,9 @@ def serve(
             os.environ.pop(ENV[name], None)
     # Fail here, once, with a clear message rather than in every worker: the key file, the
     # policy and the app are loaded once (no store, no audit log opened).
-    build_server(Identity.load(key_file), policy=load_policy(policy_path), app=app)
+    rights, limits = load_scheduling(policy_path)
+    policy = load_policy(policy_path)
+    build_server(Identity.load(key_file), policy=policy, app=app, priority_rights=rights, limits=limits)
     uvicorn.run(
         FACTORY,
         factory=True,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from a2a_secure.identity import encoding
+from a2a_secure.store.actions import ActionState, Decision, DecisionKind, PendingAction
 from a2a_secure.store.base import (
     Begin,
     BeginKind,
@@ -48,6 +49,9 @@ class MemoryStore:
         self._rates_sweep_at = _RATES_SWEEP_MIN
         # Client DID -> {key id or "*": entry}: the deny list (a2a_secure.store.revocation).
         self._revoked: dict[str, dict[str, Revocation]] = {}
+        # Actions waiting for approval (store/actions.py), and the pending ones per caller.
+        self._actions: dict[str, PendingAction] = {}
+        self._actions_pending: dict[str, set[str]] = {}
 
     # -- pending handshakes ---------------------------------------------------------------
     def _drop_pending(self, nonce_b: str) -> None:
@@ -225,6 +229,83 @@ class MemoryStore:
             if name in entries:
                 return entries[name]
         return None
+
+    # -- actions waiting for approval (store/actions.py) ------------------------------------
+    def _unpend(self, action: PendingAction) -> None:
+        ids = self._actions_pending.get(action.caller_did)
+        if ids is not None:
+            ids.discard(action.action_id)
+            if not ids:
+                del self._actions_pending[action.caller_did]
+
+    def _sweep_actions(self, now: float) -> None:
+        for action_id, action in list(self._actions.items()):
+            if action.keep_until <= now:
+                del self._actions[action_id]
+                self._unpend(action)
+            elif action.state_at(now) is ActionState.EXPIRED:
+                self._unpend(action)
+
+    def _pending_counts(self, caller_did: str) -> tuple[int, int]:
+        mine = len(self._actions_pending.get(caller_did, ()))
+        return mine, sum(len(ids) for ids in self._actions_pending.values())
+
+    async def add_action(
+        self, action: PendingAction, *, max_per_caller: int, max_total: int, now: float
+    ) -> bool:
+        """See :meth:`ActionStore.add_action`."""
+        mine, total = self._pending_counts(action.caller_did)
+        if mine >= max_per_caller or total >= max_total or len(self._actions) >= 4 * max_total:
+            self._sweep_actions(now)
+            mine, total = self._pending_counts(action.caller_did)
+        # Decided records are kept a while for clear answers, but never past 4x the bound.
+        if mine >= max_per_caller or total >= max_total or len(self._actions) >= 4 * max_total:
+            return False
+        if action.action_id in self._actions:
+            return False
+        self._actions[action.action_id] = action
+        self._actions_pending.setdefault(action.caller_did, set()).add(action.action_id)
+        return True
+
+    async def get_action(self, action_id: str, now: float) -> PendingAction | None:
+        """See :meth:`ActionStore.get_action`."""
+        action = self._actions.get(action_id)
+        if action is None:
+            return None
+        if action.keep_until <= now:
+            del self._actions[action_id]
+            self._unpend(action)
+            return None
+        return action
+
+    async def decide_action(
+        self,
+        action_id: str,
+        *,
+        caller_did: str,
+        action_hash: str,
+        approve: bool,
+        decided_by: str,
+        now: float,
+    ) -> Decision:
+        """See :meth:`ActionStore.decide_action`."""
+        action = await self.get_action(action_id, now)
+        if action is None or action.caller_did != caller_did:
+            return Decision(DecisionKind.UNKNOWN)
+        if action.state is not ActionState.PENDING:
+            return Decision(DecisionKind.ALREADY, action)
+        if action.action_hash != action_hash:
+            return Decision(DecisionKind.MISMATCH, action)
+        if now >= action.expires_at:
+            expired = action.decided(ActionState.EXPIRED, None, int(now))
+            self._actions[action_id] = expired
+            self._unpend(action)
+            return Decision(DecisionKind.EXPIRED, expired)
+        state = ActionState.APPROVED if approve else ActionState.REJECTED
+        decided = action.decided(state, decided_by, int(now))
+        self._actions[action_id] = decided
+        self._unpend(action)
+        return Decision(DecisionKind.DECIDED, decided)
 
     # -- introspection (tests, metrics) ---------------------------------------------------
     def counts(self) -> dict[str, int]:

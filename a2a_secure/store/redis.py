@@ -46,9 +46,25 @@ request still running and waits (§6.1 step 7); a worker that dies in those mill
 loses the answer, as a failed ``finish_request`` did before. ``finish_linger=None`` stores
 every answer before ``finish_request`` returns.
 
-**Cluster.** Keys derived inside scripts (a pending handshake's per-source set) are not
-declared, so on Redis Cluster give a prefix with a hash tag (``"{a2a}:"``): every key then
-lives in one slot.
+**Cluster and Sentinel.** ``redis+cluster://host:port[,host:port…]`` (or a
+``redis.asyncio.cluster.RedisCluster`` client) spreads the state over the cluster: every
+script touches one key, each key carries the hash tag of its session, client DID, pending
+handshake or source address, and the global bounds are sharded; the layout, the order of
+the scripts of an operation that spans slots, and what a failure between them leaves are
+in :mod:`a2a_secure.store.redis_cluster`. An intent is still one round trip (its session's
+script and its DID's rate window go in one pipeline, to two nodes in parallel when needed).
+A prefix with its own hash tag (``"{a2a}:"``) keeps the older layout: every key in that one
+slot. ``redis+sentinel://host:port[,host:port…]/service`` follows the primary that Sentinel
+names. The URL forms are in :mod:`a2a_secure.store.redis_connect`. A cluster that is down
+or failing over (``CLUSTERDOWN``, a primary unreachable, ``TRYAGAIN`` past redis-py's own
+retries) is an outage like any other: 503 with ``Retry-After``; the slot map is read again
+in the background so that the promoted replica is used as soon as it takes over.
+
+**Replication.** Redis replicates asynchronously: a write the primary acknowledged can be
+lost when it fails before its replicas have it (a consumed sequence, a stored answer).
+``wait_replicas=N`` sends ``WAIT N wait_timeout_ms`` on the same connection, in the same
+round trip, after each ``begin_request`` and each stored answer: a request whose sequence
+the replicas did not confirm is refused with 503 before its intent runs.
 """
 
 from __future__ import annotations
@@ -65,6 +81,8 @@ from typing import TYPE_CHECKING, Any
 from a2a_secure.errors import Unavailable
 from a2a_secure.identity import encoding
 from a2a_secure.policy import Policy
+from a2a_secure.store import redis_cluster as rc
+from a2a_secure.store.actions import Decision, DecisionKind, PendingAction
 from a2a_secure.store.base import (
     Begin,
     BeginKind,
@@ -73,10 +91,12 @@ from a2a_secure.store.base import (
     SessionRecord,
     StoredReply,
 )
+from a2a_secure.store.redis_connect import Deployment, client_from_url, close_client
 from a2a_secure.store.revocation import DID_FIELD, Revocation
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
     from redis.commands.core import AsyncScript
 
 __all__ = ["RedisStore"]
@@ -284,19 +304,126 @@ if redis.call('EXISTS', rvk) == 1 then
 end
 """
 
-# KEYS: the DID's revocation hash, the index set.  ARGV: field, entry JSON, target
+# The revocation entries of one DID, in one key (its slot on a cluster). The index of all
+# targets (for --list) is another key, written after: it never decides a check.
+# KEYS: the DID's revocation hash.  ARGV: field, entry JSON
 _ADD_REVOCATION = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-redis.call('SADD', KEYS[2], ARGV[3])
-return 1
+return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 """
 
-# KEYS: the DID's revocation hash, the index set.  ARGV: field, target
+# KEYS: the DID's revocation hash.  ARGV: field
 _REMOVE_REVOCATION = """
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('SREM', KEYS[2], ARGV[2])
+return redis.call('HDEL', KEYS[1], ARGV[1])
+"""
+
+# On a cluster the session and the DID's entries are in two slots: the fields of the DID's
+# entries are read in the same round trip as the session's script.  KEYS: the DID's hash.
+_REVOKED_FIELDS = """
+return redis.call('HKEYS', KEYS[1])
+"""
+
+
+class _NotReplicated(Exception):
+    """The replicas did not acknowledge a write within ``wait_timeout_ms``."""
+
+    def __init__(self, replicas: int) -> None:
+        super().__init__(f"WAIT: fewer than {replicas} replica(s) acknowledged in time")
+
+
+def _redis_errors() -> tuple[type[Exception], ...]:
+    try:
+        from redis.exceptions import RedisClusterException, RedisError  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - the store cannot be built without redis
+        return (OSError,)
+    # SlotNotCoveredError (the slot map has a hole while a cluster fails over) is a
+    # RedisClusterException, not a RedisError.
+    return (RedisError, RedisClusterException, OSError)
+
+
+_ERRORS = _redis_errors()
+
+# (script, keys, args): one script call.
+_Call = tuple["AsyncScript", list[Any], list[Any]]
+
+# -- actions waiting for approval (store/actions.py) --------------------------------------------
+# An action is one hash: ``d`` its record as created (JSON), ``st`` its state, ``e`` its
+# expires_at, ``k`` its keep_until, ``h`` its action_hash, ``c`` its caller DID, ``by``/``at``
+# who decided it and when. Its id is in two sorted sets scored by expires_at while it is
+# pending (one per caller DID, one global): they are the bounds.
+
+# KEYS: action hash, caller zset, global zset
+# ARGV: now, max_per_caller, max_total, record, expires_at, keep_until, ttl_ms, action_id,
+#       action_hash, caller_did.  Returns 1 stored, 0 a bound is reached, 2 the id exists.
+_ADD_ACTION = (
+    _EXTEND
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[2])
+   or redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then
+  return 0
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 2 end
+local ttl = tonumber(ARGV[7])
+redis.call('HSET', KEYS[1], 'd', ARGV[4], 'st', 'pending', 'e', ARGV[5], 'k', ARGV[6],
+           'h', ARGV[9], 'c', ARGV[10])
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[8])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[8])
+extend(KEYS[2], ttl)
+extend(KEYS[3], ttl)
 return 1
 """
+)
+
+# KEYS: action hash.  ARGV: now.  Returns {record, state, decided_by, decided_at} or nil.
+_GET_ACTION = """
+local v = redis.call('HMGET', KEYS[1], 'd', 'k', 'st', 'by', 'at')
+if not v[1] then return false end
+if tonumber(v[2]) <= tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  return false
+end
+return {v[1], v[3], v[4] or '', v[5] or ''}
+"""
+
+# KEYS: action hash, caller zset, global zset
+# ARGV: now, action_hash, new state, decided_by, action_id, caller_did
+# Returns {kind[, record, state, decided_by, decided_at]}:
+# 0 UNKNOWN, 1 DECIDED, 2 EXPIRED, 3 ALREADY, 4 MISMATCH (nothing written)
+_DECIDE_ACTION = """
+local v = redis.call('HMGET', KEYS[1], 'd', 'k', 'st', 'e', 'h', 'c', 'by', 'at')
+if not v[1] or tonumber(v[2]) <= tonumber(ARGV[1]) or v[6] ~= ARGV[6] then return {0} end
+if v[3] ~= 'pending' then return {3, v[1], v[3], v[7] or '', v[8] or ''} end
+if v[5] ~= ARGV[2] then return {4, v[1], v[3], '', ''} end
+local at = tostring(math.floor(tonumber(ARGV[1])))
+redis.call('ZREM', KEYS[2], ARGV[5])
+redis.call('ZREM', KEYS[3], ARGV[5])
+if tonumber(v[4]) <= tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'st', 'expired', 'at', at)
+  return {2, v[1], 'expired', '', at}
+end
+redis.call('HSET', KEYS[1], 'st', ARGV[3], 'by', ARGV[4], 'at', at)
+return {1, v[1], ARGV[3], ARGV[4], at}
+"""
+
+_DECISIONS = {
+    0: DecisionKind.UNKNOWN,
+    1: DecisionKind.DECIDED,
+    2: DecisionKind.EXPIRED,
+    3: DecisionKind.ALREADY,
+    4: DecisionKind.MISMATCH,
+}
+
+
+def _action_from(record: bytes, state: bytes, by: bytes, at: bytes) -> PendingAction:
+    """A stored action from its creation record and the members a decision wrote."""
+    data = encoding.loads(record)
+    data["state"] = state.decode()
+    data["decided_by"] = by.decode() or None
+    data["decided_at"] = int(at) if at else None
+    return PendingAction.from_dict(data)
+
 
 _KINDS = {
     0: BeginKind.GONE,
@@ -402,6 +529,12 @@ def _ttl_ms(expires_at: float, now: float) -> int:
     return max(1, math.ceil((expires_at - now) * 1000)) + _TTL_SLACK_MS
 
 
+def _has_hash_tag(prefix: str) -> bool:
+    """Whether keys under ``prefix`` all hash to one slot (a ``{…}`` tag in the prefix)."""
+    start = prefix.find("{")
+    return start >= 0 and prefix.find("}", start + 2) > start
+
+
 def _import_redis() -> Any:
     try:
         import redis.asyncio as redis_asyncio  # noqa: PLC0415 - optional extra
@@ -413,11 +546,20 @@ def _import_redis() -> Any:
 class RedisStore:
     """:class:`~a2a_secure.store.base.Store` on Redis, shared by every worker of one agent.
 
-    ``url`` is a redis-py URL (``redis://``, ``rediss://``, ``unix://``). ``prefix`` starts
-    every key, so several agents can share one Redis. ``socket_timeout`` bounds connecting
-    and each command (seconds): past it the call answers 503. ``client`` is a ready
-    ``redis.asyncio.Redis`` (bytes replies, ideally without command retries, see the module
-    documentation); the store does not close a client it was given.
+    ``url`` is one Redis (``redis://``, ``rediss://``, ``unix://``), a Redis Cluster
+    (``redis+cluster://host:port[,host:port…]``) or a primary behind Sentinel
+    (``redis+sentinel://host:port[,host:port…]/service``); the forms are in
+    :mod:`a2a_secure.store.redis_connect`. ``prefix`` starts every key, so several agents
+    can share one Redis. ``socket_timeout`` bounds connecting and each command (seconds):
+    past it the call answers 503. ``client`` is a ready ``redis.asyncio.Redis`` or
+    ``redis.asyncio.cluster.RedisCluster`` (bytes replies, ideally without command retries,
+    see the module documentation); the store does not close a client it was given.
+
+    ``wait_replicas`` (0 = off) and ``wait_timeout_ms``: after each ``begin_request`` and
+    each stored answer, ``WAIT`` for that many replicas in the same round trip; a new
+    request the replicas did not confirm in time is refused (503) before its intent runs.
+    It costs the replication delay on every intent, and up to ``wait_timeout_ms`` when a
+    replica lags or is down.
 
     ``session_cache_ttl`` (seconds, 0 = off) and ``session_cache_size`` bound the
     per-process cache of session records used by :meth:`get_session`.
@@ -436,38 +578,33 @@ class RedisStore:
         *,
         prefix: str = "a2a:",
         socket_timeout: float = 1.0,
-        client: Redis | None = None,
+        client: Redis | RedisCluster | None = None,
         session_cache_ttl: float = 30.0,
         session_cache_size: int = 10_000,
         finish_linger: float | None = 0.02,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 100,
     ) -> None:
-        redis_asyncio = _import_redis()
+        _import_redis()
+        if wait_replicas < 0 or wait_timeout_ms < 0:
+            raise ValueError("wait_replicas and wait_timeout_ms must not be negative")
         if client is None:
-            from redis.asyncio.retry import Retry  # noqa: PLC0415 - optional extra
-            from redis.backoff import NoBackoff  # noqa: PLC0415
-
-            options: dict[str, Any] = {}
-            try:  # redis-py >= 7: with maintenance notifications on ("auto"), the pool skips
-                # its check of idle connections, and a connection that Redis closed while idle
-                # (a restart) fails the next command instead of being replaced.
-                from redis.maint_notifications import MaintNotificationsConfig  # noqa: PLC0415
-
-                options["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
-            except ImportError:  # pragma: no cover - older redis-py
-                pass
-            client = redis_asyncio.Redis.from_url(
-                url,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=socket_timeout,
-                retry=Retry(NoBackoff(), 0),
-                decode_responses=False,
-                **options,
-            )
+            client, deployment = client_from_url(url, socket_timeout=socket_timeout)
             self._owns_client = True
         else:
+            from redis.asyncio.cluster import RedisCluster as _Cluster  # noqa: PLC0415
+
+            deployment = Deployment.CLUSTER if isinstance(client, _Cluster) else Deployment.SINGLE
             self._owns_client = False
+        self.deployment = deployment
+        self._cluster = deployment is Deployment.CLUSTER
+        # On a cluster, every key carries its own hash tag (redis_cluster.py), unless the
+        # prefix has one: then the older layout (every key in that one slot) is kept.
+        self._spread = self._cluster and not _has_hash_tag(prefix)
+        self._wait_replicas = wait_replicas
+        self._wait_timeout_ms = wait_timeout_ms
         self.prefix = prefix
-        self._r: Redis = client
+        self._r: Any = client
         self._add_pending = client.register_script(_ADD_PENDING)
         self._get_pending = client.register_script(_GET_PENDING)
         self._get_session = client.register_script(_GET_SESSION)
@@ -477,8 +614,67 @@ class RedisStore:
         self._begin_request_guarded = client.register_script(_REVOCATION_GUARD + _BEGIN_REQUEST)
         self._add_revocation = client.register_script(_ADD_REVOCATION)
         self._remove_revocation = client.register_script(_REMOVE_REVOCATION)
+        self._c_revoked = client.register_script(_REVOKED_FIELDS)
         self._finish_request = client.register_script(_FINISH_REQUEST)
         self._close_session = client.register_script(_CLOSE_SESSION)
+        self._add_action = client.register_script(_ADD_ACTION)
+        self._get_action = client.register_script(_GET_ACTION)
+        self._decide_action = client.register_script(_DECIDE_ACTION)
+        self._c_reserve = client.register_script(rc.RESERVE)
+        self._c_release = client.register_script(rc.RELEASE)
+        self._c_add_pending = client.register_script(rc.ADD_PENDING)
+        self._c_get_pending = client.register_script(rc.GET_PENDING)
+        self._c_mark_proven = client.register_script(rc.MARK_PROVEN)
+        self._c_take_pending = client.register_script(rc.TAKE_PENDING)
+        self._c_open = client.register_script(rc.OPEN)
+        self._c_get_session = client.register_script(rc.GET_SESSION)
+        self._c_begin = client.register_script(rc.BEGIN)
+        self._c_unbegin = client.register_script(rc.UNBEGIN)
+        self._c_rate = client.register_script(rc.RATE)
+        self._c_unrate = client.register_script(rc.UNRATE)
+        self._c_finish = client.register_script(rc.FINISH)
+        self._c_close_session = client.register_script(rc.CLOSE_SESSION)
+        self._scripts_in_use = (
+            [
+                self._c_reserve,
+                self._c_release,
+                self._c_add_pending,
+                self._c_get_pending,
+                self._c_mark_proven,
+                self._c_take_pending,
+                self._c_open,
+                self._c_get_session,
+                self._c_begin,
+                self._c_unbegin,
+                self._c_rate,
+                self._c_unrate,
+                self._c_finish,
+                self._c_close_session,
+                self._c_revoked,
+            ]
+            if self._spread
+            else [
+                self._add_pending,
+                self._get_pending,
+                self._get_session,
+                self._mark_proven,
+                self._open_session,
+                self._begin_request,
+                self._begin_request_guarded,
+                self._finish_request,
+                self._close_session,
+            ]
+        ) + [
+            self._add_action,
+            self._get_action,
+            self._decide_action,
+            self._add_revocation,
+            self._remove_revocation,
+        ]
+        self._loaded = False
+        self._loading: asyncio.Future[None] | None = None
+        self._refresh: asyncio.Task[None] | None = None
+        self._last_refresh = -math.inf
         self._cache_ttl = session_cache_ttl
         self._cache_size = session_cache_size
         self._cache: OrderedDict[str, tuple[float, SessionRecord]] = OrderedDict()
@@ -497,44 +693,100 @@ class RedisStore:
         self.commands = 0  # commands sent to Redis, several per round trip when pipelined
 
     @property
-    def client(self) -> Redis:
-        """The redis-py client in use."""
-        return self._r
+    def client(self) -> Redis | RedisCluster:
+        """The redis-py client in use (a ``RedisCluster`` on a cluster)."""
+        client: Redis | RedisCluster = self._r
+        return client
 
     # -- keys ------------------------------------------------------------------------------------
+    # On a cluster (the spread layout) every key has the hash tag of what it belongs to; the
+    # single-Redis names are unchanged. See redis_cluster.py for the table.
     def _k_pending(self, nonce_b: str) -> str:
-        return f"{self.prefix}p:{nonce_b}"
+        return f"{self.prefix}{{p:{nonce_b}}}" if self._spread else f"{self.prefix}p:{nonce_b}"
 
     def _k_source(self, source: str) -> str:
-        return f"{self.prefix}ps:{source}"
+        return f"{self.prefix}{{ps:{source}}}" if self._spread else f"{self.prefix}ps:{source}"
 
     def _k_pending_all(self) -> str:
         return f"{self.prefix}pa"
 
+    def _k_pending_shard(self, index: int) -> str:
+        return f"{self.prefix}{{pa:{index}}}"
+
     def _k_session(self, session_id: str) -> str:
-        return f"{self.prefix}s:{session_id}"
+        return f"{self.prefix}{{s:{session_id}}}" if self._spread else f"{self.prefix}s:{session_id}"
+
+    def _k_session_tag(self, session_id: str) -> str:
+        """The start of keys that belong to a session: on a cluster, in the session's slot."""
+        return f"{self.prefix}{{s:{session_id}}}:" if self._spread else f"{self.prefix}s:{session_id}:"
 
     def _k_sessions(self) -> str:
         return f"{self.prefix}sa"
 
+    def _k_session_shard(self, index: int) -> str:
+        return f"{self.prefix}{{sa:{index}}}"
+
+    def _k_did_tag(self, did: str) -> str:
+        """The start of keys that belong to a client DID: on a cluster, in the DID's slot.
+
+        A script over several of a DID's keys (its rate window, remembered intent ids,
+        a revocation entry) stays in one slot when every key is built on this.
+        """
+        return f"{self.prefix}{{d:{did}}}:" if self._spread else f"{self.prefix}d:{did}:"
+
     def _k_rate(self, client_did: str, period: int, start: int) -> str:
+        if self._spread:
+            return f"{self._k_did_tag(client_did)}r:{period}:{start}"
         return f"{self.prefix}r:{client_did}:{period}:{start}"
 
     def _k_revoked(self, did: str) -> str:
-        # The one place a DID's revocation key is named (a per-DID hash tag goes here).
+        # The one place a DID's revocation key is named: in the DID's slot on a cluster.
+        if self._spread:
+            return f"{self._k_did_tag(did)}rv"
         return f"{self.prefix}rv:{did}"
 
     def _k_revocations(self) -> str:
         return f"{self.prefix}rva"
 
+    # The keys of actions waiting for approval: built here only, so a cluster layout can give
+    # them hash tags of their own.
+    # Creating or deciding an action touches the action, its caller's bound and the global
+    # bound in one script. An approver names only the action id, so on a cluster the three
+    # share one fixed tag: every action lives in one slot. Actions move at the pace of the
+    # people who approve them, so that slot is never the bottleneck sessions would make it.
+    def _k_action_tag(self) -> str:
+        return f"{self.prefix}{{act}}:" if self._spread else self.prefix
+
+    def _k_action(self, action_id: str) -> str:
+        return f"{self._k_action_tag()}act:{action_id}"
+
+    def _k_actions_of(self, caller_did: str) -> str:
+        return f"{self._k_action_tag()}actc:{caller_did}"
+
+    def _k_actions(self) -> str:
+        return f"{self._k_action_tag()}acta"
+
+    def _action_keys(self, action_id: str, caller_did: str) -> list[str]:
+        return [self._k_action(action_id), self._k_actions_of(caller_did), self._k_actions()]
+
     # -- the one place that talks to Redis ----------------------------------------------------------
     async def _unavailable(self, exc: Exception) -> Unavailable:
+        from redis.exceptions import ClusterError, SlotNotCoveredError  # noqa: PLC0415
         from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: PLC0415
+        from redis.exceptions import TimeoutError as RedisTimeoutError  # noqa: PLC0415
 
-        if isinstance(exc, RedisConnectionError | OSError):
+        if self._cluster:
+            if isinstance(
+                exc, RedisConnectionError | RedisTimeoutError | OSError | ClusterError | SlotNotCoveredError
+            ):
+                # A node is unreachable or the cluster is failing over: read the slot map
+                # again (in the background), so that the promoted replica is used as soon
+                # as it takes over. (ClusterDownError is a ClusterError.)
+                self._refresh_slots()
+        elif isinstance(exc, RedisConnectionError | OSError):
             # The idle connections were most likely cut too (Redis restarted, network
-            # change): drop them, so that the next call connects afresh instead of failing
-            # once per stale pooled connection.
+            # change, Sentinel failover): drop them, so that the next call connects afresh
+            # instead of failing once per stale pooled connection.
             with contextlib.suppress(Exception):
                 await self._r.connection_pool.disconnect(inuse_connections=False)
         now = time.monotonic()
@@ -543,40 +795,108 @@ class RedisStore:
             _log.warning("shared store unavailable: %s: %s", type(exc).__name__, str(exc)[:200])
         return Unavailable("shared store unavailable", retry_after=1)
 
+    def _refresh_slots(self) -> None:
+        """Read the cluster's slot map again, at most every 200 ms, one read at a time."""
+        now = time.monotonic()
+        if (self._refresh is not None and not self._refresh.done()) or now - self._last_refresh < 0.2:
+            return
+        self._last_refresh = now
+        self._refresh = asyncio.ensure_future(self._read_slots())
+
+    async def _read_slots(self) -> None:
+        # Failures are expected while the cluster fails over; the next error tries again.
+        with contextlib.suppress(Exception):
+            await self._r.nodes_manager.initialize()
+
     async def _script(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        from redis.exceptions import RedisError  # noqa: PLC0415 - optional extra
+        """Run one script (with the unsent answers): its reply; any failure is Unavailable."""
+        out, _ = await self._run([(script, list(keys), list(args))])
+        return out[0]
 
-        if self._sending:
-            await self._after_sending(keys)
-        if self._unsent:
-            return await self._pipelined(script, keys, args)
-        self.round_trips += 1
-        self.commands += 1
-        try:
-            return await script(keys=list(keys), args=list(args))
-        except (RedisError, OSError) as exc:
-            raise await self._unavailable(exc) from exc
+    async def _run(
+        self, calls: list[_Call], *, strict: bool = True, wait: bool = False
+    ) -> tuple[list[Any], bool]:
+        """Run ``calls`` in one round trip, with the unsent answers: (their replies, confirmed).
 
-    async def _pipelined(self, script: AsyncScript | None, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """The unsent answers, then ``script`` (if any), in one round trip; the script's reply.
-
-        The scripts are called by their SHA. A command refused with NOSCRIPT (Redis restarted
-        or its script cache was flushed) did not run: that one is sent again after loading
-        its script; the commands that did run are not repeated.
+        ``strict``: a failed call raises Unavailable; otherwise its exception is its reply.
+        ``wait``: with ``wait_replicas``, ``WAIT`` follows the calls on each connection, and
+        ``confirmed`` says whether the replicas acknowledged (always True without it).
         """
         if self._sending:
-            await self._after_sending(keys)
+            await self._after_sending([k for _, keys, _ in calls for k in keys])
+        if not self._loaded:
+            try:
+                await self._load_scripts()
+            except _ERRORS as exc:
+                if strict:
+                    raise await self._unavailable(exc) from exc
+                return [exc] * len(calls), not (wait and self._wait_replicas)
+        if not self._unsent and len(calls) == 1 and not (wait and self._wait_replicas):
+            from redis.exceptions import NoScriptError  # noqa: PLC0415 - optional extra
+
+            script, keys, args = calls[0]
+            self.round_trips += 1
+            self.commands += 1
+            try:
+                try:
+                    return [await self._r.evalsha(script.sha, len(keys), *keys, *args)], True
+                except NoScriptError:  # it did not run: load every script, send it again
+                    await self._load_scripts()
+                    self.round_trips += 1
+                    self.commands += 1
+                    return [await self._r.evalsha(script.sha, len(keys), *keys, *args)], True
+            except _ERRORS as exc:
+                if strict:
+                    raise await self._unavailable(exc) from exc
+                return [exc], True
+        return await self._pipelined(calls, strict=strict, wait=wait)
+
+    async def _load_scripts(self) -> None:
+        """Load every script this layout uses (on every primary of a cluster).
+
+        Loading them all at once, whenever one is missing, means that the scripts of one
+        pipeline are either all known or all unknown (a restart, a promoted replica, a
+        SCRIPT FLUSH forget them all): when they are all refused, they are sent again in
+        the same order, so an answer is never stored after the command behind it ran.
+        (Not counted in ``round_trips``: once per process and after each such event.)
+        """
+        self._loaded = False
+        loading = self._loading
+        if loading is None or loading.done() or loading.get_loop() is not asyncio.get_running_loop():
+            loading = self._loading = asyncio.ensure_future(self._load_all())
+        await asyncio.shield(loading)  # one load at a time, shared by every caller
+
+    async def _load_all(self) -> None:
+        if self._cluster:  # SCRIPT LOAD goes to every primary
+            for script in self._scripts_in_use:
+                await self._r.script_load(script.script)
+        else:
+            pipe = self._r.pipeline(transaction=False)
+            for script in self._scripts_in_use:
+                pipe.script_load(script.script)
+            await pipe.execute()
+        self._loaded = True
+
+    async def _pipelined(self, calls: list[_Call], *, strict: bool, wait: bool) -> tuple[list[Any], bool]:
+        """The unsent answers, then ``calls``, in one round trip; ``calls``' replies.
+
+        The scripts are called by their SHA. A command refused with NOSCRIPT (Redis restarted,
+        its script cache was flushed, or a replica was promoted) did not run: its script is
+        loaded and those commands are sent again; the commands that did run are not repeated.
+        """
+        if self._sending:
+            await self._after_sending([k for _, keys, _ in calls for k in keys])
         unsent, self._unsent = self._unsent, {}
         if self._flush_timer is not None:  # nothing left for it to send
             self._flush_timer.cancel()
             self._flush_timer = None
         if not unsent:
-            return None if script is None else await self._send(script, keys, args, unsent)
+            return await self._send(calls, unsent, strict=strict, wait=wait)
         sent = asyncio.get_running_loop().create_future()
         for key in unsent:
             self._sending[key] = sent
         try:
-            return await self._send(script, keys, args, unsent)
+            return await self._send(calls, unsent, strict=strict, wait=wait)
         finally:
             for key in unsent:
                 if self._sending.get(key) is sent:
@@ -592,50 +912,94 @@ class RedisStore:
 
     async def _send(
         self,
-        script: AsyncScript | None,
-        keys: Sequence[str],
-        args: Sequence[Any],
+        calls: list[_Call],
         unsent: dict[str, tuple[int, bytes]],
-    ) -> Any:
-        from redis.exceptions import NoScriptError, RedisError  # noqa: PLC0415 - optional extra
-
-        # (script, its keys, its args)
-        calls: list[tuple[AsyncScript, list[Any], list[Any]]] = [
-            (self._finish_request, [key], [str(seq), data]) for key, (seq, data) in unsent.items()
-        ]
-        if script is not None:
-            calls.append((script, list(keys), list(args)))
-        pipe = self._r.pipeline(transaction=False)
-        for sc, call_keys, call_args in calls:
-            pipe.evalsha(sc.sha, len(call_keys), *call_keys, *call_args)
-        self.round_trips += 1
-        self.commands += len(calls)
-        try:
-            out = await pipe.execute(raise_on_error=False)
-        except (RedisError, OSError) as exc:
-            raise await self._unavailable(exc) from exc
-        for i, (sc, call_keys, call_args) in enumerate(calls):
-            if not isinstance(out[i], NoScriptError):
-                continue
-            self.round_trips += 1
-            self.commands += 1
-            try:
-                out[i] = await sc(keys=call_keys, args=call_args)
-            except (RedisError, OSError) as exc:  # decided below, command by command
-                out[i] = exc
-        if script is None:
-            failed = [r for r in out if isinstance(r, Exception)]
-            if failed:
-                raise await self._unavailable(failed[0])
-            return None
+        *,
+        strict: bool,
+        wait: bool,
+    ) -> tuple[list[Any], bool]:
+        finish = self._c_finish if self._spread else self._finish_request
+        answers: list[_Call] = [(finish, [key], [str(seq), data]) for key, (seq, data) in unsent.items()]
+        waiting = bool(self._wait_replicas) and (wait or bool(answers))
+        out, confirmed = await self._execute(answers + calls, waiting)
         # The answers that failed are lost (logged), as a failed finish_request loses its own;
-        # they must not fail the script, which did run: its outcome stands.
-        lost = [r for r in out[:-1] if isinstance(r, Exception)]
-        if lost:
+        # they must not fail the calls, which did run: their outcome stands.
+        lost = [r for r in out[: len(answers)] if isinstance(r, Exception)]
+        if not calls:
+            if lost:
+                raise await self._unavailable(lost[0])
+        elif lost:
             _log.warning("%d stored answer(s) lost: %s", len(lost), str(lost[0])[:200])
-        if isinstance(out[-1], Exception):
-            raise await self._unavailable(out[-1])
-        return out[-1]
+        if answers and not confirmed:
+            _log.warning(
+                "%d stored answer(s) not confirmed by %d replica(s)", len(answers), self._wait_replicas
+            )
+        mine = out[len(answers) :]
+        if strict:
+            for reply in mine:
+                if isinstance(reply, Exception):
+                    raise await self._unavailable(reply)
+        return mine, confirmed
+
+    async def _execute(
+        self, calls: list[_Call], waiting: bool, *, reload: bool = True
+    ) -> tuple[list[Any], bool]:
+        """``calls`` in one pipeline (and the WAIT commands): replies or exceptions, and confirmed."""
+
+        if not calls:
+            return [], True
+        from redis.exceptions import NoScriptError  # noqa: PLC0415 - optional extra
+
+        try:
+            pipe = self._r.pipeline(transaction=False)
+            for script, keys, args in calls:
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            waits = await self._add_waits(pipe, calls) if waiting else 0
+            self.round_trips += 1
+            self.commands += len(calls) + waits
+            replies = list(await pipe.execute(raise_on_error=False))
+        except _ERRORS as exc:
+            # Nothing is known of any call (some may have run): each one failed.
+            return [exc] * len(calls), not waiting
+        out, acks = replies[: len(calls)], replies[len(calls) :]
+        confirmed = all(isinstance(n, int) and n >= self._wait_replicas for n in acks)
+        missing = [i for i, reply in enumerate(out) if isinstance(reply, NoScriptError)]
+        if missing and reload:
+            try:
+                await self._load_scripts()
+            except _ERRORS as exc:
+                for i in missing:
+                    out[i] = exc
+                return out, confirmed
+            again, confirmed_again = await self._execute([calls[i] for i in missing], waiting, reload=False)
+            for i, reply in zip(missing, again, strict=True):
+                out[i] = reply
+            confirmed = confirmed and confirmed_again
+        return out, confirmed
+
+    async def _add_waits(self, pipe: Any, calls: list[_Call]) -> int:
+        """Queue ``WAIT`` behind the calls on each connection the pipeline uses; how many."""
+        command = ("WAIT", self._wait_replicas, self._wait_timeout_ms)
+        if not self._cluster:
+            pipe.execute_command(*command)
+            return 1
+        # One connection per node: WAIT covers the writes sent before it on that connection.
+        await self._r.initialize()
+        nodes = {}
+        for _, keys, _ in calls:
+            node = self._r.get_node_from_key(keys[0])
+            nodes[node.name] = node
+        for node in nodes.values():
+            pipe.execute_command(*command, target_nodes=node)
+        return len(nodes)
+
+    async def _quietly(self, calls: list[_Call]) -> list[Any]:
+        """Compensations: run ``calls``; a failure is logged, its effect lapses by its TTL."""
+        out, _ = await self._run(calls, strict=False)
+        failed = [r for r in out if isinstance(r, Exception)]
+        if failed:
+            await self._unavailable(failed[0])  # logs, and reads the slot map again
+        return out
 
     async def flush(self) -> None:
         """Send the answers :meth:`finish_request` has not sent yet (one round trip)."""
@@ -643,7 +1007,7 @@ class RedisStore:
             self._flush_timer.cancel()
             self._flush_timer = None
         if self._unsent:
-            await self._pipelined(None, (), ())
+            await self._pipelined([], strict=True, wait=False)
 
     def _flush_later(self) -> None:
         self._flush_timer = None
@@ -664,6 +1028,10 @@ class RedisStore:
         """See :meth:`Store.add_pending`."""
         data = pending.to_dict()
         data["proven_kid"] = None
+        if self._spread:
+            return await self._spread_add_pending(
+                pending, encoding.dumps(data), max_per_source, max_total, now
+            )
         added = await self._script(
             self._add_pending,
             [self._k_pending(pending.nonce_b), self._k_source(pending.source), self._k_pending_all()],
@@ -683,11 +1051,14 @@ class RedisStore:
 
     async def get_pending(self, nonce_b: str, now: float) -> PendingHandshake | None:
         """See :meth:`Store.get_pending`."""
-        out = await self._script(
-            self._get_pending,
-            [self._k_pending(nonce_b), self._k_pending_all()],
-            [_num(now), nonce_b, self.prefix],
-        )
+        if self._spread:
+            out = await self._script(self._c_get_pending, [self._k_pending(nonce_b)], [_num(now)])
+        else:
+            out = await self._script(
+                self._get_pending,
+                [self._k_pending(nonce_b), self._k_pending_all()],
+                [_num(now), nonce_b, self.prefix],
+            )
         if not out:
             return None
         data, kid = out
@@ -696,6 +1067,8 @@ class RedisStore:
 
     async def mark_proven(self, nonce_b: str, kid: str, now: float) -> bool:
         """See :meth:`Store.mark_proven`."""
+        if self._spread:
+            return bool(await self._script(self._c_mark_proven, [self._k_pending(nonce_b)], [kid, _num(now)]))
         added = await self._script(
             self._mark_proven,
             [self._k_pending(nonce_b), self._k_pending_all()],
@@ -707,6 +1080,8 @@ class RedisStore:
         self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float
     ) -> OpenResult:
         """See :meth:`Store.open_session`."""
+        if self._spread:
+            return await self._spread_open_session(nonce_b, session, max_sessions, now)
         code = await self._script(
             self._open_session,
             [
@@ -730,6 +1105,92 @@ class RedisStore:
             self._cache_put(session)
             return OpenResult.OPENED
         return OpenResult.FULL if code == 2 else OpenResult.HANDSHAKE_GONE
+
+    async def _spread_add_pending(
+        self, pending: PendingHandshake, data: bytes, max_per_source: int, max_total: int, now: float
+    ) -> bool:
+        # Three slots in one round trip; on a refusal the others are undone (redis_cluster.py).
+        nonce = pending.nonce_b
+        shards = rc.shards_for(max_total)
+        shard = rc.shard_of(nonce, shards)
+        ttl = _ttl_ms(pending.expires_at, now)
+        total = rc.shard_limit(max_total, shards, shard)
+        calls: list[_Call] = [
+            (
+                self._c_reserve,
+                [self._k_source(pending.source)],
+                [_num(now), max_per_source, nonce, pending.expires_at, ttl],
+            ),
+            (
+                self._c_reserve,
+                [self._k_pending_shard(shard)],
+                [_num(now), total, nonce, pending.expires_at, ttl],
+            ),
+            (
+                self._c_add_pending,
+                [self._k_pending(nonce)],
+                [_num(now), data, pending.expires_at, ttl, pending.source, str(shard)],
+            ),
+        ]
+        out, _ = await self._run(calls, strict=False)
+        if all(reply == 1 for reply in out):
+            return True
+        undo: list[_Call] = []
+        for (_, keys, _), reply in zip(calls[:2], out[:2], strict=True):
+            if reply == 1:  # a reservation this call made (2: a live entry's, left alone)
+                undo.append((self._c_release, keys, [nonce]))
+        if out[2] == 1:
+            undo.append((self._c_close_session, [self._k_pending(nonce)], []))  # DEL
+        if undo:
+            await self._quietly(undo)
+        failed = [reply for reply in out if isinstance(reply, Exception)]
+        if failed:
+            raise await self._unavailable(failed[0])
+        return False
+
+    async def _spread_open_session(
+        self, nonce_b: str, session: SessionRecord, max_sessions: int, now: float
+    ) -> OpenResult:
+        # In order: reserve, take the handshake, open (redis_cluster.py).
+        sid = session.session_id
+        shards = rc.shards_for(max_sessions)
+        shard = rc.shard_of(sid, shards)
+        ttl = _ttl_ms(session.expires_at, now)
+        shard_key = self._k_session_shard(shard)
+        limit = rc.shard_limit(max_sessions, shards, shard)
+        reserved = await self._script(
+            self._c_reserve, [shard_key], [_num(now), limit, sid, session.expires_at, ttl]
+        )
+        if reserved == 0:
+            return OpenResult.FULL
+        release: _Call = (self._c_release, [shard_key], [sid])
+        try:
+            taken = await self._script(self._c_take_pending, [self._k_pending(nonce_b)], [_num(now)])
+        except Unavailable:
+            await self._quietly([release])
+            raise
+        if not taken:
+            await self._quietly([release])
+            return OpenResult.HANDSHAKE_GONE
+        source, pending_shard = (part.decode() for part in taken)
+        out, _ = await self._run(
+            [
+                (
+                    self._c_open,
+                    [self._k_session(sid)],
+                    [_pack_session(session), session.expires_at, ttl, str(shard)],
+                ),
+                (self._c_release, [self._k_source(source)], [nonce_b]),
+                (self._c_release, [self._k_pending_shard(int(pending_shard))], [nonce_b]),
+            ],
+            strict=False,
+        )
+        if isinstance(out[0], Exception):
+            await self._quietly([release])
+            raise await self._unavailable(out[0])
+        # A release that failed leaves a reservation that lapses with the handshake (60 s).
+        self._cache_put(session)
+        return OpenResult.OPENED
 
     # -- sessions -------------------------------------------------------------------------------
     def _cache_put(self, session: SessionRecord) -> None:
@@ -760,9 +1221,12 @@ class RedisStore:
             if not cached.expired(now):
                 return cached
             self._cache.pop(session_id, None)  # and let the script forget it in Redis
-        data = await self._script(
-            self._get_session, [self._k_session(session_id), self._k_sessions()], [_num(now), session_id]
-        )
+        if self._spread:
+            data = await self._script(self._c_get_session, [self._k_session(session_id)], [_num(now)])
+        else:
+            data = await self._script(
+                self._get_session, [self._k_session(session_id), self._k_sessions()], [_num(now), session_id]
+            )
         if data is None:
             return None
         session = _unpack_session(session_id, data)
@@ -780,7 +1244,14 @@ class RedisStore:
         rate_period: int,
         now: float,
     ) -> Begin:
-        """See :meth:`Store.begin_request`: §6.1 steps 7 and 8 in one script."""
+        """See :meth:`Store.begin_request`: §6.1 steps 7 and 8 in one script (one round trip).
+
+        On a cluster, two single-slot scripts in one round trip (redis_cluster.py).
+        """
+        if self._spread:
+            return await self._spread_begin(
+                session_id, client_did, sequence, request_hash, rate_limit, rate_period, now
+            )
         keys = [self._k_session(session_id), self._k_sessions()]
         limit = ""
         rate_ttl = 0
@@ -791,7 +1262,7 @@ class RedisStore:
             limit = str(rate_limit)
             rate_ttl = _ttl_ms(start + rate_period, now)
         keys.append(self._k_revoked(client_did))
-        out = await self._script(
+        call: _Call = (
             self._begin_request_guarded,
             keys,
             [
@@ -804,7 +1275,13 @@ class RedisStore:
                 client_did,
             ],
         )
+        (out,), confirmed = await self._run([call], wait=True)
         kind = _KINDS[int(out[0])]
+        if kind is BeginKind.NEW and not confirmed:
+            # The sequence may not survive a failover: the intent must not run (it could
+            # run again at the promoted replica). The sequence stays consumed, as after an
+            # ambiguous timeout: the client moves to a new one.
+            raise await self._unavailable(_NotReplicated(self._wait_replicas))
         last = int(out[1])
         if kind is BeginKind.GONE or kind is BeginKind.REVOKED:
             self._cache.pop(session_id, None)
@@ -813,6 +1290,76 @@ class RedisStore:
             return Begin(kind, last, StoredReply.from_dict(encoding.loads(out[2])))
         if kind is BeginKind.RATE_LIMITED:
             return Begin(kind, last, retry_after=max(1, start + rate_period - t))
+        return Begin(kind, last)
+
+    async def _spread_begin(
+        self,
+        session_id: str,
+        client_did: str,
+        sequence: int,
+        request_hash: str,
+        rate_limit: int | None,
+        rate_period: int,
+        now: float,
+    ) -> Begin:
+        # The session's script and the DID's rate window in one round trip, then the
+        # decision table of redis_cluster.py.
+        skey = self._k_session(session_id)
+        hashed = _request_hash_bytes(request_hash)
+        counted = rate_limit is not None
+        # Keep the previous state when the request may have to be given back.
+        keep = "1" if counted or self._wait_replicas else ""
+        calls: list[_Call] = [(self._c_begin, [skey], [_num(now), str(sequence), hashed, keep])]
+        t = int(now)
+        start = t - t % rate_period if counted else 0
+        if rate_limit is not None:
+            rkey = self._k_rate(client_did, rate_period, start)
+            calls.append((self._c_rate, [rkey], [str(rate_limit), _ttl_ms(start + rate_period, now)]))
+        calls.append((self._c_revoked, [self._k_revoked(client_did)], []))
+        out, confirmed = await self._run(calls, strict=False, wait=True)
+        seq_out = out[0]
+        rate_out = out[1] if counted else 1
+        revoked_out = out[-1]
+        undo: list[_Call] = []
+        if rate_out == 1 and counted:
+            undo.append((self._c_unrate, [rkey], []))
+        if isinstance(seq_out, Exception):
+            if undo:
+                await self._quietly(undo)
+            raise await self._unavailable(seq_out)
+        kind = _KINDS[int(seq_out[0])]
+        last = int(seq_out[1])
+        if kind is not BeginKind.GONE and (
+            isinstance(revoked_out, Exception) or await self._revoked_fields(revoked_out, session_id, now)
+        ):
+            # A revoked session consumes nothing and ends; an unknown answer fails closed.
+            if kind is BeginKind.NEW:
+                undo.append((self._c_unbegin, [skey], [str(sequence), hashed]))
+            if undo:
+                await self._quietly(undo)
+            if isinstance(revoked_out, Exception):
+                raise await self._unavailable(revoked_out)
+            await self.close_session(session_id)
+            return Begin(BeginKind.REVOKED)
+        if kind is BeginKind.NEW:
+            if rate_out == 1 and confirmed:
+                return Begin(kind, last)
+            # Over the limit, the limit unknown, or not replicated: consume nothing.
+            undo = [] if rate_out != 1 else undo
+            undo.append((self._c_unbegin, [skey], [str(sequence), hashed]))
+            await self._quietly(undo)
+            if isinstance(rate_out, Exception):
+                raise await self._unavailable(rate_out)
+            if not confirmed:
+                raise await self._unavailable(_NotReplicated(self._wait_replicas))
+            return Begin(BeginKind.RATE_LIMITED, int(seq_out[2]), retry_after=max(1, start + rate_period - t))
+        if undo:
+            await self._quietly(undo)
+        if kind is BeginKind.GONE:
+            self._cache.pop(session_id, None)
+            return Begin(BeginKind.GONE)
+        if kind is BeginKind.REPLAY:
+            return Begin(kind, last, StoredReply.from_dict(encoding.loads(seq_out[2])))
         return Begin(kind, last)
 
     async def finish_request(self, session_id: str, sequence: int, reply: StoredReply) -> None:
@@ -829,9 +1376,15 @@ class RedisStore:
     async def close_session(self, session_id: str) -> None:
         """See :meth:`Store.close_session`."""
         self._cache.pop(session_id, None)
-        await self._script(
-            self._close_session, [self._k_session(session_id), self._k_sessions()], [session_id]
-        )
+        if not self._spread:
+            await self._script(
+                self._close_session, [self._k_session(session_id), self._k_sessions()], [session_id]
+            )
+            return
+        shard = await self._script(self._c_close_session, [self._k_session(session_id)], [])
+        if shard is not None:
+            # If this fails, the reservation lapses at the session's expiry.
+            await self._quietly([(self._c_release, [self._k_session_shard(int(shard))], [session_id])])
 
     async def aclose(self) -> None:
         """Send the answers not yet sent, then close the pool (if the store built its client)."""
@@ -840,38 +1393,100 @@ class RedisStore:
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
         self._cache.clear()
+        if self._refresh is not None:
+            with contextlib.suppress(BaseException):
+                await self._refresh
         if self._owns_client:
-            await self._r.aclose()
+            await close_client(self._r, self.deployment)
+
+    # -- actions waiting for approval (store/actions.py) ----------------------------------------
+    async def add_action(
+        self, action: PendingAction, *, max_per_caller: int, max_total: int, now: float
+    ) -> bool:
+        """See :meth:`ActionStore.add_action` (one script)."""
+        record = action.to_dict()
+        for member in ("state", "decided_by", "decided_at"):  # kept as hash fields
+            del record[member]
+        code = await self._script(
+            self._add_action,
+            self._action_keys(action.action_id, action.caller_did),
+            [
+                _num(now),
+                max_per_caller,
+                max_total,
+                encoding.dumps(record),
+                action.expires_at,
+                action.keep_until,
+                _ttl_ms(action.keep_until, now),
+                action.action_id,
+                action.action_hash,
+                action.caller_did,
+            ],
+        )
+        return bool(code == 1)
+
+    async def get_action(self, action_id: str, now: float) -> PendingAction | None:
+        """See :meth:`ActionStore.get_action` (one script)."""
+        out = await self._script(self._get_action, [self._k_action(action_id)], [_num(now)])
+        if not out:
+            return None
+        return _action_from(*out)
+
+    async def decide_action(
+        self,
+        action_id: str,
+        *,
+        caller_did: str,
+        action_hash: str,
+        approve: bool,
+        decided_by: str,
+        now: float,
+    ) -> Decision:
+        """See :meth:`ActionStore.decide_action`: the pending → decided step in one script."""
+        out = await self._script(
+            self._decide_action,
+            self._action_keys(action_id, caller_did),
+            [
+                _num(now),
+                action_hash,
+                "approved" if approve else "rejected",
+                decided_by,
+                action_id,
+                caller_did,
+            ],
+        )
+        kind = _DECISIONS[int(out[0])]
+        if kind is DecisionKind.UNKNOWN:
+            return Decision(kind)
+        return Decision(kind, _action_from(*out[1:5]))
 
     # -- revocations (a2a_secure.store.revocation.RevocationStore) -------------------------------
     async def add_revocation(self, entry: Revocation) -> bool:
-        """See :meth:`RevocationStore.add_revocation` (one script)."""
+        """See :meth:`RevocationStore.add_revocation` (the entry, then the listing index)."""
         data = encoding.dumps(entry.to_dict())
-        added = await self._script(
-            self._add_revocation,
-            [self._k_revoked(entry.did), self._k_revocations()],
-            [entry.field, data, entry.target],
-        )
+        added = await self._script(self._add_revocation, [self._k_revoked(entry.did)], [entry.field, data])
+        if added:
+            try:
+                await self._r.sadd(self._k_revocations(), entry.target)
+            except _ERRORS as exc:  # the entry is in force; only --list would miss it
+                raise await self._unavailable(exc) from exc
         return bool(added)
 
     async def remove_revocation(self, target: str) -> bool:
-        """See :meth:`RevocationStore.remove_revocation` (one script)."""
+        """See :meth:`RevocationStore.remove_revocation` (the entry, then the listing index)."""
         probe = Revocation(target)
-        removed = await self._script(
-            self._remove_revocation,
-            [self._k_revoked(probe.did), self._k_revocations()],
-            [probe.field, target],
-        )
+        removed = await self._script(self._remove_revocation, [self._k_revoked(probe.did)], [probe.field])
+        try:
+            await self._r.srem(self._k_revocations(), target)
+        except _ERRORS as exc:
+            raise await self._unavailable(exc) from exc
         return bool(removed)
 
     async def find_revocation(self, did: str, kids: Sequence[str]) -> Revocation | None:
         """See :meth:`RevocationStore.find_revocation` (one HMGET)."""
-        from redis.exceptions import RedisError  # noqa: PLC0415 - optional extra
-
-        fields = [DID_FIELD, *kids]
         try:
-            values = await self._r.hmget(self._k_revoked(did), fields)
-        except (RedisError, OSError) as exc:
+            values = await self._r.hmget(self._k_revoked(did), [DID_FIELD, *kids])
+        except _ERRORS as exc:
             raise await self._unavailable(exc) from exc
         for value in values:
             if value is not None:
@@ -880,8 +1495,6 @@ class RedisStore:
 
     async def list_revocations(self) -> list[Revocation]:
         """See :meth:`RevocationStore.list_revocations`."""
-        from redis.exceptions import RedisError  # noqa: PLC0415 - optional extra
-
         out: list[Revocation] = []
         try:
             targets = await self._r.smembers(self._k_revocations())
@@ -890,19 +1503,34 @@ class RedisStore:
                 value = await self._r.hget(self._k_revoked(probe.did), probe.field)
                 if value is not None:
                     out.append(Revocation.from_dict(encoding.loads(value)))
-        except (RedisError, OSError) as exc:
+        except _ERRORS as exc:
             raise await self._unavailable(exc) from exc
         return out
+
+    async def _revoked_fields(self, fields: Any, session_id: str, now: float) -> bool:
+        """Whether the DID's entry ``fields`` (HKEYS) revoke the session ``session_id``."""
+        if not fields:
+            return False
+        names = {f.decode() if isinstance(f, bytes) else str(f) for f in fields}
+        if DID_FIELD in names:
+            return True
+        session = self._cache_get(session_id) or await self.get_session(session_id, now)
+        return session is not None and session.client_kid in names
 
     # -- introspection (tests, metrics) ---------------------------------------------------------
     async def counts(self, now: float | None = None) -> dict[str, int]:
         """Live pending handshakes and sessions (members of the sorted sets not yet expired)."""
-        from redis.exceptions import RedisError  # noqa: PLC0415 - optional extra
-
         t = _num(time.time() if now is None else now)
+        if self._spread:
+            pending_keys = [self._k_pending_shard(i) for i in range(rc.MAX_SHARDS)]
+            session_keys = [self._k_session_shard(i) for i in range(rc.MAX_SHARDS)]
+        else:
+            pending_keys, session_keys = [self._k_pending_all()], [self._k_sessions()]
         try:
-            pending = await self._r.zcount(self._k_pending_all(), f"({t}", "+inf")
-            sessions = await self._r.zcount(self._k_sessions(), f"({t}", "+inf")
-        except (RedisError, OSError) as exc:
+            pipe = self._r.pipeline(transaction=False)
+            for key in (*pending_keys, *session_keys):
+                pipe.zcount(key, f"({t}", "+inf")
+            out = [int(n) for n in await pipe.execute()]
+        except _ERRORS as exc:
             raise await self._unavailable(exc) from exc
-        return {"pending": int(pending), "sessions": int(sessions)}
+        return {"pending": sum(out[: len(pending_keys)]), "sessions": sum(out[len(pending_keys) :])}

@@ -22,6 +22,7 @@ from a2a_secure.protocol.models._base import (
     _set,
     _Validated,
 )
+from a2a_secure.protocol.priority import check_priority
 from a2a_secure.protocol.validate import (
     exact_members,
     require_b64u_bytes,
@@ -79,12 +80,14 @@ class Intent(_Validated):
     """``intent`` (§6.1): ``goal`` and ``inputs`` required; ``domain``/``constraints`` None when absent.
 
     ``inputs`` is the application's JSON object, handed to the handler as received.
+    ``priority`` (§12.3) is None when absent (the default, 3).
     """
 
     goal: str
     inputs: dict[str, Any]
     domain: str | None = None
     constraints: Constraints | None = None
+    priority: int | None = None
 
     @classmethod
     def parse(cls, obj: Any, *, error: ErrorType = InvalidParams) -> Intent:
@@ -103,7 +106,10 @@ class Intent(_Validated):
         constraints = None
         if "constraints" in intent:
             constraints = Constraints.parse(intent["constraints"], error=error)
-        return _make(cls, goal, inputs, domain, constraints)
+        priority = None
+        if "priority" in intent:  # §12.3
+            priority = check_priority(intent["priority"], error)
+        return _make(cls, goal, inputs, domain, constraints, priority)
 
     @property
     def constraints_dict(self) -> dict[str, Any]:
@@ -122,6 +128,8 @@ class Intent(_Validated):
             out["domain"] = self.domain
         if self.constraints is not None:
             out["constraints"] = self.constraints.to_dict()
+        if self.priority is not None:
+            out["priority"] = self.priority
         return out
 
 

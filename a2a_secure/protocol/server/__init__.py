@@ -14,6 +14,8 @@ One module per section of the contract, each saying in its docstring what state 
     replies      signed results and errors, unsigned refusals (§6.2, §7)
     replay       stored answers, byte-identical retries (§6.1 step 7)
     runner       the handler within its deadline (§6.1 step 11)
+    scheduler    the priority queue: who runs, who waits, who is interrupted (§12.3)
+    gate         the scheduler's event-loop side: waiting for a slot, interrupting (§12.3)
     streams      the stream pump: signed events of a streamed answer (§6.4)
     deadlines    session lifetimes on the monotonic clock (§5.6)
     budget       failed signature-checked handshake steps per source (ATTACKS.md H4)
@@ -21,7 +23,7 @@ One module per section of the contract, each saying in its docstring what state 
     dispatcher   goals and their handlers, what a handler is told
     common       ServerLimits (§9), Reply, which endpoint serves which method (§4)
 
-Only ``runner``, ``streams`` and ``replay`` wait on the event loop and import asyncio.
+Only ``runner``, ``gate``, ``streams`` and ``replay`` wait on the event loop and import asyncio.
 """
 
 from __future__ import annotations

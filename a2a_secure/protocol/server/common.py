@@ -18,6 +18,7 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
 from a2a_secure.store.base import Store, StoredReply
 
@@ -61,6 +62,17 @@ class ServerLimits:
     # throughput of valid handshakes from one host is not limited.
     failed_handshake_burst: int = 100
     failed_handshake_per_second: float = 50.0
+    # Intent priority (PROTOCOL.md §12.3): at most this many handlers of this agent run at
+    # once in this process, the others wait in one priority queue of at most
+    # ``max_queued_intents``. None: no limit, hence no queue, and nothing to pay for it.
+    max_concurrent_intents: int | None = None
+    max_queued_intents: int = 100
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_intents is not None and self.max_concurrent_intents < 1:
+            raise ValueError("max_concurrent_intents must be None or at least 1")
+        if self.max_queued_intents < 0:
+            raise ValueError("max_queued_intents must be at least 0")
 
 
 @dataclass(slots=True)
@@ -88,6 +100,8 @@ class ServerConfig:
     def signer(self, session_id: str) -> Identity:
         """The key answering on ``session_id``: the identity, or the retired key it was opened with."""
         return self.retired_signers.get(session_id, self.identity)
+
+    priority_rights: PriorityRights = field(default_factory=PriorityRights)
 
 
 @dataclass(frozen=True, slots=True)

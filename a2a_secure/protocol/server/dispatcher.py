@@ -26,6 +26,7 @@ class IntentContext:
     domain: str | None
     constraints: Mapping[str, Any]
     client_agent_id: str = ""
+    priority: int = 3  # the priority it runs at (PROTOCOL.md §12.3)
 
 
 class IntentDispatcher:

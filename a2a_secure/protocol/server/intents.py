@@ -39,6 +39,7 @@ from a2a_secure.protocol.models import (
     IntentRequest,
     RequestPayload,
 )
+from a2a_secure.protocol.priority import DEFAULT_PRIORITY
 from a2a_secure.protocol.server.auditing import AuditFields
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
@@ -86,6 +87,7 @@ class IntentProcessor:
         self._result_token = replies.result_token
         self._replay = replayer.answer
         self._run = runner.run
+        self._has_room = runner.gate.has_room
         self._streams = streams
         self._clock = clock
 
@@ -151,6 +153,9 @@ class IntentProcessor:
                 # Checked before the sequence is consumed, so the same request may come back.
                 raise Unavailable("too many open streams", retry_after=1)
             await cfg.key_guard.check_session(cfg.store, cfg.resolver, session)  # revoked, dropped keys
+            if intent is not None and not self._has_room(intent.priority or DEFAULT_PRIORITY):
+                # §12.3: the queue is full; likewise before the sequence is consumed.
+                raise Unavailable("too many intents are waiting to run", retry_after=1)
             # Steps 7-8, one atomic check-and-update.
             begin = await cfg.store.begin_request(
                 session_id,
@@ -216,6 +221,8 @@ class IntentProcessor:
         # Step 9: the policy agreed in the handshake, not today's configuration.
         if not session.policy.allows(goal):
             raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
+        # ... and the server's priority rights (§12.3), also -32042 before anything runs.
+        priority = self._config.priority_rights.effective(intent.priority, session.client_did)
         # Step 10: a handler.
         if not dispatcher.has(goal):
             raise MethodNotFound(f"no handler for intent {goal[:64]!r}")
@@ -231,6 +238,7 @@ class IntentProcessor:
             domain=intent.domain,
             constraints=constraints,
             client_agent_id=session.client_agent_id,
+            priority=priority,
         )
         inputs = intent.inputs
         if intent.stream is False and dispatcher.is_always_streamed(goal):

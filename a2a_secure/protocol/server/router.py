@@ -21,6 +21,7 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
 from a2a_secure.protocol.server.budget import FailureBudget
 from a2a_secure.protocol.server.common import (
@@ -39,6 +40,7 @@ from a2a_secure.protocol.server.intents import IntentProcessor
 from a2a_secure.protocol.server.replay import Replayer
 from a2a_secure.protocol.server.replies import SignedReplies, unsigned_error
 from a2a_secure.protocol.server.runner import IntentRunner
+from a2a_secure.protocol.server.scheduler import Scheduler
 from a2a_secure.protocol.server.streams import StreamPump
 from a2a_secure.store.base import Store
 
@@ -63,6 +65,7 @@ class ServerProtocol:
         random_bytes: RandomSource = os.urandom,
         monotonic: Clock = time.monotonic,
         key_guard: KeyGuard | None = None,
+        priority_rights: PriorityRights | None = None,
     ) -> None:
         config = ServerConfig(
             identity=identity,
@@ -73,13 +76,16 @@ class ServerProtocol:
             manifest_hash=manifest_hash,
             limits=limits or ServerLimits(),
             key_guard=key_guard or KeyGuard(monotonic=monotonic),
+            priority_rights=priority_rights or PriorityRights(),
         )
         self._config = config
         self._clock = clock
         deadlines = SessionDeadlines(config, monotonic)
         auditor = AuditWriter(audit, config, clock)
         replies = SignedReplies(config)
-        streams = StreamPump(config, deadlines=deadlines, audit=auditor, clock=clock)
+        runner = IntentRunner(config)  # its gate (§12.3) is shared with the stream pump
+        self._scheduler = runner.gate.scheduler
+        streams = StreamPump(config, deadlines=deadlines, audit=auditor, clock=clock, gate=runner.gate)
         self._budget = FailureBudget(config)
         self._handshake = HandshakeResponder(
             config, deadlines=deadlines, clock=clock, random_bytes=random_bytes
@@ -89,7 +95,7 @@ class ServerProtocol:
             deadlines=deadlines,
             replies=replies,
             replayer=Replayer(config, replies=replies, streams=streams, audit=auditor, clock=clock),
-            runner=IntentRunner(config),
+            runner=runner,
             streams=streams,
             clock=clock,
         )
@@ -163,6 +169,20 @@ class ServerProtocol:
     @limits.setter
     def limits(self, value: ServerLimits) -> None:
         self._config.limits = value
+
+    @property
+    def priority_rights(self) -> PriorityRights:
+        """The highest priority each caller may use (§12.3)."""
+        return self._config.priority_rights
+
+    @priority_rights.setter
+    def priority_rights(self, value: PriorityRights) -> None:
+        self._config.priority_rights = value
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """This agent's intent queue in this process (§12.3): how many run, how many wait."""
+        return self._scheduler
 
     async def handle(self, method: str, params: Any, *, source: str = "") -> Reply:
         """Process one JSON-RPC call whose envelope is already valid; never raises."""

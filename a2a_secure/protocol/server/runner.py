@@ -4,7 +4,11 @@ The intent processor has done every check of §6.1 up to step 10 and consumed th
 the runner calls the handler, bounds it by ``min(timeout_ms, ServerLimits.max_handler_timeout_ms)``
 (-32049 past it), cancels it then, and turns whatever it raised into the error of step 11
 without the text of a foreign exception. The result must be I-JSON (§1), or the answer is
--32603. Scheduling policy (who runs when) belongs here too.
+-32603. Scheduling policy (who runs when) belongs here too: with
+``ServerLimits.max_concurrent_intents`` set, the handler runs only once the
+:class:`IntentGate` gives it a slot (§12.3); time spent waiting counts against the
+deadline, and an intent interrupted by a priority-5 one answers -32049 "interrupted by a
+priority-5 intent".
 
 State: none; the handlers are the :class:`IntentDispatcher`'s. The stream pump (§6.4) runs
 streamed answers with the same error mapping and result check.
@@ -18,8 +22,10 @@ from typing import Any
 
 from a2a_secure.errors import A2AError, IntentTimeout, InternalError, InvalidParams
 from a2a_secure.identity import encoding
+from a2a_secure.protocol.priority import INTERRUPTED_MESSAGE
 from a2a_secure.protocol.server.common import ServerConfig
 from a2a_secure.protocol.server.dispatcher import IntentContext
+from a2a_secure.protocol.server.gate import IntentGate
 
 __all__ = ["IntentRunner", "check_result", "handler_error"]
 
@@ -49,23 +55,61 @@ async def _collect(stream: AsyncIterator[Any]) -> list[Any]:
 class IntentRunner:
     """Runs the handler of an accepted, non-streamed intent to its result."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, gate: IntentGate | None = None) -> None:
         self._config = config
+        self.gate = gate if gate is not None else IntentGate(config)
+
+    def _work(self, goal: str, inputs: Any, context: IntentContext) -> Awaitable[Any]:
+        dispatcher = self._config.dispatcher
+        if dispatcher.is_streaming(goal):
+            # A streaming goal asked without stream: one result, the array of its partials.
+            return _collect(dispatcher.open_stream(goal, inputs, context))
+        return dispatcher.run(goal, inputs, context)
 
     async def run(self, goal: str, inputs: Any, context: IntentContext, timeout_ms: int) -> Any:
         """The handler's result, or the :class:`A2AError` of step 11."""
-        dispatcher = self._config.dispatcher
-        work: Awaitable[Any]
-        if dispatcher.is_streaming(goal):
-            # A streaming goal asked without stream: one result, the array of its partials.
-            work = _collect(dispatcher.open_stream(goal, inputs, context))
-        else:
-            work = dispatcher.run(goal, inputs, context)
+        if self.gate.active:
+            return await self._run_in_slot(goal, inputs, context, timeout_ms)
+        work = self._work(goal, inputs, context)
         # asyncio.timeout runs the handler in this task: no task is created per intent.
         try:
             async with asyncio.timeout(timeout_ms / 1000):
                 result = await work
         except Exception as exc:
             raise handler_error(exc, timeout_ms) from None
+        check_result(result)
+        return result
+
+    # -- §12.3: a handler within the concurrency limit ------------------------------------------
+    async def _run_in_slot(self, goal: str, inputs: Any, context: IntentContext, timeout_ms: int) -> Any:
+        """Wait for a slot, then run; the deadline covers both. Interruptible by priority 5."""
+        slot = self.gate.enter(context.priority, asyncio.current_task())
+        ran = False
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await slot.wait()
+                ran = True
+                # The coroutine is made only now: an intent that never gets a slot never
+                # calls its handler.
+                result = await self._work(goal, inputs, context)
+        except asyncio.CancelledError:
+            if not slot.interrupted:
+                raise  # the server is stopping: not ours to answer
+            slot.uncancel_interrupt()
+            raise IntentTimeout(INTERRUPTED_MESSAGE) from None
+        except Exception as exc:
+            if slot.interrupted:  # a handler that turned the cancellation into an error
+                slot.uncancel_interrupt()
+                raise IntentTimeout(INTERRUPTED_MESSAGE) from None
+            if not ran and isinstance(exc, TimeoutError):
+                raise IntentTimeout(f"intent waited to run past its deadline of {timeout_ms} ms") from None
+            raise handler_error(exc, timeout_ms) from None
+        finally:
+            self.gate.leave(slot)
+        if slot.interrupted:
+            # The handler swallowed the cancellation and returned: its slot was given away,
+            # and its caller is told it was interrupted all the same.
+            slot.uncancel_interrupt()
+            raise IntentTimeout(INTERRUPTED_MESSAGE)
         check_result(result)
         return result

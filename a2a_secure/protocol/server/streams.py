@@ -19,14 +19,16 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from a2a_secure.errors import A2AError, InternalError, SessionUnknown, Unavailable
+from a2a_secure.errors import A2AError, IntentTimeout, InternalError, SessionUnknown, Unavailable
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign
 from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.priority import INTERRUPTED_MESSAGE
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.server.dispatcher import IntentContext
+from a2a_secure.protocol.server.gate import IntentGate, Slot
 from a2a_secure.protocol.server.runner import check_result, handler_error
 from a2a_secure.protocol.streaming import MAX_EVENT_BYTES, StreamRecord, result_size
 from a2a_secure.store.base import SessionRecord, StoredReply
@@ -44,8 +46,10 @@ class StreamPump:
         deadlines: SessionDeadlines,
         audit: AuditWriter,
         clock: Clock,
+        gate: IntentGate | None = None,
     ) -> None:
         self._config = config
+        self._gate = gate if gate is not None else IntentGate(config)
         self._deadlines = deadlines
         self._audit = audit
         self._clock = clock
@@ -123,20 +127,25 @@ class StreamPump:
         audit: AuditFields,
     ) -> Reply:
         """Start the pump of an accepted intent; the reply once its first event exists."""
+        dispatcher = self._config.dispatcher
+        stream = dispatcher.open_stream(goal, inputs, context)
+        single = not dispatcher.is_streaming(goal)
+        # §12.3: a place in the queue (or 503) before anything starts; the pump waits in it.
+        # Nothing between here and the pump's creation can fail, so the slot cannot leak.
+        slot = self._gate.enter(context.priority, None) if self._gate.active else None
         rec = StreamRecord(session.session_id, sequence)
         # The request that starts the stream subscribes before the first event exists.
         reader = rec.reader(replay=False)
         first_event: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        dispatcher = self._config.dispatcher
-        stream = dispatcher.open_stream(goal, inputs, context)
-        single = not dispatcher.is_streaming(goal)
         key = (session.session_id, sequence)
         self._streams[key] = rec
         did = session.client_did
         self._streams_by_did[did] = self._streams_by_did.get(did, 0) + 1
         pump = asyncio.create_task(
-            self._pump(rec, stream, first_event, session, req_hash, timeout_ms, single, audit)
+            self._pump(rec, stream, first_event, session, req_hash, timeout_ms, single, audit, slot)
         )
+        if slot is not None:
+            slot.task = pump
         rec.pump = pump
         self._pumps.add(pump)
         pump.add_done_callback(self._pumps.discard)
@@ -159,6 +168,7 @@ class StreamPump:
         timeout_ms: int,
         single: bool,
         audit: AuditFields,
+        slot: Slot | None = None,
     ) -> None:
         """Run the handler to its end, publishing signed events, whoever is still listening."""
         sid, seq = session.session_id, rec.sequence
@@ -172,6 +182,8 @@ class StreamPump:
                 first_event.set_result(None)
 
         try:
+            if slot is not None:
+                await self._wait_for_slot(slot, timeout_ms)
             while True:
                 try:
                     item = await asyncio.wait_for(anext(stream), timeout_ms / 1000)
@@ -199,14 +211,25 @@ class StreamPump:
                 if single:
                     break
         except asyncio.CancelledError:
-            final_error = InternalError("server shutting down")
+            interrupted = slot is not None and slot.interrupted
+            if interrupted:  # §12.3: a priority-5 intent took the slot
+                final_error = IntentTimeout(INTERRUPTED_MESSAGE)
+            else:
+                final_error = InternalError("server shutting down")
             if first_event.done():
                 publish(self.event(sid, seq, req_hash, index, True, error=final_error))
             else:
                 first_event.set_exception(final_error)
-            raise
+            if not interrupted:
+                raise
+            assert slot is not None
+            slot.uncancel_interrupt()
         except Exception as exc:
-            final_error = handler_error(exc, timeout_ms)
+            if slot is not None and slot.interrupted:  # the handler turned it into an error
+                slot.uncancel_interrupt()
+                final_error = IntentTimeout(INTERRUPTED_MESSAGE)
+            else:
+                final_error = handler_error(exc, timeout_ms)
             if first_event.done():
                 publish(self.event(sid, seq, req_hash, index, True, error=final_error))
             else:
@@ -216,6 +239,8 @@ class StreamPump:
             if closer is not None:
                 with contextlib.suppress(Exception):
                     await closer()
+            if slot is not None:
+                self._gate.leave(slot)
             self._streams.pop((sid, seq), None)
             left = self._streams_by_did.get(session.client_did, 1) - 1
             if left > 0:
@@ -228,3 +253,12 @@ class StreamPump:
                     sid, seq, StoredReply(200, events=tuple(rec.kept), truncated=rec.overflow)
                 )
             self._audit.write_stream_end(audit, final_error.code if final_error is not None else None)
+
+    @staticmethod
+    async def _wait_for_slot(slot: Slot, timeout_ms: int) -> None:
+        # §12.3: time in the queue counts against the deadline; past it, the handler never runs.
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await slot.wait()
+        except TimeoutError:
+            raise IntentTimeout(f"intent waited to run past its deadline of {timeout_ms} ms") from None

@@ -1,0 +1,425 @@
+"""Human approval before an action runs (PROTOCOL.md §12): the sans-I/O server side.
+
+A handler answers :class:`NeedsApproval` instead of acting. :class:`ApprovalEngine` then
+stores the action (``store/actions.py``) and answers the caller with what the person will
+approve: the action's id, ``action_hash`` = ``hash_of(action_data)``, the server's preview
+and when the offer expires. The person's own agent later sends the signed intent
+``tool.approve`` ``{"action_id", "action_hash", "approved"}``; the engine checks, in this
+order, that the inputs are exactly those three members, that the signer is a configured
+approver, that the action exists, that the signed hash is the stored one, and that the
+action is still pending and unexpired, and only then moves it pending → approved in one
+atomic store step and runs the stored ``action_data`` with the executor registered under
+the action's name. The data the approver sends is never what runs, and of two approvals
+racing on two workers only the one that won the store step runs the action.
+
+Why each check is where it is:
+
+* the approver check comes before the look-up, so a DID that approves nothing cannot learn
+  which action ids exist;
+* a wrong hash is refused before any state changes: a substituted or stale approval must not
+  consume the pending action (the person can still approve the real one);
+* the executor is found by name on whichever worker receives the approval; a closure would
+  exist only in the process that created the action.
+
+Codes: -32602 bad inputs or a hash that is not the stored one, -32042 a signer that is not an
+approver of this action, -32050 (:class:`~a2a_secure.errors.ActionNotPending`) an action
+that is unknown, expired, or already approved or rejected, -32048 too many pending actions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from a2a_secure.errors import (
+    A2AError,
+    ActionNotPending,
+    IntentTimeout,
+    InternalError,
+    InvalidParams,
+    PolicyViolation,
+    Unavailable,
+)
+from a2a_secure.identity import encoding
+from a2a_secure.identity.did import check_did_syntax
+from a2a_secure.protocol.validate import (
+    ct_equal,
+    exact_members,
+    require_b64u_bytes,
+    require_bool,
+    require_hash,
+)
+from a2a_secure.store.actions import ActionState, ActionStore, DecisionKind, PendingAction
+
+__all__ = [
+    "APPROVAL_GOALS",
+    "AUDIT_EVENTS",
+    "ActionContext",
+    "ApprovalEngine",
+    "ApprovalSettings",
+    "NeedsApproval",
+    "TOOL_APPROVE",
+    "TOOL_PENDING",
+    "approver_dids",
+]
+
+TOOL_APPROVE = "tool.approve"
+TOOL_PENDING = "tool.pending"
+APPROVAL_GOALS = (TOOL_APPROVE, TOOL_PENDING)
+ACTION_ID_BYTES = 16  # 128 bits from the CSPRNG: an id cannot be guessed
+MAX_ACTION_DATA_BYTES = 64 * 1024
+MAX_PREVIEW_BYTES = 8 * 1024
+
+#: The audit events of an action's life (PROTOCOL.md §12); records never hold its data.
+AUDIT_EVENTS = (
+    "action_created",
+    "action_approved",
+    "action_rejected",
+    "action_refused",
+    "action_executed",
+    "action_failed",
+)
+
+_APPROVE_MEMBERS = frozenset(("action_id", "action_hash", "approved"))
+_PENDING_MEMBERS = frozenset(("action_id",))
+
+Clock = Callable[[], float]
+RandomSource = Callable[[int], bytes]
+AuditHook = Callable[..., object]
+
+
+def _json_size(value: Any, what: str, limit: int) -> None:
+    problem = encoding.ijson_problem(value, max_depth=encoding.MAX_DEPTH - 4)
+    if problem is not None:
+        raise ValueError(f"{what} is not I-JSON: {problem}")
+    if len(encoding.dumps(value)) > limit:
+        raise ValueError(f"{what} is larger than {limit} bytes")
+
+
+def approver_dids(dids: Iterable[str]) -> tuple[str, ...]:
+    """``dids`` checked as a collection of DIDs (one string is refused: it is no list)."""
+    if isinstance(dids, str):
+        raise TypeError("approvers is a collection of DIDs, not one string")
+    return tuple(check_did_syntax(did) for did in dids)
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsApproval:
+    """A handler's answer: run ``action_data`` only once a person approves it.
+
+    ``action_data`` (a JSON value, at most 64 KiB) is what the executor registered under
+    ``action`` (default: the intent's goal) receives on approval; ``preview`` (a JSON value,
+    at most 8 KiB, usually a sentence) is what the approver is shown. The caller gets a
+    signed ``{"needs_approval": true, "action_id", "action_hash", "preview", "expires_at"}``.
+    """
+
+    action_data: Any
+    preview: Any
+    action: str | None = None
+
+    def __post_init__(self) -> None:
+        _json_size(self.action_data, "action_data", MAX_ACTION_DATA_BYTES)
+        _json_size(self.preview, "preview", MAX_PREVIEW_BYTES)
+        if self.action is not None and (not isinstance(self.action, str) or not 1 <= len(self.action) <= 128):
+            raise ValueError("action must be 1-128 characters")
+
+
+@dataclass(frozen=True, slots=True)
+class ActionContext:
+    """What an executor learns besides ``action_data`` (all authenticated)."""
+
+    action_id: str
+    action: str
+    goal: str
+    caller_did: str  # the agent whose intent asked for the action
+    approver_did: str  # the person's DID that signed the approval
+    created_at: int
+    session_id: str  # the approver's session
+    sequence: int  # the approval's sequence on that session
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalSettings:
+    """Server-side bounds of approvals (not negotiated: the policy has five members only)."""
+
+    ttl: int = 900  # seconds an action waits for its approval
+    retain: int = 3600  # seconds a decided or expired action is kept to answer late approvals
+    max_per_caller: int = 16  # pending actions per caller DID
+    max_total: int = 1000  # pending actions in the store
+
+    def __post_init__(self) -> None:
+        for name in ("ttl", "retain", "max_per_caller", "max_total"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a positive integer")
+
+
+Executor = Callable[[Any, ActionContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Registered:
+    executor: Executor
+    approvers: frozenset[str] | None  # None: the server's approvers
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """What one audit record says about a step (besides the request's own members)."""
+
+    session_id: str
+    client_did: str
+    sequence: int
+    started: float
+
+
+class ApprovalEngine:
+    """Stores actions that need approval and runs each approved one once.
+
+    ``approvers`` are the DIDs allowed to approve any action; an executor registered with
+    its own ``approvers`` uses those instead. ``audit`` is the server's audit hook.
+    """
+
+    def __init__(
+        self,
+        *,
+        server_did: str,
+        store: ActionStore,
+        approvers: Iterable[str] = (),
+        settings: ApprovalSettings | None = None,
+        audit: AuditHook | None = None,
+        clock: Clock = time.time,
+        random_bytes: RandomSource = os.urandom,
+    ) -> None:
+        self.server_did = server_did
+        self.store = store
+        self.settings = settings or ApprovalSettings()
+        self.audit = audit
+        self._clock = clock
+        self._random = random_bytes
+        self._approvers: frozenset[str] = frozenset()
+        self._executors: dict[str, _Registered] = {}
+        self.approvers = approvers
+
+    # -- configuration ------------------------------------------------------------------------
+    @property
+    def approvers(self) -> frozenset[str]:
+        """The DIDs that may approve any action (server configuration)."""
+        return self._approvers
+
+    @approvers.setter
+    def approvers(self, dids: Iterable[str]) -> None:
+        self._approvers = frozenset(approver_dids(dids))
+
+    def register(self, action: str, executor: Executor, *, approvers: Iterable[str] | None = None) -> None:
+        """Run ``executor(action_data, context)`` when an ``action`` is approved."""
+        if not isinstance(action, str) or not 1 <= len(action) <= 128:
+            raise ValueError("action must be 1-128 characters")
+        own = None if approvers is None else frozenset(approver_dids(approvers))
+        self._executors[action] = _Registered(executor, own)
+
+    def adopt(self, other: ApprovalEngine) -> None:
+        """Take ``other``'s executors, approvers and settings (serving its intents here)."""
+        self._executors.update(other._executors)
+        self._approvers = self._approvers | other._approvers
+        self.settings = other.settings
+
+    @property
+    def actions(self) -> list[str]:
+        """The names of the registered actions, sorted."""
+        return sorted(self._executors)
+
+    def approvers_of(self, action: str) -> frozenset[str]:
+        """Who may approve ``action``."""
+        entry = self._executors.get(action)
+        if entry is None or entry.approvers is None:
+            return self._approvers
+        return entry.approvers
+
+    def _approves_anything(self, did: str) -> bool:
+        return did in self._approvers or any(
+            e.approvers is not None and did in e.approvers for e in self._executors.values()
+        )
+
+    # -- audit --------------------------------------------------------------------------------
+    def _record(
+        self,
+        event: str,
+        step: _Step,
+        action: str | None,
+        error: A2AError | None = None,
+        code: int | None = None,
+    ) -> None:
+        if self.audit is None:
+            return
+        error_code = error.code if error is not None else code
+        self.audit(
+            event=event,
+            role="server",
+            session_id=step.session_id,
+            client_did=step.client_did,
+            server_did=self.server_did,
+            intent_goal=action,
+            sequence=step.sequence,
+            status="error" if error_code is not None else "success",
+            duration_ms=round((self._clock() - step.started) * 1000, 3),
+            error_code=error_code,
+            verified=True,
+        )
+
+    # -- the steps ----------------------------------------------------------------------------
+    async def create(
+        self, needs: NeedsApproval, *, goal: str, caller_did: str, session_id: str, sequence: int
+    ) -> dict[str, Any]:
+        """Store the action ``needs`` describes; the result the caller gets."""
+        now = self._clock()
+        step = _Step(session_id, caller_did, sequence, now)
+        name = needs.action or goal
+        # Fail closed on a configuration that could never run or approve the action.
+        if name not in self._executors:
+            raise InternalError(f"no approved action {name[:64]!r} is registered")
+        if not self.approvers_of(name):
+            raise InternalError(f"no approver is configured for {name[:64]!r}")
+        now_i = int(now)
+        expires_at = now_i + self.settings.ttl
+        action = PendingAction(
+            action_id=encoding.b64u_encode(self._random(ACTION_ID_BYTES)),
+            action=name,
+            goal=goal,
+            caller_did=caller_did,
+            action_data=needs.action_data,
+            action_hash=encoding.hash_of(needs.action_data),
+            preview=needs.preview,
+            created_at=now_i,
+            expires_at=expires_at,
+            keep_until=expires_at + self.settings.retain,
+        )
+        added = await self.store.add_action(
+            action, max_per_caller=self.settings.max_per_caller, max_total=self.settings.max_total, now=now
+        )
+        if not added:
+            exc = Unavailable("too many actions waiting for approval", retry_after=60)
+            self._record("action_refused", step, name, exc)
+            raise exc
+        self._record("action_created", step, name)
+        return {
+            "needs_approval": True,
+            "action_id": action.action_id,
+            "action_hash": action.action_hash,
+            "preview": action.preview,
+            "expires_at": action.expires_at,
+        }
+
+    async def _find(self, action_id: str, approver: str, now: float) -> PendingAction:
+        if not self._approves_anything(approver):
+            raise PolicyViolation("this DID is not an approver at this agent")
+        action = await self.store.get_action(action_id, now)
+        if action is None:
+            raise ActionNotPending("unknown action")
+        if approver not in self.approvers_of(action.action):
+            raise PolicyViolation("this DID is not an approver of this action")
+        return action
+
+    async def pending(self, inputs: Any, *, approver: str, session_id: str, sequence: int) -> dict[str, Any]:
+        """``tool.pending``: an approver reads what it is asked to approve."""
+        now = self._clock()
+        step = _Step(session_id, approver, sequence, now)
+        name: str | None = None
+        try:
+            exact_members(inputs, _PENDING_MEMBERS, "tool.pending inputs")
+            action_id = inputs["action_id"]
+            require_b64u_bytes(action_id, "action_id", ACTION_ID_BYTES)
+            action = await self._find(action_id, approver, now)
+        except A2AError as exc:
+            self._record("action_refused", step, name, exc)
+            raise
+        return {
+            "action_id": action.action_id,
+            "action": action.action,
+            "action_data": action.action_data,
+            "action_hash": action.action_hash,
+            "preview": action.preview,
+            "caller_did": action.caller_did,
+            "created_at": action.created_at,
+            "expires_at": action.expires_at,
+            "state": action.state_at(now).value,
+        }
+
+    async def approve(self, inputs: Any, *, approver: str, session_id: str, sequence: int) -> dict[str, Any]:
+        """``tool.approve``: check the approval, claim the action, run it once."""
+        now = self._clock()
+        step = _Step(session_id, approver, sequence, now)
+        name: str | None = None
+        try:
+            exact_members(inputs, _APPROVE_MEMBERS, "tool.approve inputs")
+            action_id = inputs["action_id"]
+            require_b64u_bytes(action_id, "action_id", ACTION_ID_BYTES)
+            signed_hash = require_hash(inputs["action_hash"], "action_hash")
+            approved = require_bool(inputs["approved"], "approved")
+            action = await self._find(action_id, approver, now)
+            name = action.action
+            if not ct_equal(signed_hash, action.action_hash):
+                raise InvalidParams("action_hash is not the hash of the pending action")
+            state = action.state_at(now)
+            if state is not ActionState.PENDING:
+                raise ActionNotPending(f"action is {state.value}")
+            registered = self._executors.get(name)
+            if registered is None:  # checked before the action is claimed: it stays pending
+                raise InternalError(f"no approved action {name[:64]!r} is registered")
+            decision = await self.store.decide_action(
+                action_id,
+                caller_did=action.caller_did,
+                action_hash=action.action_hash,
+                approve=approved,
+                decided_by=approver,
+                now=now,
+            )
+            if decision.kind is DecisionKind.UNKNOWN:
+                raise ActionNotPending("unknown action")
+            if decision.kind is DecisionKind.MISMATCH:  # pragma: no cover - hash checked above
+                raise InvalidParams("action_hash is not the hash of the pending action")
+            if decision.kind is not DecisionKind.DECIDED:
+                now_state = decision.action.state.value if decision.action else "decided"
+                raise ActionNotPending(f"action is {now_state}")
+        except A2AError as exc:
+            self._record("action_refused", step, name, exc)
+            raise
+        answer: dict[str, Any] = {
+            "action_id": action.action_id,
+            "action_hash": action.action_hash,
+            "approved": approved,
+        }
+        if not approved:
+            self._record("action_rejected", step, name)
+            return answer
+        self._record("action_approved", step, name)
+        context = ActionContext(
+            action_id=action.action_id,
+            action=name,
+            goal=action.goal,
+            caller_did=action.caller_did,
+            approver_did=approver,
+            created_at=action.created_at,
+            session_id=session_id,
+            sequence=sequence,
+        )
+        try:
+            result = await registered.executor(action.action_data, context)
+            if encoding.ijson_problem(result, max_depth=encoding.MAX_DEPTH - 4) is not None:
+                raise InternalError("the action returned a value that is not I-JSON")
+        except A2AError as exc:
+            self._record("action_failed", step, name, exc)
+            raise
+        except asyncio.CancelledError:  # the approval's time ran out while the action ran
+            self._record("action_failed", step, name, code=IntentTimeout.code)
+            raise
+        except Exception:
+            self._record("action_failed", step, name, code=InternalError.code)
+            raise
+        self._record("action_executed", step, name)
+        answer["result"] = result
+        return answer

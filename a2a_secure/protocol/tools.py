@@ -1,0 +1,107 @@
+"""``tool.list`` and ``tool.execute`` (PROTOCOL.md §12): an agent's intents as tools.
+
+Both are ordinary goals inside a session (its policy must allow them). ``tool.execute``
+runs its inner tool under the same session policy as a direct intent would be: without
+that check, a session allowed only ``tool.execute`` could run a goal its policy blocks. It
+never runs a ``tool.*`` goal (the namespace of these built-in goals), so it cannot call
+itself or approve an action on someone's behalf. ``arguments`` reach the handler as they
+are, exactly as the inputs of a direct intent do: the handler checks its own inputs (the
+published ``input_schema`` describes them, it is not a second validator).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from a2a_secure.errors import InvalidParams, MethodNotFound, PolicyViolation, SessionUnknown
+from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.validate import exact_members, require_object, require_str
+from a2a_secure.store.base import Store
+
+if TYPE_CHECKING:
+    from a2a_secure.protocol.server import IntentContext, IntentDispatcher
+
+__all__ = ["TOOL_EXECUTE", "TOOL_GOALS", "TOOL_LIST", "TOOL_PREFIX", "ToolService"]
+
+TOOL_LIST = "tool.list"
+TOOL_EXECUTE = "tool.execute"
+TOOL_GOALS = (TOOL_LIST, TOOL_EXECUTE)
+TOOL_PREFIX = "tool."
+
+_EXECUTE_MEMBERS = frozenset(("tool", "arguments"))
+_NO_MEMBERS: frozenset[str] = frozenset()
+
+
+class ToolService:
+    """Serves ``tool.list`` and ``tool.execute`` for the goals of ``dispatcher``.
+
+    ``details()`` gives ``{goal: {"description", "input_schema"}}`` (the card's
+    ``intent_schemas``); the session's policy comes from ``store``, as pinned by its handshake.
+    """
+
+    def __init__(
+        self,
+        dispatcher: IntentDispatcher,
+        details: Callable[[], Mapping[str, Mapping[str, Any]]],
+        store: Store,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.details = details
+        self.store = store
+        self._clock = clock
+
+    async def _policy(self, context: IntentContext) -> Policy:
+        session = await self.store.get_session(context.session_id, self._clock())
+        if session is None:
+            raise SessionUnknown("unknown, expired or closed session")
+        return session.policy
+
+    def _callable(self, goal: str, policy: Policy) -> bool:
+        return (
+            not goal.startswith(TOOL_PREFIX)
+            and policy.allows(goal)
+            and not self.dispatcher.is_always_streamed(goal)
+        )
+
+    async def list_tools(self, inputs: Any, context: IntentContext) -> dict[str, Any]:
+        """``tool.list`` ``{}``: the tools this session may execute, with what the card says."""
+        exact_members(inputs, _NO_MEMBERS, "tool.list inputs")
+        policy = await self._policy(context)
+        details = self.details()
+        tools = []
+        for goal in self.dispatcher.goals:
+            if not self._callable(goal, policy):
+                continue
+            entry = details.get(goal, {})
+            tools.append(
+                {
+                    "name": goal,
+                    "description": entry.get("description", ""),
+                    "input_schema": entry.get("input_schema", {"type": "object"}),
+                }
+            )
+        return {"tools": tools}
+
+    async def execute(self, inputs: Any, context: IntentContext) -> Any:
+        """``tool.execute`` ``{"tool", "arguments"}``: run one tool as a direct intent would."""
+        exact_members(inputs, _EXECUTE_MEMBERS, "tool.execute inputs")
+        tool = require_str(inputs["tool"], "tool", min_len=1, max_len=128)
+        arguments = require_object(inputs["arguments"], "arguments")
+        if tool.startswith(TOOL_PREFIX):
+            raise PolicyViolation("tool.execute does not run tool.* goals")
+        # The check of PROTOCOL.md §6.1 step 9, for the inner goal.
+        if not (await self._policy(context)).allows(tool):
+            raise PolicyViolation(f"intent {tool[:64]!r} is not allowed by the session policy")
+        if not self.dispatcher.has(tool):
+            raise MethodNotFound(f"no handler for intent {tool[:64]!r}")
+        if self.dispatcher.is_always_streamed(tool):
+            raise InvalidParams(f"intent {tool[:64]!r} is always streamed; tool.execute cannot run it")
+        inner = dataclasses.replace(context, goal=tool)
+        if self.dispatcher.is_streaming(tool):
+            # As a streaming goal asked without stream: the array of its partial results.
+            return [item async for item in self.dispatcher.open_stream(tool, arguments, inner)]
+        return await self.dispatcher.run(tool, arguments, inner)

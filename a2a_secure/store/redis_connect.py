@@ -1,0 +1,177 @@
+"""redis-py clients for :class:`~a2a_secure.store.redis.RedisStore` from one URL.
+
+Three deployments, three URL forms:
+
+* one Redis: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://…`` (TLS),
+  ``unix:///path/to/socket`` (redis-py's own forms);
+* Redis Cluster: ``redis+cluster://[[user]:password@]host:port[,host:port…]`` or
+  ``rediss+cluster://…`` (TLS). The nodes listed are only where the client starts: it reads
+  the cluster's slot map from the first that answers. No database number (a cluster has
+  only database 0);
+* Sentinel (failover of one primary): ``redis+sentinel://[[user]:password@]host:port[,host:port…]/service_name[/db]``
+  or ``rediss+sentinel://…`` (TLS to the primary). The hosts are the sentinels; the
+  password, if any, is the primary's (``?sentinel_password=…`` for the sentinels').
+
+Every client is built WITHOUT command retries: re-sending a script after a timeout whose
+first attempt did run would turn a new request into a retry of itself (see
+:mod:`a2a_secure.store.redis`). On a cluster, redirections (``MOVED``, ``ASK``) and
+``TRYAGAIN`` are still followed by redis-py: a node that answers with one of them did not
+run the command.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+__all__ = ["Deployment", "client_from_url", "close_client", "deployment_of"]
+
+
+class Deployment(enum.Enum):
+    """How the Redis behind a URL or a client is deployed."""
+
+    SINGLE = "single"  # one server (or a proxy that looks like one)
+    CLUSTER = "cluster"  # Redis Cluster: keys are spread over slots
+    SENTINEL = "sentinel"  # one primary found through Sentinel
+
+
+_CLUSTER_MAX_CONNECTIONS = 1024
+
+_SCHEMES = {
+    "redis": (Deployment.SINGLE, False),
+    "rediss": (Deployment.SINGLE, True),
+    "unix": (Deployment.SINGLE, False),
+    "redis+cluster": (Deployment.CLUSTER, False),
+    "rediss+cluster": (Deployment.CLUSTER, True),
+    "redis+sentinel": (Deployment.SENTINEL, False),
+    "rediss+sentinel": (Deployment.SENTINEL, True),
+}
+
+
+def deployment_of(url: str) -> Deployment:
+    """The deployment a URL names; ValueError for a scheme that is none of the forms."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in _SCHEMES:
+        forms = ", ".join(f"{s}://" for s in _SCHEMES)
+        raise ValueError(f"unsupported Redis URL scheme {scheme!r} (one of {forms})")
+    return _SCHEMES[scheme][0]
+
+
+def _hosts(netloc: str, default_port: int) -> tuple[str | None, str | None, list[tuple[str, int]]]:
+    """(username, password, [(host, port), …]) of ``[[user]:password@]h:p[,h:p…]``."""
+    user: str | None = None
+    password: str | None = None
+    if "@" in netloc:
+        auth, netloc = netloc.rsplit("@", 1)
+        if ":" in auth:
+            name, pw = auth.split(":", 1)
+            user, password = (unquote(name) or None), unquote(pw)
+        else:
+            user = unquote(auth) or None
+    hosts: list[tuple[str, int]] = []
+    for raw in netloc.split(","):
+        part = raw.strip()
+        if not part:
+            continue
+        if part.startswith("["):  # [ipv6]:port
+            host, _, rest = part[1:].partition("]")
+            port = int(rest[1:]) if rest.startswith(":") else default_port
+        elif ":" in part:
+            host, port_text = part.rsplit(":", 1)
+            port = int(port_text)
+        else:
+            host, port = part, default_port
+        hosts.append((unquote(host), port))
+    if not hosts:
+        raise ValueError("the Redis URL names no host")
+    return user, password, hosts
+
+
+def _no_retry() -> Any:
+    from redis.asyncio.retry import Retry  # noqa: PLC0415 - optional extra
+    from redis.backoff import NoBackoff  # noqa: PLC0415
+
+    return Retry(NoBackoff(), 0)
+
+
+def _maint_off() -> dict[str, Any]:
+    try:  # redis-py >= 7: with maintenance notifications on ("auto"), the pool skips its
+        # check of idle connections, and a connection that Redis closed while idle (a
+        # restart) fails the next command instead of being replaced.
+        from redis.maint_notifications import MaintNotificationsConfig  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - older redis-py
+        return {}
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+
+
+def client_from_url(url: str, *, socket_timeout: float) -> tuple[Any, Deployment]:
+    """A redis-py asyncio client for ``url`` (bytes replies, no command retries)."""
+    deployment = deployment_of(url)
+    tls = _SCHEMES[url.split("://", 1)[0].lower()][1]
+    timeouts: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": socket_timeout,
+        "decode_responses": False,
+    }
+    if deployment is Deployment.SINGLE:
+        import redis.asyncio as redis_asyncio  # noqa: PLC0415 - optional extra
+
+        client = redis_asyncio.Redis.from_url(url, retry=_no_retry(), **timeouts, **_maint_off())
+        return client, deployment
+
+    parts = urlsplit(url)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    if deployment is Deployment.CLUSTER:
+        from redis.asyncio.cluster import ClusterNode, RedisCluster  # noqa: PLC0415
+
+        user, password, hosts = _hosts(parts.netloc, 6379)
+        if parts.path not in ("", "/", "/0"):
+            raise ValueError("a Redis Cluster URL has no database number (a cluster has only db 0)")
+        cluster = RedisCluster(
+            startup_nodes=[ClusterNode(h, p) for h, p in hosts],
+            username=user,
+            password=password,
+            ssl=tls,
+            retry=_no_retry(),
+            # Per node. redis-py's cluster pool does not wait for a free connection: past
+            # this many commands in flight to one node, a call fails (503) at once.
+            max_connections=_CLUSTER_MAX_CONNECTIONS,
+            **timeouts,
+            **_maint_off(),
+        )
+        return cluster, deployment
+
+    from redis.asyncio.sentinel import Sentinel  # noqa: PLC0415 - optional extra
+
+    user, password, hosts = _hosts(parts.netloc, 26379)
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        raise ValueError("a Sentinel URL needs the service name: redis+sentinel://host:port/service_name")
+    service = unquote(path[0])
+    db = int(path[1]) if len(path) > 1 else 0
+    sentinel_kwargs: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": socket_timeout,
+    }
+    if "sentinel_password" in query:
+        sentinel_kwargs["password"] = query["sentinel_password"]
+    sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, **timeouts)  # type: ignore[no-untyped-call]
+    primary = sentinel.master_for(
+        service,
+        username=user,
+        password=password,
+        db=db,
+        ssl=tls,
+        retry=_no_retry(),
+        **timeouts,
+    )
+    return primary, deployment
+
+
+async def close_client(client: Any, deployment: Deployment) -> None:
+    """Close a client made by :func:`client_from_url` (with Sentinel, the sentinels' too)."""
+    await client.aclose()
+    if deployment is Deployment.SENTINEL:
+        for sentinel in client.connection_pool.sentinel_manager.sentinels:
+            await sentinel.aclose()

@@ -1,0 +1,273 @@
+"""A primary of the cluster dies (SIGKILL) under load: 503 with Retry-After, then service again.
+
+Two uvicorn processes serve one identity on a local Redis Cluster of their own (three
+primaries, three replicas, ``cluster-node-timeout`` 1 s) through
+``A2A_SECURE_REDIS_URL=redis+cluster://…``. Their ``echo`` counts each execution by the
+``marker`` of its inputs in a separate Redis (``cluster_helpers:register_marking``). Six
+clients send intents to both processes in turn; the primary that serves the first client's
+session is killed mid-run. Each request that gets 503 is retried byte for byte for a while,
+then given up (the client has seen an error) and the client moves to the next sequence.
+The same run, against Sentinel, is in test_sentinel_failover.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis as redis_sync
+from cluster_helpers import MARKS_KEY_ENV, MARKS_URL_ENV, LocalCluster
+from redis.crc import key_slot
+from redis_helpers import OwnedRedis, free_port
+from test_multiworker import (
+    TESTS_DIR,
+    _start,
+    _stop,
+    _wait_healthy,
+    client_identity,
+    error_of,
+    handshake,
+    send,
+)
+
+from a2a_secure.identity.keys import Identity
+from a2a_secure.protocol.client import ClientSession
+
+CLIENTS = 6
+
+
+@dataclass
+class Setup:
+    urls: list[str]
+    server: Identity
+    cluster: LocalCluster
+    marks: OwnedRedis
+    prefix: str
+
+
+@contextlib.contextmanager
+def marking_workers(
+    tmp: Path, store_url: str, prefix: str, marks: OwnedRedis
+) -> Iterator[tuple[list[str], Identity]]:
+    """Two uvicorn processes serving one identity on the store at ``store_url``: (URLs, identity).
+
+    Their ``echo`` counts each execution of a marker in ``marks`` (hash ``marks``).
+    """
+    server = Identity.generate("failover-server")
+    key_file = tmp / "server.key"
+    server.save(key_file)
+    policy_file = tmp / "policy.json"
+    policy_file.write_text(json.dumps({"rate_limit": 100_000, "rate_period": 3600}))
+    env = {
+        **os.environ,
+        "A2A_SECURE_KEY_FILE": str(key_file),
+        "A2A_SECURE_POLICY": str(policy_file),
+        "A2A_SECURE_REDIS_URL": store_url,
+        "A2A_SECURE_REDIS_PREFIX": prefix,
+        "A2A_SECURE_APP": "cluster_helpers:register_marking",
+        MARKS_URL_ENV: marks.url,
+        MARKS_KEY_ENV: "marks",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p),
+    }
+    env.pop("A2A_SECURE_AUDIT_LOG", None)
+    ports = [free_port(), free_port()]
+    logs = [tmp / f"server-{i}.log" for i in range(2)]
+    procs = []
+    try:
+        for port, log in zip(ports, logs, strict=True):
+            procs.append(_start(port, env, log))
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        for url, proc, log in zip(urls, procs, logs, strict=True):
+            _wait_healthy(url, proc, log, server.did)
+        yield urls, server
+    finally:
+        for proc in procs:
+            _stop(proc)
+
+
+def marks_counts(marks: OwnedRedis) -> dict[str, int]:
+    """How many times each marker ran."""
+    r = redis_sync.Redis.from_url(marks.url, socket_timeout=2.0)
+    try:
+        return {k.decode(): int(v) for k, v in r.hgetall("marks").items()}
+    finally:
+        r.close()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    tmp = tmp_path_factory.mktemp("failover")
+    (tmp / "cluster").mkdir()
+    (tmp / "marks").mkdir()
+    cluster = LocalCluster(tmp / "cluster")
+    marks = OwnedRedis(tmp / "marks")
+    try:
+        cluster.start()
+        marks.start()
+        prefix = f"fo:{uuid.uuid4().hex[:8]}:"
+        with marking_workers(tmp, cluster.url, prefix, marks) as (urls, server):
+            yield Setup(urls, server, cluster, marks, prefix)
+    finally:
+        marks.kill()
+        cluster.stop()
+
+
+@dataclass
+class Outcomes:
+    sent: list[str] = field(default_factory=list)  # markers, in order
+    ok: set[str] = field(default_factory=set)  # a verified, signed result came back
+    failed: set[str] = field(default_factory=set)  # the client saw only errors
+    unavailable: int = 0  # 503 answers, every one with Retry-After
+    after_recovery_ok: int = 0
+    resumed_at: float | None = None  # the first answer to a request sent after an outage was seen
+
+
+async def run_client(
+    http: httpx.AsyncClient,
+    urls: list[str],
+    sess: ClientSession,
+    name: str,
+    out: Outcomes,
+    state: dict[str, Any],
+) -> None:
+    """Intents with markers ``name-1``, ``name-2``… to ``urls`` in turn, until ``state["stop"]``.
+
+    A request answered 503 is retried byte for byte for 3 s, then given up (the client saw
+    the error) and the next sequence is used. ``state["outage_seen"]`` is the time of the
+    first 503; ``state["recovered"]`` is set by the test once the deployment failed over.
+    """
+    k = 0
+    while not state["stop"]:
+        k += 1
+        marker = f"{name}-{k}"
+        req = sess.prepare_intent({"goal": "echo", "inputs": {"marker": marker}})
+        out.sent.append(marker)
+        deadline = time.monotonic() + 3.0
+        while True:
+            sent_at = time.monotonic()
+            try:
+                resp = await send(http, urls[k % 2], req)
+            except httpx.HTTPError:
+                resp = None
+            if resp is not None and resp.status_code == 200:
+                assert sess.verify_result(req, resp.json()["result"]).result == {"marker": marker}
+                out.ok.add(marker)
+                seen = state.get("outage_seen")
+                if out.resumed_at is None and seen is not None and sent_at > seen:
+                    out.resumed_at = time.monotonic()
+                if state["recovered"]:
+                    out.after_recovery_ok += 1
+                break
+            if resp is not None:
+                status, code = error_of(resp)
+                assert (status, code) == (503, -32048), resp.text  # nothing else may happen
+                assert int(resp.headers["Retry-After"]) >= 1
+                out.unavailable += 1
+                state.setdefault("outage_seen", time.monotonic())
+            if time.monotonic() > deadline:
+                out.failed.add(marker)  # given up: the client saw the error
+                break
+            await asyncio.sleep(0.1)  # sooner than Retry-After, to keep the test short
+        await asyncio.sleep(0.01)
+
+
+async def failover_under_load(
+    http: httpx.AsyncClient,
+    urls: list[str],
+    server_did: str,
+    outage: Callable[[list[ClientSession]], Awaitable[None]],
+    counts: Callable[[], dict[str, int]],
+) -> str:
+    """Clients under load while ``outage`` kills a primary and waits for the failover; checks.
+
+    Returns a line of measurements: from the kill to the failover, to the first answer
+    again, to every client answered again; intents answered, given up, 503 answers.
+    """
+    sessions = [await handshake(http, urls, client_identity(f"fo{i}"), server_did) for i in range(CLIENTS)]
+    outs = [Outcomes() for _ in sessions]
+    state: dict[str, Any] = {"stop": False, "recovered": False}
+    tasks = [
+        asyncio.create_task(run_client(http, urls, s, f"c{i}", o, state))
+        for i, (s, o) in enumerate(zip(sessions, outs, strict=True))
+    ]
+    await asyncio.sleep(1.0)
+    killed_at = time.monotonic()
+    await outage(sessions)
+    failed_over = time.monotonic() - killed_at
+    await asyncio.sleep(0.5)
+    state["recovered"] = True
+    # A request whose sequence the dead primary consumed without an answer stays "in
+    # progress" (503) until its client gives up on it and moves to the next sequence:
+    # wait until every client has been served again, for a bounded time.
+    await asyncio.sleep(1.0)
+    for _ in range(100):  # at most 10 s more
+        if all(o.after_recovery_ok for o in outs):
+            break
+        await asyncio.sleep(0.1)
+    state["stop"] = True
+    await asyncio.gather(*tasks)
+
+    done = counts()
+    sent = [m for o in outs for m in o.sent]
+    # No intent ran twice.
+    assert all(n == 1 for n in done.values()), {m: n for m, n in done.items() if n != 1}
+    assert sum(o.unavailable for o in outs) > 0  # the outage was seen, as 503 + Retry-After
+    for o in outs:
+        # None lost silently: every intent got its result or the client saw the error.
+        assert o.ok | o.failed == set(o.sent) and not (o.ok & o.failed)
+        # A result means it ran (once).
+        assert all(done.get(m) == 1 for m in o.ok)
+        # Service resumed for every client after the replica took over.
+        assert o.after_recovery_ok > 0 and o.resumed_at is not None
+    assert set(done) <= set(sent)
+
+    # Both processes agree on every session's sequence state after the failover.
+    a, b = urls
+    for sess in sessions:
+        first = sess.prepare_intent({"goal": "echo", "inputs": {"marker": f"final-{sess.session_id}"}})
+        resp = await send(http, a, first)
+        assert resp.status_code == 200, resp.text
+        again = await send(http, b, first)  # the retry at the other process: the stored answer
+        assert again.status_code == 200 and again.json()["result"] == resp.json()["result"]
+        sess.last_sequence -= 1
+        older = sess.prepare_intent({"goal": "echo", "inputs": {"marker": "stale"}})
+        assert error_of(await send(http, b, older)) == (409, -32044)
+    done = counts()
+    assert "stale" not in done and all(n == 1 for n in done.values())
+    resumed = [o.resumed_at - killed_at for o in outs if o.resumed_at is not None]
+    return (
+        f"failed over {failed_over:.1f} s after the kill, first answer again after "
+        f"{min(resumed):.1f} s, every client answered again after {max(resumed):.1f} s; "
+        f"{len(sent)} intents, {sum(len(o.ok) for o in outs)} answered, "
+        f"{sum(len(o.failed) for o in outs)} given up, {sum(o.unavailable for o in outs)} answers 503"
+    )
+
+
+async def test_failover_under_load(setup: Setup) -> None:
+    async def kill_the_first_sessions_primary(sessions: list[ClientSession]) -> None:
+        victim_slot = key_slot(f"{setup.prefix}{{s:{sessions[0].session_id}}}".encode())
+        victim = setup.cluster.primary_of_slot(victim_slot)
+        setup.cluster.kill(victim)
+        await asyncio.to_thread(setup.cluster.wait_ok, 20.0)
+        assert setup.cluster.primary_of_slot(victim_slot) != victim
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        report = await failover_under_load(
+            http,
+            setup.urls,
+            setup.server.did,
+            kill_the_first_sessions_primary,
+            functools.partial(marks_counts, setup.marks),
+        )
+        print(f"cluster failover: {report}")
