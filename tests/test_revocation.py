@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from cluster_helpers import delete_prefix as delete_cluster_prefix
 from http_helpers import JSON, AuditLog, build_server, envelope, identity, open_env, serve_env
 from redis_helpers import redis_prefix, redis_url  # noqa: F401
 from test_store_redis import CLIENT, T0, open_one
@@ -127,10 +129,17 @@ async def test_file_revocations_add_list_undo(tmp_path: Path) -> None:
     assert await rv.lookup(OTHER_DID) is None
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def any_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     if request.param == "memory":
         yield MemoryStore()
+        return
+    if request.param == "cluster":  # every key in its own slot: the session and the DID apart
+        cluster = request.getfixturevalue("redis_cluster")
+        store = RedisStore(cluster.url, prefix=f"a2a-test:{uuid.uuid4().hex}:")
+        yield store
+        await store.aclose()
+        delete_cluster_prefix(cluster.url, store.prefix)
         return
     url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
     store = RedisStore(url, prefix=prefix)
