@@ -9,19 +9,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from a2a_secure import approval as _approval
 from a2a_secure.client.http import A2AClient, RetryPolicy, check_endpoint
-from a2a_secure.errors import A2AError, InvalidParams, PeerUnreachable
+from a2a_secure.errors import A2AError, AuthenticationFailed, InvalidParams, PeerUnreachable
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import A2A_SERVICE_TYPE, check_did_syntax
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.identity.rotation import WELL_KNOWN_ROTATION, RotationFollower, verify_rotation_statement
 from a2a_secure.protocol.approval import ApprovalSettings, approver_dids
 from a2a_secure.protocol.client import ClientSession, IntentResult
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
@@ -184,8 +186,36 @@ class AgentRegistry:
         self._entries: dict[str, RegistryEntry] = {}
         self.problems: tuple[RegistryEntryError, ...] = ()
         """The entries skipped when the registry was read, one error each."""
+        # The did:key rotations followed so far (each is followed once).
+        self.rotations = RotationFollower()
         for entry in entries:
             self.add(entry)
+
+    def follow_rotation(
+        self, statements: Sequence[str] | str, *, now: float | None = None
+    ) -> list[RegistryEntry]:
+        """Re-pin the entries whose did:key these rotation statements rotate (once each).
+
+        Every statement is verified with the key of the DID it rotates away from, and every
+        entry's chain is checked before anything changes (``a2a_secure.identity.rotation``).
+        Returns the changed entries; raises (changing nothing) when no entry pins a DID the
+        statements rotate, or when a statement is refused.
+        """
+        tokens = [statements] if isinstance(statements, str) else list(statements)
+        t = time.time() if now is None else now
+        olds = {verify_rotation_statement(tok, now=t).did for tok in tokens}
+        pinned = sorted({e.did for e in self._entries.values() if e.did in olds})
+        if not pinned:
+            raise AuthenticationFailed("no registry entry pins a DID that these statements rotate")
+        plans = [self.rotations.plan(did, tokens, now=t) for did in pinned]
+        changed: list[RegistryEntry] = []
+        for did, chain in zip(pinned, plans, strict=True):
+            new = self.rotations.commit(chain)
+            for name, entry in list(self._entries.items()):
+                if entry.did == did:
+                    self._entries[name] = replace(entry, did=new)
+                    changed.append(self._entries[name])
+        return changed
 
     def add(self, entry: RegistryEntry) -> None:
         """Add or replace an entry (by name)."""
@@ -315,6 +345,8 @@ class A2AAgent:
         )
         self._policy = policy
         self._store = store
+        self._verify = verify
+        self.registry.rotations = RotationFollower(audit=self._audit_follow)
         self._description = description
         self._priority_rights = priority_rights
         self._limits = limits
@@ -407,6 +439,42 @@ class A2AAgent:
         name, did, endpoint = await self._locate(target)
         with self._naming(name, endpoint):
             return await self.client.request(did, intent, endpoint=endpoint, priority=priority)
+
+    # -- key rotation ----------------------------------------------------------------------------
+    def _audit_follow(self, statement: Any) -> None:
+        if self._audit is not None:
+            self._audit(
+                event="follow_rotation",
+                role="client",
+                status="success",
+                verified=True,
+                client_did=statement.did,
+                server_did=statement.successor,
+            )
+
+    async def follow_rotation(self, target: str, statements: Sequence[str] | str | None = None) -> str:
+        """Follow the did:key rotation of the registry agent ``target``; return its new DID.
+
+        ``statements`` is a rotation statement or chain (a file written by ``a2a-secure key
+        rotate``); without it they are fetched from the agent's endpoint at
+        ``/.well-known/a2a-rotation.json``. Each rotation is followed once and audited
+        (``follow_rotation``); a refused statement changes nothing and is audited as a
+        ``reject``.
+        """
+        entry = self.registry.find(target)
+        if statements is None:
+            if entry.endpoint is None:
+                raise InvalidParams(f"agent {entry.name!r} has no endpoint to fetch its rotation from")
+            statements = await _fetch_statements(entry.endpoint, self._verify)
+        try:
+            self.registry.follow_rotation(statements)
+        except A2AError as exc:
+            if self._audit is not None:
+                self._audit(
+                    event="reject", role="client", status="error", client_did=entry.did, error_code=exc.code
+                )
+            raise
+        return self.registry.find(entry.name).did
 
     # -- peers as LLM tools ---------------------------------------------------------------------
     @cached_property
@@ -554,3 +622,29 @@ class A2AAgent:
 
         config = uvicorn.Config(self.app, host=host, port=port, log_level="warning", **uvicorn_options)
         await uvicorn.Server(config).serve()
+
+
+async def _fetch_statements(endpoint: str, verify: Any) -> list[str]:
+    """The rotation chain an agent serves at ``/.well-known/a2a-rotation.json`` (64 KiB, 5 s)."""
+    import httpx  # noqa: PLC0415
+
+    url = endpoint.rstrip("/") + WELL_KNOWN_ROTATION
+    try:
+        async with (
+            httpx.AsyncClient(verify=verify, timeout=5.0, follow_redirects=False) as http,
+            http.stream("GET", url) as resp,
+        ):
+            if resp.status_code != 200:
+                raise InvalidParams(f"{url} answered HTTP {resp.status_code}")
+            body = b""
+            async for chunk in resp.aiter_bytes():
+                body += chunk
+                if len(body) > 64 * 1024:
+                    raise InvalidParams(f"{url} is larger than 64 KiB")
+    except httpx.HTTPError:
+        raise InvalidParams(f"{url} could not be fetched") from None
+    data = encoding.loads(body, error=InvalidParams)
+    statements = data.get("statements") if isinstance(data, dict) else None
+    if not isinstance(statements, list) or not all(isinstance(t, str) for t in statements):
+        raise InvalidParams(f"{url} has no statements array")
+    return statements

@@ -194,8 +194,14 @@ def _did_show(args: argparse.Namespace) -> int:
 
 
 def _did_document(args: argparse.Namespace) -> int:
-    identity = Identity.load(args.key_file)
-    document = did_web_document(args.did_web, identity.public_key, args.fragment, endpoint=args.endpoint)
+    from a2a_secure.identity.rotation import KeyRing  # noqa: PLC0415
+
+    ring = KeyRing.load(args.key_file)
+    identity = ring.current
+    if identity.did == args.did_web:  # a rotated did:web key file: retired keys are listed too
+        document = ring.did_document(endpoint=args.endpoint)
+    else:
+        document = did_web_document(args.did_web, identity.public_key, args.fragment, endpoint=args.endpoint)
     print(f"a2a-secure: serve this at {did_web_to_url(args.did_web)}", file=sys.stderr)
     print_json(document)
     return 0
@@ -481,3 +487,7 @@ def _mcp(args: argparse.Namespace) -> int:
     else:
         asyncio.run(mcp_server.run_http(agent, args.host, args.port))
     return 0
+
+
+# The key lifecycle commands (key rotate, revoke) register themselves on import.
+from a2a_secure import cli_keys  # noqa: E402, F401

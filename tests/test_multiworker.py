@@ -483,3 +483,40 @@ async def test_serve_with_two_uvicorn_workers(cluster: Cluster, tmp_path: Path) 
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
+
+
+async def test_revoked_did_session_is_refused_on_the_other_worker_at_once(cluster: Cluster) -> None:
+    a, b = cluster.urls
+    prefix = cluster.counter_key[: -len("executions")]
+    client = client_identity("revoked")
+    async with httpx.AsyncClient(timeout=10) as http:
+        sess = await handshake(http, [a], client, cluster.server.did)
+        req = sess.prepare_intent({"goal": "echo", "inputs": {"i": 1}})
+        assert (await send(http, a, req)).status_code == 200
+        req = sess.prepare_intent({"goal": "echo", "inputs": {"i": 2}})
+        assert (await send(http, b, req)).status_code == 200  # both workers know it now
+        executed = cluster.count()
+        # Revoked through the shared store, as an operator does it.
+        argv = [
+            sys.executable, "-m", "a2a_secure", "revoke", client.did, "--reason", "leaked",
+            "--redis-url", cluster.redis.url, "--redis-prefix", prefix,
+        ]  # fmt: skip
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, stderr
+        # The very next intent, on either worker, ends the session without running.
+        req = sess.prepare_intent({"goal": "echo", "inputs": {"i": 3}})
+        resp = await send(http, b, req)
+        assert error_of(resp) == (401, -32043)
+        assert "revoked" in resp.json()["error"]["message"]
+        req = sess.prepare_intent({"goal": "echo", "inputs": {"i": 4}})
+        assert error_of(await send(http, a, req)) == (401, -32043)
+        assert cluster.count() == executed
+        # And no new handshake on any worker.
+        for url in (a, b):
+            hs = ClientHandshake(client, resolve_did_key(cluster.server.did))
+            resp = await post(http, url, "/a2a/handshake", "hello", hs.hello())
+            assert error_of(resp) == (401, -32040)
+            assert resp.json()["error"]["message"] == f"DID revoked: {client.did}"

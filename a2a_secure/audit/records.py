@@ -44,6 +44,12 @@ EventName = Literal[
     "intent",
     "close",
     "reject",
+    # Key lifecycle (docs/PROTOCOL.md §12.4): client_did holds the DID or key id concerned,
+    # server_did the successor DID of a followed rotation or the rotated agent's new DID.
+    "rotate",
+    "revoke",
+    "unrevoke",
+    "follow_rotation",
     # an action's life under human approval (PROTOCOL.md §12)
     "action_created",
     "action_approved",

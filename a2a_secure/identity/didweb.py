@@ -45,8 +45,10 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.did import did_web_host_port, public_key_from_multibase, split_key_id
 from a2a_secure.identity.keys import check_public_key
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
+from a2a_secure.identity.rfc3339 import parse_expires
 
 __all__ = [
+    "ACCEPTED_MEDIA_TYPES",
     "DEFAULT_MAX_CONCURRENCY",
     "DEFAULT_MAX_DOCUMENT_BYTES",
     "DEFAULT_TIMEOUT",
@@ -71,7 +73,7 @@ MAX_SERVICES: Final = 64
 _MAX_ADDRESSES: Final = 16
 _MAX_CONNECT_ATTEMPTS: Final = 4
 
-_ACCEPTED_MEDIA_TYPES: Final = frozenset(
+ACCEPTED_MEDIA_TYPES: Final = frozenset(
     {"application/did+json", "application/did+ld+json", "application/json", "application/ld+json"}
 )
 _RELATIONSHIPS: Final = (
@@ -333,12 +335,15 @@ def parse_did_document(did: str, document: Any) -> ResolvedDID:
 
     Returns:
         The DID's usable Ed25519 keys listed under ``authentication`` (key id → raw key),
-        its ``service`` entries and the document.
+        its ``service`` entries, the document, and for each key whose method carries
+        ``expires`` (an RFC 3339 date-time: a key retired by a rotation, docs/PROTOCOL.md
+        §12.4) the end of its overlap window.
 
     Raises:
         DIDResolutionError: The document is not an object, its ``id`` is not ``did``
             exactly, it has duplicate verification-method ids, too many entries, private
-            key material or an invalid Ed25519 key, or no usable authentication key.
+            key material or an invalid Ed25519 key, a malformed ``expires``, or no usable
+            authentication key.
     """
     if not isinstance(document, dict):
         raise DIDResolutionError("DID document is not a JSON object")
@@ -354,6 +359,7 @@ def parse_did_document(did: str, document: Any) -> ResolvedDID:
     # relationship. Ids must be unique across all of them (E9: two keys under one kid would
     # let the signer pick whichever verifies).
     seen_ids: set[str] = set()
+    expiry: dict[str, int] = {}
     usable_top: dict[str, bytes] = {}
     usable_auth: dict[str, bytes] = {}
     embedded = [
@@ -371,6 +377,8 @@ def parse_did_document(did: str, document: Any) -> ResolvedDID:
         key = _key_of_method(did, kid, method)
         if key is None:
             continue
+        if "expires" in method:
+            expiry[kid] = parse_expires(method["expires"])
         if origin == "verificationMethod":
             usable_top[kid] = key
         elif origin == "authentication":
@@ -396,6 +404,7 @@ def parse_did_document(did: str, document: Any) -> ResolvedDID:
         keys=MappingProxyType(keys),
         services=tuple(dict(s) for s in services),
         document=document,
+        expires=MappingProxyType({kid: t for kid, t in expiry.items() if kid in keys}),
     )
 
 
@@ -429,6 +438,9 @@ class DidWebResolver:
         dev_allow_http: Development only: fetch over plain ``http://`` when, and only when,
             the checked address is a loopback address.
     """
+
+    # The Content-Types a document may come with (a subclass for another host may add some).
+    _media_types: frozenset[str] = ACCEPTED_MEDIA_TYPES
 
     def __init__(
         self,
@@ -650,7 +662,7 @@ class DidWebResolver:
         if status != 200:
             raise DIDResolutionError(f"did:web server answered HTTP {status}")
         media = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if media not in _ACCEPTED_MEDIA_TYPES:
+        if media not in self._media_types:
             raise DIDResolutionError("did:web document has an unexpected Content-Type")
 
     async def _read_body(self, response: httpx.Response) -> bytes:

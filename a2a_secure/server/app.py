@@ -37,6 +37,7 @@ from a2a_secure.protocol.approval import (
     approver_dids,
 )
 from a2a_secure.protocol.jsonrpc import EnvelopeError, encode_error, encode_result, parse_request
+from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.messages import PROTOCOL_NAME
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.priority import PriorityRights
@@ -55,6 +56,8 @@ from a2a_secure.store.memory import MemoryStore
 
 if TYPE_CHECKING:
     from a2a_secure.audit import Auditor
+    from a2a_secure.identity.rotation import KeyRing
+    from a2a_secure.store.revocation import Revocations
 
 __all__ = ["AgentServer", "create_app"]
 
@@ -255,6 +258,8 @@ class AgentServer(IntentDispatcher):
         max_body: int = DEFAULT_MAX_BODY,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        key_ring: KeyRing | None = None,
+        revocations: Iterable[Revocations] = (),
         priority_rights: PriorityRights | None = None,
         approvers: Iterable[str] = (),
         approval: ApprovalSettings | None = None,
@@ -264,7 +269,13 @@ class AgentServer(IntentDispatcher):
         §12.3; default 3 for everyone). ``limits.max_concurrent_intents`` turns the priority
         queue on (per worker process)."""
         super().__init__()
+        if key_ring is not None and key_ring.current.did != identity.did:
+            raise ValueError("the key ring's current key is not the identity's")
         self.identity = identity
+        # Key lifecycle: retired keys still answering for their sessions, and the deny lists
+        # besides the store's own (a2a_secure.protocol.keyguard).
+        self.key_ring = key_ring
+        self.revocations = tuple(revocations)
         self.policy = policy
         self.name = name or identity.agent_id
         self.description = description
@@ -529,6 +540,9 @@ class AgentServer(IntentDispatcher):
                 audit=self._audit,
                 clock=self._clock,
                 monotonic=self._monotonic,
+                key_guard=KeyGuard(
+                    ring=self.key_ring, revocations=self.revocations, monotonic=self._monotonic
+                ),
                 priority_rights=self.priority_rights,
             )
         return self._protocol
@@ -585,11 +599,19 @@ class AgentServer(IntentDispatcher):
         did = self.identity.did
         if not did.startswith("did:web:"):
             return JSONResponse({"error": "this agent does not use did:web"}, status_code=404)
+        if self.key_ring is not None:  # the retired keys too, until their window ends
+            doc = self.key_ring.did_document(endpoint=self.url or None, now=self._clock())
+            return Response(encoding.dumps(doc), media_type="application/json")
         fragment = self.identity.kid.split("#", 1)[1]
         doc = did_module.did_web_document(
             did, self.identity.public_key, fragment=fragment, endpoint=self.url or None
         )
         return Response(encoding.dumps(doc), media_type="application/json")
+
+    async def rotation_endpoint(self, request: Request) -> Response:
+        """GET /.well-known/a2a-rotation.json: this agent's did:key rotation statements."""
+        statements = list(self.key_ring.statements) if self.key_ring is not None else []
+        return Response(encoding.dumps({"statements": statements}), media_type="application/json")
 
     async def health_endpoint(self, request: Request) -> Response:
         """GET /health: liveness, and the DID served."""
@@ -603,6 +625,7 @@ class AgentServer(IntentDispatcher):
         router.routes.append(Route("/a2a/intent", _AsgiEndpoint(self, "intent"), methods=["POST"]))
         router.add_route("/.well-known/agent-card.json", self.card_endpoint, methods=["GET"])
         router.add_route("/.well-known/did.json", self.did_document_endpoint, methods=["GET"])
+        router.add_route("/.well-known/a2a-rotation.json", self.rotation_endpoint, methods=["GET"])
         router.add_route("/health", self.health_endpoint, methods=["GET"])
         return router
 

@@ -19,6 +19,8 @@ Environment variables read by :func:`app_from_env`:
                             (:mod:`a2a_secure.store.redis_connect`)
 ``A2A_SECURE_REDIS_PREFIX`` key prefix in Redis (default ``a2a:``)
 ``A2A_SECURE_AUDIT_LOG``    path of the hash-chained JSON Lines audit log (shared by workers)
+``A2A_SECURE_REVOCATIONS``  a revocation file (``a2a-secure revoke --file``), checked besides
+                            the revocations kept in the store (``a2a-secure revoke --redis-url``)
 ``A2A_SECURE_APP``          ``module:attr``: an ``AgentServer`` (or an object with a ``server``
                             attribute holding one, like ``A2AAgent``) whose intents are served,
                             or a callable given the ``AgentServer`` to register handlers on
@@ -33,12 +35,13 @@ import contextlib
 import importlib
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI
 
 from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.rotation import KeyRing
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits
@@ -47,6 +50,7 @@ from a2a_secure.server.app import AgentServer
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
+from a2a_secure.store.revocation import FileRevocations, Revocations
 
 __all__ = ["ENV", "WORKERS_NEED_REDIS", "app_from_env", "build_server", "serve"]
 
@@ -57,6 +61,7 @@ ENV = {
     "redis_prefix": "A2A_SECURE_REDIS_PREFIX",
     "audit_log": "A2A_SECURE_AUDIT_LOG",
     "app": "A2A_SECURE_APP",
+    "revocations": "A2A_SECURE_REVOCATIONS",
 }
 FACTORY = "a2a_secure.server.run:app_from_env"
 WORKERS_NEED_REDIS = "--workers > 1 needs --redis-url: sessions would not be shared between workers"
@@ -157,6 +162,8 @@ def build_server(
     store: Store | None = None,
     audit: Any = None,
     app: str | None = None,
+    key_ring: KeyRing | None = None,
+    revocations: Sequence[Revocations] = (),
     priority_rights: PriorityRights | None = None,
     limits: ServerLimits | None = None,
 ) -> AgentServer:
@@ -168,6 +175,8 @@ def build_server(
         description="a2a-secure test agent (PROTOCOL.md §11)" if not app else "",
         store=store,
         audit=audit,
+        key_ring=key_ring,
+        revocations=revocations,
         priority_rights=priority_rights,
         limits=limits,
     )
@@ -188,8 +197,11 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     key_file = env.get(ENV["key_file"])
     if not key_file:
         raise ValueError(f"{ENV['key_file']} is not set")
-    identity = Identity.load(key_file)
+    key_ring = KeyRing.load(key_file)  # the key, and the retired keys still in their window
+    identity = key_ring.current
     policy = load_policy(env.get(ENV["policy"]) or None)
+    revocation_file = env.get(ENV["revocations"])
+    revocations = [FileRevocations(revocation_file)] if revocation_file else []
     rights, limits = load_scheduling(env.get(ENV["policy"]) or None)
 
     store: Store
@@ -214,6 +226,8 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
         store=store,
         audit=auditor,
         app=env.get(ENV["app"]),
+        key_ring=key_ring,
+        revocations=revocations,
         priority_rights=rights,
         limits=limits,
     )

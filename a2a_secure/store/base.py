@@ -97,6 +97,9 @@ class SessionRecord:
     created_at: int
     expires_at: int
     client_agent_id: str = ""
+    # The server key the session was opened with (its answers are signed with it); "" for
+    # a record written before keys could rotate: the server's current key.
+    server_kid: str = ""
 
     def expired(self, now: float) -> bool:
         """PROTOCOL.md §5.6: expired when ``now >= expires_at`` (absolute lifetime)."""
@@ -115,6 +118,7 @@ class SessionRecord:
             "created_at": self.created_at,
             "expires_at": self.expires_at,
             "client_agent_id": self.client_agent_id,
+            "server_kid": self.server_kid,
         }
 
     @classmethod
@@ -182,6 +186,7 @@ class BeginKind(enum.Enum):
     STALE = "stale"  # replayed or out of order (-32044)
     RATE_LIMITED = "rate_limited"  # over the limit: nothing consumed (-32048)
     GONE = "gone"  # the session closed or expired meanwhile (-32043)
+    REVOKED = "revoked"  # the client DID or key id is revoked: the session is gone (-32043)
 
 
 @dataclass(frozen=True, slots=True)

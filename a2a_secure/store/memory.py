@@ -7,6 +7,7 @@ expired entries are swept; an entry still inside its window is never evicted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from a2a_secure.identity import encoding
@@ -19,6 +20,7 @@ from a2a_secure.store.base import (
     SessionRecord,
     StoredReply,
 )
+from a2a_secure.store.revocation import DID_FIELD, Revocation
 
 __all__ = ["MemoryStore"]
 
@@ -45,6 +47,8 @@ class MemoryStore:
         # (client DID, period) -> (window start, count): a fixed window per DID.
         self._rates: dict[tuple[str, int], tuple[int, int]] = {}
         self._rates_sweep_at = _RATES_SWEEP_MIN
+        # Client DID -> {key id or "*": entry}: the deny list (a2a_secure.store.revocation).
+        self._revoked: dict[str, dict[str, Revocation]] = {}
         # Actions waiting for approval (store/actions.py), and the pending ones per caller.
         self._actions: dict[str, PendingAction] = {}
         self._actions_pending: dict[str, set[str]] = {}
@@ -145,8 +149,13 @@ class MemoryStore:
         now: float,
     ) -> Begin:
         """See :meth:`Store.begin_request`."""
-        if await self.get_session(session_id, now) is None:
+        session = await self.get_session(session_id, now)
+        if session is None:
             return Begin(BeginKind.GONE)
+        revoked = self._revoked.get(session.client_did)
+        if revoked and (DID_FIELD in revoked or session.client_kid in revoked):
+            self._forget(session_id)
+            return Begin(BeginKind.REVOKED)
         st = self._seq[session_id]
         if sequence == st.last and st.last > 0 and st.request_hash == request_hash:
             if st.reply is None:
@@ -187,6 +196,39 @@ class MemoryStore:
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+    # -- revocations (a2a_secure.store.revocation.RevocationStore) ------------------------
+    async def add_revocation(self, entry: Revocation) -> bool:
+        """See :meth:`RevocationStore.add_revocation`."""
+        entries = self._revoked.setdefault(entry.did, {})
+        if entry.field in entries:
+            return False
+        entries[entry.field] = entry
+        return True
+
+    async def remove_revocation(self, target: str) -> bool:
+        """See :meth:`RevocationStore.remove_revocation`."""
+        probe = Revocation(target)
+        entries = self._revoked.get(probe.did, {})
+        if entries.pop(probe.field, None) is None:
+            return False
+        if not entries:
+            del self._revoked[probe.did]
+        return True
+
+    async def list_revocations(self) -> list[Revocation]:
+        """See :meth:`RevocationStore.list_revocations`."""
+        return [e for entries in self._revoked.values() for e in entries.values()]
+
+    async def find_revocation(self, did: str, kids: Sequence[str]) -> Revocation | None:
+        """See :meth:`RevocationStore.find_revocation`."""
+        entries = self._revoked.get(did)
+        if not entries:
+            return None
+        for name in (DID_FIELD, *kids):
+            if name in entries:
+                return entries[name]
+        return None
 
     # -- actions waiting for approval (store/actions.py) ------------------------------------
     def _unpend(self, action: PendingAction) -> None:

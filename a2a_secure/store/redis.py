@@ -92,6 +92,7 @@ from a2a_secure.store.base import (
     StoredReply,
 )
 from a2a_secure.store.redis_connect import Deployment, client_from_url, close_client
+from a2a_secure.store.revocation import DID_FIELD, Revocation
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -277,6 +278,50 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
 """
 
+# Runs first in the same script as _BEGIN_REQUEST (a2a_secure.store.revocation): the last
+# key is the client DID's revocation hash ("*" = the whole DID, else key ids), ARGV[7] the
+# client DID. Nothing revoked costs one EXISTS; a revoked session is forgotten at once.
+_REVOCATION_GUARD = """
+local rvk = KEYS[#KEYS]
+if redis.call('EXISTS', rvk) == 1 then
+  local hit = redis.call('HEXISTS', rvk, '*') == 1
+  if not hit then
+    local r = redis.call('HGET', KEYS[1], 'r')
+    if r then
+      local kid = cjson.decode(r)[4]
+      local did = ARGV[7]
+      if kid == 0 then kid = did .. '#' .. string.match(did, '[^:]*$')
+      elseif type(kid) == 'string' then kid = did .. kid
+      else kid = kid[1] end
+      hit = redis.call('HEXISTS', rvk, kid) == 1
+    end
+  end
+  if hit then
+    redis.call('DEL', KEYS[1])
+    redis.call('ZREM', KEYS[2], ARGV[6])
+    return {6, '0'}
+  end
+end
+"""
+
+# The revocation entries of one DID, in one key (its slot on a cluster). The index of all
+# targets (for --list) is another key, written after: it never decides a check.
+# KEYS: the DID's revocation hash.  ARGV: field, entry JSON
+_ADD_REVOCATION = """
+return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+"""
+
+# KEYS: the DID's revocation hash.  ARGV: field
+_REMOVE_REVOCATION = """
+return redis.call('HDEL', KEYS[1], ARGV[1])
+"""
+
+# On a cluster the session and the DID's entries are in two slots: the fields of the DID's
+# entries are read in the same round trip as the session's script.  KEYS: the DID's hash.
+_REVOKED_FIELDS = """
+return redis.call('HKEYS', KEYS[1])
+"""
+
 
 class _NotReplicated(Exception):
     """The replicas did not acknowledge a write within ``wait_timeout_ms``."""
@@ -387,6 +432,7 @@ _KINDS = {
     3: BeginKind.IN_PROGRESS,
     4: BeginKind.STALE,
     5: BeginKind.RATE_LIMITED,
+    6: BeginKind.REVOKED,
 }
 
 
@@ -450,12 +496,15 @@ def _pack_session(s: SessionRecord) -> bytes:
             s.created_at,
             s.expires_at,
             s.client_agent_id,
+            *([s.server_kid] if s.server_kid else []),
         ]
     )
 
 
 def _unpack_session(session_id: str, data: bytes) -> SessionRecord:
-    commitment, client_did, server_did, kid, key, pol, created, expires, agent_id = encoding.loads(data)
+    fields = encoding.loads(data)
+    commitment, client_did, server_did, kid, key, pol, created, expires, agent_id = fields[:9]
+    rest = fields[9:]
     return SessionRecord(
         session_id=session_id,
         session_commitment=_unpack_hash(commitment),
@@ -467,6 +516,7 @@ def _unpack_session(session_id: str, data: bytes) -> SessionRecord:
         created_at=created,
         expires_at=expires,
         client_agent_id=agent_id,
+        server_kid=rest[0] if rest else "",
     )
 
 
@@ -561,6 +611,10 @@ class RedisStore:
         self._mark_proven = client.register_script(_MARK_PROVEN)
         self._open_session = client.register_script(_OPEN_SESSION)
         self._begin_request = client.register_script(_BEGIN_REQUEST)
+        self._begin_request_guarded = client.register_script(_REVOCATION_GUARD + _BEGIN_REQUEST)
+        self._add_revocation = client.register_script(_ADD_REVOCATION)
+        self._remove_revocation = client.register_script(_REMOVE_REVOCATION)
+        self._c_revoked = client.register_script(_REVOKED_FIELDS)
         self._finish_request = client.register_script(_FINISH_REQUEST)
         self._close_session = client.register_script(_CLOSE_SESSION)
         self._add_action = client.register_script(_ADD_ACTION)
@@ -596,6 +650,7 @@ class RedisStore:
                 self._c_unrate,
                 self._c_finish,
                 self._c_close_session,
+                self._c_revoked,
             ]
             if self._spread
             else [
@@ -605,10 +660,17 @@ class RedisStore:
                 self._mark_proven,
                 self._open_session,
                 self._begin_request,
+                self._begin_request_guarded,
                 self._finish_request,
                 self._close_session,
             ]
-        ) + [self._add_action, self._get_action, self._decide_action]
+        ) + [
+            self._add_action,
+            self._get_action,
+            self._decide_action,
+            self._add_revocation,
+            self._remove_revocation,
+        ]
         self._loaded = False
         self._loading: asyncio.Future[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
@@ -676,6 +738,15 @@ class RedisStore:
         if self._spread:
             return f"{self._k_did_tag(client_did)}r:{period}:{start}"
         return f"{self.prefix}r:{client_did}:{period}:{start}"
+
+    def _k_revoked(self, did: str) -> str:
+        # The one place a DID's revocation key is named: in the DID's slot on a cluster.
+        if self._spread:
+            return f"{self._k_did_tag(did)}rv"
+        return f"{self.prefix}rv:{did}"
+
+    def _k_revocations(self) -> str:
+        return f"{self.prefix}rva"
 
     # The keys of actions waiting for approval: built here only, so a cluster layout can give
     # them hash tags of their own.
@@ -1190,10 +1261,19 @@ class RedisStore:
             keys.append(self._k_rate(client_did, rate_period, start))
             limit = str(rate_limit)
             rate_ttl = _ttl_ms(start + rate_period, now)
+        keys.append(self._k_revoked(client_did))
         call: _Call = (
-            self._begin_request,
+            self._begin_request_guarded,
             keys,
-            [_num(now), str(sequence), _request_hash_bytes(request_hash), limit, rate_ttl, session_id],
+            [
+                _num(now),
+                str(sequence),
+                _request_hash_bytes(request_hash),
+                limit,
+                rate_ttl,
+                session_id,
+                client_did,
+            ],
         )
         (out,), confirmed = await self._run([call], wait=True)
         kind = _KINDS[int(out[0])]
@@ -1203,9 +1283,9 @@ class RedisStore:
             # ambiguous timeout: the client moves to a new one.
             raise await self._unavailable(_NotReplicated(self._wait_replicas))
         last = int(out[1])
-        if kind is BeginKind.GONE:
+        if kind is BeginKind.GONE or kind is BeginKind.REVOKED:
             self._cache.pop(session_id, None)
-            return Begin(BeginKind.GONE)
+            return Begin(kind)
         if kind is BeginKind.REPLAY:
             return Begin(kind, last, StoredReply.from_dict(encoding.loads(out[2])))
         if kind is BeginKind.RATE_LIMITED:
@@ -1235,9 +1315,11 @@ class RedisStore:
         if rate_limit is not None:
             rkey = self._k_rate(client_did, rate_period, start)
             calls.append((self._c_rate, [rkey], [str(rate_limit), _ttl_ms(start + rate_period, now)]))
+        calls.append((self._c_revoked, [self._k_revoked(client_did)], []))
         out, confirmed = await self._run(calls, strict=False, wait=True)
         seq_out = out[0]
         rate_out = out[1] if counted else 1
+        revoked_out = out[-1]
         undo: list[_Call] = []
         if rate_out == 1 and counted:
             undo.append((self._c_unrate, [rkey], []))
@@ -1247,6 +1329,18 @@ class RedisStore:
             raise await self._unavailable(seq_out)
         kind = _KINDS[int(seq_out[0])]
         last = int(seq_out[1])
+        if kind is not BeginKind.GONE and (
+            isinstance(revoked_out, Exception) or await self._revoked_fields(revoked_out, session_id, now)
+        ):
+            # A revoked session consumes nothing and ends; an unknown answer fails closed.
+            if kind is BeginKind.NEW:
+                undo.append((self._c_unbegin, [skey], [str(sequence), hashed]))
+            if undo:
+                await self._quietly(undo)
+            if isinstance(revoked_out, Exception):
+                raise await self._unavailable(revoked_out)
+            await self.close_session(session_id)
+            return Begin(BeginKind.REVOKED)
         if kind is BeginKind.NEW:
             if rate_out == 1 and confirmed:
                 return Begin(kind, last)
@@ -1365,6 +1459,63 @@ class RedisStore:
         if kind is DecisionKind.UNKNOWN:
             return Decision(kind)
         return Decision(kind, _action_from(*out[1:5]))
+
+    # -- revocations (a2a_secure.store.revocation.RevocationStore) -------------------------------
+    async def add_revocation(self, entry: Revocation) -> bool:
+        """See :meth:`RevocationStore.add_revocation` (the entry, then the listing index)."""
+        data = encoding.dumps(entry.to_dict())
+        added = await self._script(self._add_revocation, [self._k_revoked(entry.did)], [entry.field, data])
+        if added:
+            try:
+                await self._r.sadd(self._k_revocations(), entry.target)
+            except _ERRORS as exc:  # the entry is in force; only --list would miss it
+                raise await self._unavailable(exc) from exc
+        return bool(added)
+
+    async def remove_revocation(self, target: str) -> bool:
+        """See :meth:`RevocationStore.remove_revocation` (the entry, then the listing index)."""
+        probe = Revocation(target)
+        removed = await self._script(self._remove_revocation, [self._k_revoked(probe.did)], [probe.field])
+        try:
+            await self._r.srem(self._k_revocations(), target)
+        except _ERRORS as exc:
+            raise await self._unavailable(exc) from exc
+        return bool(removed)
+
+    async def find_revocation(self, did: str, kids: Sequence[str]) -> Revocation | None:
+        """See :meth:`RevocationStore.find_revocation` (one HMGET)."""
+        try:
+            values = await self._r.hmget(self._k_revoked(did), [DID_FIELD, *kids])
+        except _ERRORS as exc:
+            raise await self._unavailable(exc) from exc
+        for value in values:
+            if value is not None:
+                return Revocation.from_dict(encoding.loads(value))
+        return None
+
+    async def list_revocations(self) -> list[Revocation]:
+        """See :meth:`RevocationStore.list_revocations`."""
+        out: list[Revocation] = []
+        try:
+            targets = await self._r.smembers(self._k_revocations())
+            for raw in sorted(targets):
+                probe = Revocation(raw.decode() if isinstance(raw, bytes) else raw)
+                value = await self._r.hget(self._k_revoked(probe.did), probe.field)
+                if value is not None:
+                    out.append(Revocation.from_dict(encoding.loads(value)))
+        except _ERRORS as exc:
+            raise await self._unavailable(exc) from exc
+        return out
+
+    async def _revoked_fields(self, fields: Any, session_id: str, now: float) -> bool:
+        """Whether the DID's entry ``fields`` (HKEYS) revoke the session ``session_id``."""
+        if not fields:
+            return False
+        names = {f.decode() if isinstance(f, bytes) else str(f) for f in fields}
+        if DID_FIELD in names:
+            return True
+        session = self._cache_get(session_id) or await self.get_session(session_id, now)
+        return session is not None and session.client_kid in names
 
     # -- introspection (tests, metrics) ---------------------------------------------------------
     async def counts(self, now: float | None = None) -> dict[str, int]:

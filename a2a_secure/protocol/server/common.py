@@ -16,6 +16,7 @@ from typing import Any, Literal
 from a2a_secure.errors import StaleTimestamp
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
@@ -91,6 +92,15 @@ class ServerConfig:
     dispatcher: IntentDispatcher
     manifest_hash: str
     limits: ServerLimits
+    # Key lifecycle (a2a_secure.protocol.keyguard): revocations, retired keys.
+    key_guard: KeyGuard = field(default_factory=KeyGuard)
+    # Session id -> the retired server key that still answers it (empty unless rotated).
+    retired_signers: dict[str, Identity] = field(default_factory=dict)
+
+    def signer(self, session_id: str) -> Identity:
+        """The key answering on ``session_id``: the identity, or the retired key it was opened with."""
+        return self.retired_signers.get(session_id, self.identity)
+
     priority_rights: PriorityRights = field(default_factory=PriorityRights)
 
 

@@ -76,6 +76,7 @@ class HandshakeResponder:
             raise AuthenticationFailed("refusing a handshake with this agent's own DID")
         resolved: ResolvedDID = await cfg.resolver.resolve(agent_did)
         client_keys = m.bind_public_keys(PublicKeyEntry.pairs(hello.public_keys), resolved)
+        await cfg.key_guard.check_hello(cfg.store, cfg.resolver, agent_did, client_keys, resolved, now)
 
         nonce_b = encoding.b64u_encode(self._random(m.NONCE_BYTES))
         hello_hash = encoding.hash_of(params)  # §5: of the params as received
@@ -221,6 +222,7 @@ class HandshakeResponder:
             created_at=now_i,
             expires_at=expires_at,
             client_agent_id=pending.client_agent_id,
+            server_kid=cfg.identity.kid,
         )
         opened = await cfg.store.open_session(
             pending.nonce_b, record, max_sessions=cfg.limits.max_sessions, now=now

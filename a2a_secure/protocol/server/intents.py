@@ -112,6 +112,9 @@ class IntentProcessor:
             raise SessionUnknown("unknown, expired or closed session")
         audit.session_id = session_id
         audit.client_did = session.client_did
+        signer = cfg.key_guard.signer_for(cfg.identity, session, now)  # -32043 once it is gone
+        if signer is not cfg.identity:
+            cfg.retired_signers[session_id] = signer
         # Step 3: commitment (not a secret, compared in constant time all the same).
         if not ct_equal(req.session_commitment, session.session_commitment):
             raise AuthenticationFailed("session_commitment does not match the session")
@@ -149,6 +152,7 @@ class IntentProcessor:
             ):
                 # Checked before the sequence is consumed, so the same request may come back.
                 raise Unavailable("too many open streams", retry_after=1)
+            await cfg.key_guard.check_session(cfg.store, cfg.resolver, session)  # revoked, dropped keys
             if intent is not None and not self._has_room(intent.priority or DEFAULT_PRIORITY):
                 # §12.3: the queue is full; likewise before the sequence is consumed.
                 raise Unavailable("too many intents are waiting to run", retry_after=1)
@@ -164,6 +168,8 @@ class IntentProcessor:
             )
             if begin.kind is BeginKind.GONE:
                 raise SessionUnknown("unknown, expired or closed session")
+            if begin.kind is BeginKind.REVOKED:
+                raise SessionUnknown("session ended: the client's DID or key id is revoked")
             if begin.kind is BeginKind.STALE:
                 raise SequenceError(f"sequence {sequence} is not greater than {begin.last_sequence}")
             if begin.kind is BeginKind.RATE_LIMITED:

@@ -63,7 +63,7 @@ class SignedReplies:
             "timestamp": now_i,
         }
         data: dict[str, Any] = dict(error["data"])
-        data["response_jws"] = jws_sign(payload, self._config.identity, m.Typ.RESPONSE)
+        data["response_jws"] = jws_sign(payload, self._config.signer(session_id), m.Typ.RESPONSE)
         stored = StoredReply(http_status, error=error, signed_at=now_i)
         return Reply(http_status, error={**signed, "data": data}, retry_after=retry, stored=stored)
 
@@ -86,4 +86,4 @@ class SignedReplies:
             "result": result,
             "timestamp": now_i,
         }
-        return jws_sign(payload, self._config.identity, m.Typ.RESPONSE)
+        return jws_sign(payload, self._config.signer(session_id), m.Typ.RESPONSE)

@@ -19,6 +19,7 @@ from typing import Any
 from a2a_secure.errors import A2AError, InternalError, MethodNotFound
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
@@ -63,6 +64,7 @@ class ServerProtocol:
         clock: Clock = time.time,
         random_bytes: RandomSource = os.urandom,
         monotonic: Clock = time.monotonic,
+        key_guard: KeyGuard | None = None,
         priority_rights: PriorityRights | None = None,
     ) -> None:
         config = ServerConfig(
@@ -73,6 +75,7 @@ class ServerProtocol:
             dispatcher=dispatcher,
             manifest_hash=manifest_hash,
             limits=limits or ServerLimits(),
+            key_guard=key_guard or KeyGuard(monotonic=monotonic),
             priority_rights=priority_rights or PriorityRights(),
         )
         self._config = config

@@ -100,7 +100,7 @@ class StreamPump:
             body = {"status": "success", "result": result}
         payload.update(body)
         payload["timestamp"] = int(self._clock())
-        token = jws_sign(payload, self._config.identity, m.Typ.EVENT)
+        token = jws_sign(payload, self._config.signer(session_id), m.Typ.EVENT)
         out: dict[str, Any] = {"status": body["status"], "sequence": sequence, "index": index, "final": final}
         out.update({k: v for k, v in body.items() if k != "status"})
         out["response_jws"] = token
@@ -200,6 +200,7 @@ class StreamPump:
                     or await self._config.store.get_session(sid, now) is None
                 ):
                     raise SessionUnknown("the session ended during the stream")
+                await self._config.key_guard.check_stream(self._config.store, self._config.resolver, session)
                 event = self.event(sid, seq, req_hash, index, single, result=item)
                 # §6.4: an event is at most 1 MiB (the result travels twice: in the event and
                 # base64url-encoded in its signature). A bigger one ends the stream instead.
