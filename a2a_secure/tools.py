@@ -304,6 +304,12 @@ class ToolCatalog:
         card = encoding.loads(b"".join(chunks), error=CardRefused)
         if not isinstance(card, dict):
             raise CardRefused("its agent card is not a JSON object")
+        # The card is the agent's own word, read before anything else trusts it: a member
+        # of the wrong type must refuse this agent, never break the listing of the others.
+        for member in ("intents", "streaming_intents"):
+            goals = card.get(member, [])
+            if not isinstance(goals, list) or not all(isinstance(g, str) for g in goals):
+                raise CardRefused(f"its agent card member {member!r} is not an array of strings")
         return card
 
     async def _lookup(self, name: str) -> ToolSpec:

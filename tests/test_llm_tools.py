@@ -281,3 +281,18 @@ async def test_an_unreachable_agent_is_a_tool_error_not_a_crash() -> None:
         result = await agent.call_tool("gone__echo", {})
     assert "gone__echo" not in names and "alpha__echo" in names
     assert result.is_error and result.text.startswith("gone unreachable")
+
+
+@pytest.mark.parametrize("intents", [5, None, "echo", ["echo", 7]])
+async def test_a_card_whose_intents_are_not_strings_refuses_that_agent_only(intents: Any) -> None:
+    # The hostile agent signs (manifest_hash) the card it serves, so only its shape is wrong:
+    # the listing must go on for the other agents, and no tool is made of the letters of a string.
+    honest, hostile = _server("alpha"), _server("beta")
+    hostile._card = {**hostile.card, "intents": intents}
+    async with agents(honest, hostile) as (agent, _urls):
+        names = {s["name"] for s in await agent.tool_schemas("anthropic")}
+        result = await agent.call_tool("beta__echo", {"text": "x"})
+        failures = agent.tools.failures
+    assert "alpha__echo" in names and not any(n.startswith("beta") for n in names)
+    assert "member 'intents' is not an array of strings" in failures["beta"]
+    assert result.is_error and result.text.startswith("beta refused:")
