@@ -48,11 +48,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation
+from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, SessionUnknown
 from a2a_secure.identity import encoding
 
 if TYPE_CHECKING:
     from a2a_secure.agent import A2AAgent, RegistryEntry
+    from a2a_secure.protocol.client import ClientSession, IntentResult
 
 __all__ = [
     "GENERIC_INPUT_SCHEMA",
@@ -369,6 +370,7 @@ class ToolCatalog:
                         spec, reason or f"{spec.agent} refused: its card changed; list the tools again", None
                     )
                 spec = fresh
+            card_hash = session.server_manifest_hash  # equal to spec.card_hash, checked above
             intent = {"goal": spec.intent, "inputs": arguments}
             if spec.streaming and on_progress is not None:
                 partials: list[Any] = []
@@ -376,7 +378,10 @@ class ToolCatalog:
                     partials.append(item)
                     await on_progress(len(partials), item)
                 return _success(spec, partials, None, streamed=True)
-            verified = await self.agent.request_verified(spec.agent, intent)
+            with self.agent._naming(spec.agent, endpoint):
+                verified = await self._send_checked(card_hash, did, endpoint, session, intent)
+        except _CardChanged:
+            return _error(spec, f"{spec.agent} refused: its card changed; list the tools again", None)
         except PolicyViolation as exc:
             return _error(spec, f"{spec.agent} refused: {exc.message} ({exc.code})", exc.code)
         except A2AError as exc:
@@ -388,6 +393,36 @@ class ToolCatalog:
         if isinstance(result, dict) and result.get("needs_approval") is True:
             return _needs_approval(spec, result, verified.response_jws)
         return _success(spec, result, verified.response_jws, sequence=verified.sequence)
+
+    async def _send_checked(
+        self,
+        card_hash: str,
+        did: str,
+        endpoint: str | None,
+        session: ClientSession,
+        intent: Mapping[str, Any],
+    ) -> IntentResult:
+        """Send ``intent`` on ``session`` (whose manifest_hash is ``card_hash``) and only there.
+
+        ``request`` would open a new session on its own when the server forgets this one, and
+        the new session may commit to another card than the one the model was shown.
+        """
+        client = self.agent.client
+        try:
+            return await client.send_intent(session, intent)
+        except SessionUnknown:
+            if not client.resend_on_unknown_session:
+                raise
+        # Answered before the sequence is used (PROTOCOL.md §6.1 step 2): the intent did not
+        # run. A new session is used only if it commits to the same card.
+        session = await client.handshake(did, endpoint)
+        if not hmac.compare_digest(card_hash, session.server_manifest_hash):
+            raise _CardChanged
+        return await client.send_intent(session, intent)
+
+
+class _CardChanged(Exception):
+    """The session a call would go out on commits to another card than the model saw."""
 
 
 def _describe(entry: RegistryEntry, intent: str, card: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
