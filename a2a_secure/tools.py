@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
+from a2a_secure.client.http import check_endpoint
 from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, SessionUnknown
 from a2a_secure.identity import encoding
 
@@ -72,6 +73,7 @@ SEPARATOR = "__"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _HASH_DIGITS = 8
 MAX_CARD_BYTES = 256 * 1024
+CARD_FETCH_TIMEOUT = 10.0  # seconds for the whole card, however slowly it comes
 MAX_DESCRIPTION = 1024
 MAX_SCHEMA_BYTES = 16 * 1024
 GENERIC_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
@@ -292,16 +294,25 @@ class ToolCatalog:
             return f"{entry.name} unreachable: its agent card could not be fetched"
 
     async def _fetch_card(self, endpoint: str) -> dict[str, Any]:
-        async with self.agent.client.http.stream("GET", endpoint.rstrip("/") + CARD_PATH) as resp:
-            if resp.status_code != 200:
-                raise CardRefused(f"its agent card answered HTTP {resp.status_code}")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in resp.aiter_bytes():
-                size += len(chunk)
-                if size > MAX_CARD_BYTES:
-                    raise CardRefused("its agent card is larger than 256 KiB")
-                chunks.append(chunk)
+        # The rule the client applies before a handshake, applied before this first request:
+        # an entry built in code or a did:web service endpoint has not been checked yet.
+        url = check_endpoint(endpoint) + CARD_PATH
+        chunks: list[bytes] = []
+        try:
+            # The HTTP timeout bounds each read only: a card sent a byte at a time would hold
+            # the refresh, and with it every other agent's tools, for as long as it liked.
+            async with asyncio.timeout(CARD_FETCH_TIMEOUT):
+                async with self.agent.client.http.stream("GET", url) as resp:
+                    if resp.status_code != 200:
+                        raise CardRefused(f"its agent card answered HTTP {resp.status_code}")
+                    size = 0
+                    async for chunk in resp.aiter_bytes():
+                        size += len(chunk)
+                        if size > MAX_CARD_BYTES:
+                            raise CardRefused("its agent card is larger than 256 KiB")
+                        chunks.append(chunk)
+        except TimeoutError:
+            raise CardRefused(f"its agent card did not arrive within {CARD_FETCH_TIMEOUT:g} s") from None
         card = encoding.loads(b"".join(chunks), error=CardRefused)
         if not isinstance(card, dict):
             raise CardRefused("its agent card is not a JSON object")
