@@ -142,12 +142,41 @@ def _check_id(request_id: object, *, in_request: bool) -> JsonRpcId:
     raise TypeError(f"id must be a str, an int or None, not {type(request_id).__name__}")
 
 
+_INF = float("inf")
+_MAX_DEPTH = 128  # containers inside containers, far more than any protocol value needs
+
+
+def _check_json(value: object, what: str) -> None:
+    """Raise unless ``value`` is JSON: None, bool, int, finite float, str, and lists, tuples
+    and str-keyed mappings of those, at most ``_MAX_DEPTH`` deep. Iterative: a deep value
+    gets a ValueError, never a RecursionError; an encoder would otherwise write a key ``1``
+    as ``"1"``, or fail only when the envelope is sent."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if item is None or isinstance(item, bool | int | str):
+            continue
+        if isinstance(item, float):
+            if not -_INF < item < _INF:  # False for NaN too
+                raise ValueError(f"{what} holds a non-finite number")
+            continue
+        if depth >= _MAX_DEPTH:
+            raise ValueError(f"{what} is nested deeper than {_MAX_DEPTH} levels")
+        if isinstance(item, Mapping):
+            for key, member in item.items():
+                if not isinstance(key, str):
+                    raise TypeError(f"{what} member names must be str, not {type(key).__name__}")
+                stack.append((member, depth + 1))
+        elif isinstance(item, list | tuple):
+            stack.extend((member, depth + 1) for member in item)
+        else:
+            raise TypeError(f"{what} holds a {type(item).__name__}, which is not a JSON value")
+
+
 def _check_object(value: object, what: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"{what} must be a JSON object (a mapping), not {type(value).__name__}")
-    for key in value:
-        if not isinstance(key, str):
-            raise TypeError(f"{what} member names must be str, not {type(key).__name__}")
+    _check_json(value, what)
     return dict(value)
 
 
@@ -172,6 +201,7 @@ def request(method: str, params: Any, id: JsonRpcId, metadata: Any = None) -> di
     if isinstance(params, Mapping):
         params = _check_object(params, "params")
     elif isinstance(params, list | tuple):
+        _check_json(params, "params")
         params = list(params)
     else:
         raise TypeError(f"params must be a JSON object or array, not {type(params).__name__}")
@@ -204,6 +234,7 @@ def success(
         TypeError: an id, ``hints`` or ``agent_card`` of the wrong type.
         ValueError: an integer id out of range.
     """
+    _check_json(result, "result")
     envelope = _success(_check_id(id, in_request=False), result)
     if hints is not None:
         envelope["hints"] = _check_object(hints, "hints")
@@ -233,6 +264,7 @@ def error(id: JsonRpcId, code: int, message: str, data: Any = None) -> dict[str,
         raise TypeError(f"message must be a str, not {type(message).__name__}")
     error_object: dict[str, Any] = {"code": int(code), "message": str(message)}
     if data is not None:
+        _check_json(data, "data")
         error_object["data"] = data
     return _error(_check_id(id, in_request=False), error_object)
 
@@ -248,6 +280,7 @@ def partial(id: JsonRpcId, result: Any, remaining: int) -> dict[str, Any]:
         raise TypeError(f"remaining must be an int, not {type(remaining).__name__}")
     if not 0 <= remaining <= _MAX_INT:
         raise ValueError("remaining must lie within 0 … 2**53 - 1")
+    _check_json(result, "result")
     envelope = _success(_check_id(id, in_request=False), result)
     envelope["remaining"] = int(remaining)
     return envelope

@@ -56,11 +56,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation
+from a2a_secure.client.http import check_endpoint
+from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, SessionUnknown
 from a2a_secure.identity import encoding
 
 if TYPE_CHECKING:
     from a2a_secure.agent import A2AAgent, RegistryEntry
+    from a2a_secure.protocol.client import ClientSession, IntentResult
 
 __all__ = [
     "GENERIC_INPUT_SCHEMA",
@@ -81,6 +83,7 @@ SEPARATOR = "__"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _HASH_DIGITS = 8
 MAX_CARD_BYTES = 256 * 1024
+CARD_FETCH_TIMEOUT = 10.0  # seconds for the whole card, however slowly it comes
 MAX_DESCRIPTION = 1024
 MAX_SCHEMA_BYTES = 16 * 1024
 GENERIC_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
@@ -312,19 +315,34 @@ class ToolCatalog:
             return f"{entry.name} unreachable: its agent card could not be fetched"
 
     async def _fetch_card(self, endpoint: str) -> dict[str, Any]:
-        async with self.agent.client.http.stream("GET", endpoint.rstrip("/") + CARD_PATH) as resp:
-            if resp.status_code != 200:
-                raise CardRefused(f"its agent card answered HTTP {resp.status_code}")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in resp.aiter_bytes():
-                size += len(chunk)
-                if size > MAX_CARD_BYTES:
-                    raise CardRefused("its agent card is larger than 256 KiB")
-                chunks.append(chunk)
+        # The rule the client applies before a handshake, applied before this first request:
+        # an entry built in code or a did:web service endpoint has not been checked yet.
+        url = check_endpoint(endpoint) + CARD_PATH
+        chunks: list[bytes] = []
+        try:
+            # The HTTP timeout bounds each read only: a card sent a byte at a time would hold
+            # the refresh, and with it every other agent's tools, for as long as it liked.
+            async with asyncio.timeout(CARD_FETCH_TIMEOUT):
+                async with self.agent.client.http.stream("GET", url) as resp:
+                    if resp.status_code != 200:
+                        raise CardRefused(f"its agent card answered HTTP {resp.status_code}")
+                    size = 0
+                    async for chunk in resp.aiter_bytes():
+                        size += len(chunk)
+                        if size > MAX_CARD_BYTES:
+                            raise CardRefused("its agent card is larger than 256 KiB")
+                        chunks.append(chunk)
+        except TimeoutError:
+            raise CardRefused(f"its agent card did not arrive within {CARD_FETCH_TIMEOUT:g} s") from None
         card = encoding.loads(b"".join(chunks), error=CardRefused)
         if not isinstance(card, dict):
             raise CardRefused("its agent card is not a JSON object")
+        # The card is the agent's own word, read before anything else trusts it: a member
+        # of the wrong type must refuse this agent, never break the listing of the others.
+        for member in ("intents", "streaming_intents"):
+            goals = card.get(member, [])
+            if not isinstance(goals, list) or not all(isinstance(g, str) for g in goals):
+                raise CardRefused(f"its agent card member {member!r} is not an array of strings")
         return card
 
     async def _lookup(self, name: str) -> ToolSpec:
@@ -386,10 +404,14 @@ class ToolCatalog:
                         spec, reason or f"{spec.agent} refused: its card changed; list the tools again", None
                     )
                 spec = fresh
+            card_hash = session.server_manifest_hash  # equal to spec.card_hash, checked above
             intent = {"goal": spec.intent, "inputs": arguments}
             if spec.streaming and on_progress is not None:
                 return await self._stream(spec, did, endpoint, intent, on_progress)
-            verified = await self.agent.request_verified(spec.agent, intent)
+            with self.agent._naming(spec.agent, endpoint):
+                verified = await self._send_checked(card_hash, did, endpoint, session, intent)
+        except _CardChanged:
+            return _error(spec, f"{spec.agent} refused: its card changed; list the tools again", None)
         except PolicyViolation as exc:
             return _error(spec, f"{spec.agent} refused: {exc.message} ({exc.code})", exc.code)
         except A2AError as exc:
@@ -425,6 +447,32 @@ class ToolCatalog:
         # The client raises unless the stream ended with a verified final event.
         return _success(spec, partials, tokens[-1], streamed=True, event_jws=tuple(tokens))
 
+    async def _send_checked(
+        self,
+        card_hash: str,
+        did: str,
+        endpoint: str | None,
+        session: ClientSession,
+        intent: Mapping[str, Any],
+    ) -> IntentResult:
+        """Send ``intent`` on ``session`` (whose manifest_hash is ``card_hash``) and only there.
+
+        ``request`` would open a new session on its own when the server forgets this one, and
+        the new session may commit to another card than the one the model was shown.
+        """
+        client = self.agent.client
+        try:
+            return await client.send_intent(session, intent)
+        except SessionUnknown:
+            if not client.resend_on_unknown_session:
+                raise
+        # Answered before the sequence is used (PROTOCOL.md §6.1 step 2): the intent did not
+        # run. A new session is used only if it commits to the same card.
+        session = await client.handshake(did, endpoint)
+        if not hmac.compare_digest(card_hash, session.server_manifest_hash):
+            raise _CardChanged
+        return await client.send_intent(session, intent)
+
 
 def _check_arguments(arguments: Any) -> None:
     """Refuse, before anything is signed or sent, arguments that no agent would take.
@@ -447,6 +495,10 @@ def _check_arguments(arguments: Any) -> None:
             f"tool arguments refused: {size} bytes of JSON, more than the {MAX_ARGUMENT_BYTES}"
             " a signed request can carry (an agent takes request bodies of at most 1 MiB)"
         )
+
+
+class _CardChanged(Exception):
+    """The session a call would go out on commits to another card than the model saw."""
 
 
 def _describe(entry: RegistryEntry, intent: str, card: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -116,7 +116,22 @@ BAD_BUILDS: dict[str, tuple[Any, type[Exception], str]] = {
     "message-type": (lambda: error(1, -32600, None), TypeError, "message must be a str, not NoneType"),
     "remaining-negative": (lambda: partial(1, [], -1), ValueError, "remaining must lie within 0"),
     "remaining-bool": (lambda: partial(1, [], True), TypeError, "remaining must be an int, not bool"),
+    # Values inside the envelope: "ready for any JSON encoder" only if they are JSON.
+    "result-object": (lambda: success(1, {"a": [object()]}), TypeError, "result holds a object"),
+    "result-set": (lambda: partial(1, {1, 2}, 0), TypeError, "result holds a set"),
+    "params-nan": (lambda: request("m", [float("nan")], 1), ValueError, "params holds a non-finite number"),
+    "data-keys": (lambda: error(1, -32600, "x", data={1: 2}), TypeError, "data member names must be str"),
+    "hints-value": (lambda: success(1, 1, hints={"a": b"x"}), TypeError, "hints holds a bytes"),
+    "metadata-inf": (lambda: request("m", {}, 1, metadata={"a": float("inf")}), ValueError, "non-finite"),
+    "result-deep": (lambda: success(1, _nested(10_000)), ValueError, "result is nested deeper than"),
 }
+
+
+def _nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
 
 
 @pytest.mark.parametrize("case", sorted(BAD_BUILDS))

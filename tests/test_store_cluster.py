@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis as redis_sync
@@ -311,3 +312,25 @@ async def test_sentinel_url_follows_the_primary(tmp_path: Path) -> None:
         finally:
             proc.kill()
             proc.wait(5)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+cluster://:s3cr/et@h:7000",  # a "/" left unencoded ends the host part early
+        "redis+sentinel://:s3cr/et@h:26379/svc",
+        "redis+cluster://u:s3cret@h:s3cret",
+        "redis+sentinel://u:pw@h:1/svc/s3cret",
+    ],
+)
+def test_a_malformed_url_error_never_quotes_its_text(url: str) -> None:
+    # Startup errors are logged: a password fragment must not ride in one.
+    with pytest.raises(ValueError) as info:
+        client_from_url(url, socket_timeout=1.0)
+    assert "s3cr" not in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [{"wait_replicas": 0.5}, {"wait_replicas": True}, {"wait_timeout_ms": 1.5}])
+def test_wait_settings_must_be_integers(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="integers"):
+        RedisStore("redis://127.0.0.1:6379/0", **bad)

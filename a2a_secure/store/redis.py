@@ -586,8 +586,9 @@ class RedisStore:
         wait_timeout_ms: int = 100,
     ) -> None:
         _import_redis()
-        if wait_replicas < 0 or wait_timeout_ms < 0:
-            raise ValueError("wait_replicas and wait_timeout_ms must not be negative")
+        if any(type(v) is not int or v < 0 for v in (wait_replicas, wait_timeout_ms)):
+            # A float or a bool would reach WAIT and fail every intent (503) at run time.
+            raise ValueError("wait_replicas and wait_timeout_ms must be integers, not negative")
         if client is None:
             client, deployment = client_from_url(url, socket_timeout=socket_timeout)
             self._owns_client = True

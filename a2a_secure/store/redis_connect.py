@@ -58,6 +58,14 @@ def deployment_of(url: str) -> Deployment:
     return _SCHEMES[scheme][0]
 
 
+def _number(text: str, what: str) -> int:
+    """``text`` as a non-negative integer; the error never quotes it (it may hold a password
+    fragment: an unencoded "/" in a password ends the host part of the URL early)."""
+    if not text.isascii() or not text.isdigit():
+        raise ValueError(f"the Redis URL has a {what} that is not a number") from None
+    return int(text)
+
+
 def _hosts(netloc: str, default_port: int) -> tuple[str | None, str | None, list[tuple[str, int]]]:
     """(username, password, [(host, port), …]) of ``[[user]:password@]h:p[,h:p…]``."""
     user: str | None = None
@@ -76,10 +84,10 @@ def _hosts(netloc: str, default_port: int) -> tuple[str | None, str | None, list
             continue
         if part.startswith("["):  # [ipv6]:port
             host, _, rest = part[1:].partition("]")
-            port = int(rest[1:]) if rest.startswith(":") else default_port
+            port = _number(rest[1:], "port") if rest.startswith(":") else default_port
         elif ":" in part:
             host, port_text = part.rsplit(":", 1)
-            port = int(port_text)
+            port = _number(port_text, "port")
         else:
             host, port = part, default_port
         hosts.append((unquote(host), port))
@@ -149,7 +157,9 @@ def client_from_url(url: str, *, socket_timeout: float) -> tuple[Any, Deployment
     if not path:
         raise ValueError("a Sentinel URL needs the service name: redis+sentinel://host:port/service_name")
     service = unquote(path[0])
-    db = int(path[1]) if len(path) > 1 else 0
+    if len(path) > 2:
+        raise ValueError("a Sentinel URL has at most a service name and a database number")
+    db = _number(path[1], "database number") if len(path) > 1 else 0
     sentinel_kwargs: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": socket_timeout,
