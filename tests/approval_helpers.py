@@ -98,6 +98,7 @@ def build_desk(
     settings: ApprovalSettings | None = None,
     approvers: tuple[str, ...] = (PERSON.did,),
     identity: Identity | None = None,
+    store: MemoryStore | None = None,
 ) -> AgentServer:
     """The desk agent: approvals by ``approvers``, tools on, counting handlers and executors."""
     server = AgentServer(
@@ -105,7 +106,7 @@ def build_desk(
         policy,
         name="desk",
         url="http://127.0.0.1",
-        store=MemoryStore(),
+        store=store if store is not None else MemoryStore(),
         audit=Auditor([sink], role="server"),
         clock=clock,
         monotonic=clock.monotonic,
@@ -124,6 +125,7 @@ async def start_desk(
     settings: ApprovalSettings | None = None,
     approvers: tuple[str, ...] = (PERSON.did,),
     identity: Identity | None = None,
+    store: MemoryStore | None = None,
 ) -> AsyncIterator[Wire]:
     """The desk on 127.0.0.1, as a ``Wire`` (its ``calls`` count handlers and executors)."""
     clock = FakeClock(float(int(time.time())))
@@ -137,6 +139,7 @@ async def start_desk(
         settings=settings,
         approvers=approvers,
         identity=identity,
+        store=store,
     )
     async with serve_app(server.app()) as url, httpx.AsyncClient(timeout=15) as http:
         yield Wire(server, url, http, clock, sink, calls, ExampleMethod())

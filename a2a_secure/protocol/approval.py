@@ -297,6 +297,7 @@ class ApprovalEngine:
             created_at=now_i,
             expires_at=expires_at,
             keep_until=expires_at + self.settings.retain,
+            server_did=self.server_did,
         )
         added = await self.store.add_action(
             action, max_per_caller=self.settings.max_per_caller, max_total=self.settings.max_total, now=now
@@ -318,7 +319,9 @@ class ApprovalEngine:
         if not self._approves_anything(approver):
             raise PolicyViolation("this DID is not an approver at this agent")
         action = await self.store.get_action(action_id, now)
-        if action is None:
+        # Agents sharing one store see each other's actions: one created by another agent is
+        # unknown here, or an approver of this agent could run it with this agent's executor.
+        if action is None or action.server_did != self.server_did:
             raise ActionNotPending("unknown action")
         if approver not in self.approvers_of(action.action):
             raise PolicyViolation("this DID is not an approver of this action")

@@ -53,6 +53,7 @@ class PendingAction:
     state: ActionState = ActionState.PENDING
     decided_by: str | None = None
     decided_at: int | None = None
+    server_did: str = ""  # the agent that created it: only that agent may act on it
 
     def state_at(self, now: float) -> ActionState:
         """The state, with a pending action past ``expires_at`` seen as expired."""
@@ -80,6 +81,7 @@ class PendingAction:
             "state": self.state.value,
             "decided_by": self.decided_by,
             "decided_at": self.decided_at,
+            "server_did": self.server_did,
         }
 
     @classmethod

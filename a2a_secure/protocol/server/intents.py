@@ -108,7 +108,9 @@ class IntentProcessor:
         # Step 2: the session.
         now = self._clock()
         session = await cfg.store.get_session(session_id, now)
-        if session is None or self._past_deadline(session_id):
+        # A session opened with another agent sharing this store (one Redis, one prefix) is
+        # unknown here: its client agreed to that agent's policy and card, not to this one's.
+        if session is None or session.server_did != cfg.identity.did or self._past_deadline(session_id):
             raise SessionUnknown("unknown, expired or closed session")
         audit.session_id = session_id
         audit.client_did = session.client_did
