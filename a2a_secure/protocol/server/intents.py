@@ -108,13 +108,16 @@ class IntentProcessor:
         # Step 2: the session.
         now = self._clock()
         session = await cfg.store.get_session(session_id, now)
-        # A session opened with another agent sharing this store (one Redis, one prefix) is
-        # unknown here: its client agreed to that agent's policy and card, not to this one's.
-        if session is None or session.server_did != cfg.identity.did or self._past_deadline(session_id):
+        if session is None or self._past_deadline(session_id):
             raise SessionUnknown("unknown, expired or closed session")
         audit.session_id = session_id
         audit.client_did = session.client_did
         signer = cfg.key_guard.signer_for(cfg.identity, session, now)  # -32043 once it is gone
+        # A session opened with another agent sharing this store (one Redis, one prefix) is
+        # unknown here: its client agreed to that agent's policy and card, not to this one's.
+        # (A did:key rotation changes this agent's DID: the retired key keeps its sessions.)
+        if session.server_did != signer.did:
+            raise SessionUnknown("unknown, expired or closed session")
         if signer is not cfg.identity:
             cfg.retired_signers[session_id] = signer
         # Step 3: commitment (not a secret, compared in constant time all the same).
