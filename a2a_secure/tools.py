@@ -59,6 +59,7 @@ import httpx
 from a2a_secure.client.http import check_endpoint
 from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, SessionUnknown
 from a2a_secure.identity import encoding
+from a2a_secure.protocol.client import MAX_INPUT_BYTES, MAX_INPUT_DEPTH, check_intent_inputs
 
 if TYPE_CHECKING:
     from a2a_secure.agent import A2AAgent, RegistryEntry
@@ -91,8 +92,8 @@ GENERIC_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties"
 # (4/3 larger) inside ``request_jws``: 384 KiB of arguments make a body of about 0.9 MiB, under
 # the 1 MiB an agent accepts by default (PROTOCOL.md §9). The inputs sit 3 containers deep in
 # the body (request, params, intent), under an agent's default limit of 32.
-MAX_ARGUMENT_BYTES = 384 * 1024
-MAX_ARGUMENT_DEPTH = encoding.MAX_DEPTH - 3
+MAX_ARGUMENT_BYTES = MAX_INPUT_BYTES
+MAX_ARGUMENT_DEPTH = MAX_INPUT_DEPTH
 CARD_PATH = "/.well-known/agent-card.json"
 META_PREFIX = "a2a-secure/"
 ToolFormat = Literal["openai", "anthropic"]
@@ -475,26 +476,13 @@ class ToolCatalog:
 
 
 def _check_arguments(arguments: Any) -> None:
-    """Refuse, before anything is signed or sent, arguments that no agent would take.
-
-    A model can send any JSON: without this a 5 MB argument would go out (twice over, in a
-    12 MB body) only to be refused with 413, and one nested a few thousand levels deep would
-    exhaust the stack of the request's JSON encoder.
-    """
+    """Refuse, before anything is signed or sent, arguments that no agent would take."""
     if not isinstance(arguments, dict):
         raise ToolCallError("tool arguments must be a JSON object")
-    # Iterative: a hostile depth cannot exhaust the stack here.
-    problem = encoding.ijson_problem(arguments, max_depth=MAX_ARGUMENT_DEPTH)
-    if problem is not None:
-        if problem.startswith("JSON nested deeper"):
-            problem = f"nested deeper than {MAX_ARGUMENT_DEPTH} levels"
-        raise ToolCallError(f"tool arguments refused: {problem}")
-    size = len(encoding.dumps(arguments))
-    if size > MAX_ARGUMENT_BYTES:
-        raise ToolCallError(
-            f"tool arguments refused: {size} bytes of JSON, more than the {MAX_ARGUMENT_BYTES}"
-            " a signed request can carry (an agent takes request bodies of at most 1 MiB)"
-        )
+    try:
+        check_intent_inputs(arguments, "tool arguments")
+    except InvalidParams as exc:
+        raise ToolCallError(exc.message) from None
 
 
 class _CardChanged(Exception):

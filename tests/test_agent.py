@@ -101,6 +101,35 @@ async def test_handler_errors_reach_the_caller_signed() -> None:
         assert (await caller.send_intent(session_id, TRANSLATE)).sequence == 2
 
 
+def _nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("inputs", "words"),
+    [
+        ({"text": "x" * 5_000_000}, "bytes of JSON, more than the 393216"),
+        (_nested(10_000), "nested deeper than 29 levels"),
+        ({"n": 2**60}, "integer out of the I-JSON range"),
+    ],
+    ids=["5MB", "10000-deep", "unsafe-int"],
+)
+async def test_inputs_no_server_takes_are_refused_before_anything_is_signed_or_sent(
+    inputs: Any, words: str
+) -> None:
+    host = translator.build_agent(identity("translator"))
+    async with hosting(host) as [url], A2AAgent("caller", identity("caller")) as caller:
+        session_id = await caller.handshake(host.did, url)
+        with pytest.raises(InvalidParams, match=words) as exc:
+            await caller.send_intent(session_id, {"goal": "translate", "inputs": inputs})
+        assert not exc.value.signed  # refused here: nothing reached the server
+        # No sequence was used: the next intent is the session's first.
+        assert (await caller.send_intent(session_id, TRANSLATE)).sequence == 1
+
+
 async def test_async_context_manager_closes_sessions_and_client() -> None:
     host = translator.build_agent(identity("translator"))
     async with hosting(host) as [url]:

@@ -69,6 +69,34 @@ _ERROR_MEMBERS = frozenset(("code", "message"))
 RandomSource = Callable[[int], bytes]
 
 
+#: The most JSON an intent's ``inputs`` may hold: the intent travels twice in a request (in
+#: ``params`` and base64url-encoded in ``request_jws``), and a server takes bodies of 1 MiB.
+MAX_INPUT_BYTES = 384 * 1024
+#: How deep ``inputs`` may nest: they sit four containers deep in the request (envelope,
+#: params, intent, inputs), and a server refuses JSON deeper than ``encoding.MAX_DEPTH``.
+MAX_INPUT_DEPTH = encoding.MAX_DEPTH - 3
+
+
+def check_intent_inputs(inputs: Any, what: str = "intent inputs") -> None:
+    """-32602 for ``inputs`` no server takes: not I-JSON, too deep or too large.
+
+    Checked before anything is signed or sent: a 5 MB value would otherwise go out (twice
+    over) only to be refused with 413, and one nested thousands of levels deep would exhaust
+    the stack of the JSON encoder that signs it. The walk is iterative.
+    """
+    problem = encoding.ijson_problem(inputs, max_depth=MAX_INPUT_DEPTH)
+    if problem is not None:
+        if problem.startswith("JSON nested deeper"):
+            problem = f"nested deeper than {MAX_INPUT_DEPTH} levels"
+        raise InvalidParams(f"{what} refused: {problem}")
+    size = len(encoding.dumps(inputs))
+    if size > MAX_INPUT_BYTES:
+        raise InvalidParams(
+            f"{what} refused: {size} bytes of JSON, more than the {MAX_INPUT_BYTES}"
+            " a signed request can carry (an agent takes request bodies of at most 1 MiB)"
+        )
+
+
 class HandshakeState(enum.Enum):
     """Where a client handshake stands. Any failure moves it to ``FAILED`` for good."""
 
@@ -393,6 +421,7 @@ class ClientSession:
         # The §6.1 shape check of the server's parse_intent, without importing the server
         # side (and asyncio with it) into a client.
         Intent.parse(body)
+        check_intent_inputs(body["inputs"])
         if not self.policy.allows(body["goal"]):
             raise PolicyViolation(f"intent {body['goal'][:64]!r} is not allowed by the session policy")
         return self._sign_request("intent", {"intent": body}, m.Typ.REQUEST, body["goal"])
