@@ -204,14 +204,17 @@ class A2AAgent:
                     break
         return did, endpoint
 
-    async def request(self, target: str, intent: Mapping[str, Any]) -> Any:
+    async def request(self, target: str, intent: Mapping[str, Any], *, intent_id: str | None = None) -> Any:
         """Send ``intent`` to the agent named (or with DID) ``target``; return its result.
 
         The result is verified against the server's signature before it is returned; a
         session with that agent is reused, and re-established once if it has expired.
+        ``intent_id``: the caller's own id for this intent, so that calling again with the
+        same id (after a crash, say) returns the one run's result instead of running it
+        again (see :meth:`A2AClient.request`; the server must declare the extension).
         """
         did, endpoint = await self._locate(target)
-        result = await self.client.request(did, intent, endpoint=endpoint)
+        result = await self.client.request(did, intent, endpoint=endpoint, intent_id=intent_id)
         return result.result
 
     async def stream(self, target: str, intent: Mapping[str, Any]) -> AsyncIterator[Any]:

@@ -39,6 +39,7 @@ from a2a_secure.errors import (
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import Decoded, jws_decode_unverified
 from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.exactly_once import check_intent_id
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.validate import (
     check_payload_matches,
@@ -598,6 +599,7 @@ class Intent(_Validated):
     inputs: dict[str, Any]
     domain: str | None = None
     constraints: Constraints | None = None
+    intent_id: str | None = None  # the intent_id extension (protocol/exactly_once.py)
 
     @classmethod
     def parse(cls, obj: Any, *, error: ErrorType = InvalidParams) -> Intent:
@@ -616,7 +618,10 @@ class Intent(_Validated):
         constraints = None
         if "constraints" in intent:
             constraints = Constraints.parse(intent["constraints"], error=error)
-        return _make(cls, goal, inputs, domain, constraints)
+        intent_id = None
+        if "intent_id" in intent:
+            intent_id = check_intent_id(intent["intent_id"], error)
+        return _make(cls, goal, inputs, domain, constraints, intent_id)
 
     @property
     def constraints_dict(self) -> dict[str, Any]:
@@ -635,6 +640,8 @@ class Intent(_Validated):
             out["domain"] = self.domain
         if self.constraints is not None:
             out["constraints"] = self.constraints.to_dict()
+        if self.intent_id is not None:
+            out["intent_id"] = self.intent_id
         return out
 
 

@@ -40,6 +40,7 @@ from a2a_secure.identity.jws import jws_sign, jws_verify
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
 from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.exactly_once import ExactlyOnce, Pending
 from a2a_secure.protocol.models import (
     AcceptPayload,
     AcceptPolicy,
@@ -60,6 +61,7 @@ from a2a_secure.protocol.validate import (
     is_fresh,
 )
 from a2a_secure.store.base import BeginKind, OpenResult, PendingHandshake, SessionRecord, Store, StoredReply
+from a2a_secure.store.intents import ClaimKind
 
 __all__ = [
     "AuditHook",
@@ -98,6 +100,11 @@ class ServerLimits:
     # throughput of valid handshakes from one host is not limited.
     failed_handshake_burst: int = 100
     failed_handshake_per_second: float = 50.0
+    # The intent_id extension (protocol/exactly_once.py): how long (s) the answer to an
+    # intent_id is remembered after its first request (0 = the extension is off), and how
+    # many unexpired intent_ids one client DID may hold (then 503, never an eviction).
+    intent_id_retention: int = 86_400
+    max_intent_ids_per_did: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +118,7 @@ class IntentContext:
     domain: str | None
     constraints: Mapping[str, Any]
     client_agent_id: str = ""
+    intent_id: str | None = None  # the caller's id for this intent, run at most once
 
 
 class IntentDispatcher:
@@ -273,6 +281,7 @@ class ServerProtocol:
         self._streams_by_did: dict[str, int] = {}
         self._pumps: set[asyncio.Task[None]] = set()
         self._failures: dict[str, tuple[float, float]] = {}
+        self._exactly_once = ExactlyOnce(self)
 
     # -- entry points ---------------------------------------------------------------------
     async def handle(self, method: str, params: Any, *, source: str = "") -> Reply:
@@ -630,6 +639,8 @@ class ServerProtocol:
         token = req.request_jws
         if intent is not None:
             audit.intent_goal = intent.goal[:256]
+            if intent.intent_id is not None:
+                self._exactly_once.check(intent)
         audit.sequence = params_seq
         # Step 2: the session.
         now = self._clock()
@@ -676,16 +687,24 @@ class ServerProtocol:
             ):
                 # Checked before the sequence is consumed, so the same request may come back.
                 raise Unavailable("too many open streams", retry_after=1)
-            # Steps 7-8, one atomic check-and-update.
-            begin = await self.store.begin_request(
-                session_id,
-                session.client_did,
-                sequence,
-                req_hash,
-                rate_limit=None if is_close else session.policy.rate_limit,
-                rate_period=session.policy.rate_period,
-                now=now,
-            )
+            # Steps 7-8, one atomic check-and-update (with an intent_id, and its claim).
+            once: Pending | None = None
+            if intent is not None and intent.intent_id is not None:
+                once = self._exactly_once.prepare(session, intent, wants_stream, now)
+            if once is None:
+                begin = await self.store.begin_request(
+                    session_id,
+                    session.client_did,
+                    sequence,
+                    req_hash,
+                    rate_limit=None if is_close else session.policy.rate_limit,
+                    rate_period=session.policy.rate_period,
+                    now=now,
+                )
+            else:
+                begin = await self._exactly_once.begin(
+                    once, session, sequence, req_hash, rate_limit=session.policy.rate_limit, now=now
+                )
             if begin.kind is BeginKind.GONE:
                 raise SessionUnknown("unknown, expired or closed session")
             if begin.kind is BeginKind.STALE:
@@ -693,7 +712,11 @@ class ServerProtocol:
             if begin.kind is BeginKind.RATE_LIMITED:
                 raise Unavailable("rate limit reached", retry_after=begin.retry_after)
             if begin.kind in (BeginKind.REPLAY, BeginKind.IN_PROGRESS):
+                if once is not None and self._exactly_once.is_resumable(begin.reply):
+                    return await self._exactly_once.resume(once, session_id, sequence, req_hash, audit)
                 return await self._replay(session_id, sequence, req_hash, begin.reply, audit)
+            if once is not None and once.claim is not None and once.claim.kind is not ClaimKind.NEW:
+                return await self._exactly_once.answer(once, session_id, sequence, req_hash, audit)
         except A2AError as exc:
             return self._signed_error(exc, session_id, sequence, req_hash, now_i)
         # The sequence is consumed: whatever happens now is the stored answer.
@@ -712,6 +735,8 @@ class ServerProtocol:
             # store down). A byte-identical retry then finds no stored answer and gets 503.
             with contextlib.suppress(Exception):
                 await self.store.finish_request(session_id, sequence, reply.stored)
+            if once is not None:
+                await self._exactly_once.finish(session_id, sequence, reply.stored)
         return reply
 
     def _wants_stream(self, intent: Intent) -> bool:
@@ -800,6 +825,7 @@ class ServerProtocol:
             domain=intent.domain,
             constraints=constraints,
             client_agent_id=session.client_agent_id,
+            intent_id=intent.intent_id,
         )
         inputs = intent.inputs
         if intent.stream is False and self.dispatcher.is_always_streamed(goal):
@@ -1033,10 +1059,11 @@ class ServerProtocol:
             else:
                 self._streams_by_did.pop(session.client_did, None)
         if first_event.done() and first_event.exception() is None:
+            stored = StoredReply(200, events=tuple(rec.kept), truncated=rec.overflow)
             with contextlib.suppress(Exception):
-                await self.store.finish_request(
-                    sid, seq, StoredReply(200, events=tuple(rec.kept), truncated=rec.overflow)
-                )
+                await self.store.finish_request(sid, seq, stored)
+            if self._exactly_once.running:
+                await self._exactly_once.finish(sid, seq, stored)
             code = final_error.code if final_error is not None else None
             error = {"code": code, "message": ""} if code is not None else None
             self._audit(audit, Reply(200, error=error))

@@ -28,6 +28,8 @@ from a2a_secure.identity import did as did_module
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.exactly_once import CARD_MEMBER as EXTENSIONS_MEMBER
+from a2a_secure.protocol.exactly_once import server_extensions
 from a2a_secure.protocol.jsonrpc import EnvelopeError, encode_error, encode_result, parse_request
 from a2a_secure.protocol.messages import PROTOCOL_NAME
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
@@ -324,6 +326,9 @@ class AgentServer(IntentDispatcher):
             }
             if self.streaming_goals:
                 card["streaming_intents"] = self.streaming_goals
+            extensions = server_extensions(self.limits, self.store)
+            if extensions:  # additive: a server without extensions keeps today's card
+                card[EXTENSIONS_MEMBER] = extensions
             if self._card_builder is not None:
                 built = self._card_builder(dict(card))
                 for member in _CARD_CORE_MEMBERS:
