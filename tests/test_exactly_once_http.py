@@ -61,17 +61,20 @@ async def test_card_declares_the_extension_only_when_it_is_on() -> None:
 
 async def test_client_learns_the_extension_once_and_sends_an_intent_id() -> None:
     server = recording_server()
-    async with serve_app(server.app()) as url:
-        async with A2AClient(identity("alice")) as alice, A2AClient(identity("bob")) as bob:
-            for client in (alice, bob, alice):
-                await client.handshake(server.identity.did, url)
-                res = await client.request(server.identity.did, {"goal": "record", "inputs": {}})
-                assert res.intent_id is not None and len(res.intent_id) == 22
-                assert res.result["intent_id"] == res.intent_id
-            # Each request had its own id; the card was fetched once for three handshakes
-            # of two clients (the cache is keyed by the signed manifest hash).
-            assert len(set(server.seen)) == 3  # type: ignore[attr-defined]
-            assert server.card_hits["card"] == 1  # type: ignore[attr-defined]
+    async with (
+        serve_app(server.app()) as url,
+        A2AClient(identity("alice")) as alice,
+        A2AClient(identity("bob")) as bob,
+    ):
+        for client in (alice, bob, alice):
+            await client.handshake(server.identity.did, url)
+            res = await client.request(server.identity.did, {"goal": "record", "inputs": {}})
+            assert res.intent_id is not None and len(res.intent_id) == 22
+            assert res.result["intent_id"] == res.intent_id
+        # Each request had its own id; the card was fetched once for three handshakes
+        # of two clients (the cache is keyed by the signed manifest hash).
+        assert len(set(server.seen)) == 3  # type: ignore[attr-defined]
+        assert server.card_hits["card"] == 1  # type: ignore[attr-defined]
 
 
 async def test_a_caller_id_makes_its_own_retries_exactly_once() -> None:
