@@ -1,20 +1,26 @@
 """a2a_secure: DID-authenticated handshakes and signed, sequenced intents between agents.
 
 Importing this package needs no server extras: the FastAPI adapter loads only when
-``a2a_secure.server`` (or ``A2AAgent.app``) is used.
+``a2a_secure.server`` (or ``A2AAgent.app``) is used. The public names below load on first
+use (PEP 562), so ``import a2a_secure.identity`` does not pull in the HTTP client.
 """
 
-from a2a_secure.agent import A2AAgent, AgentRegistry
-from a2a_secure.client.http import A2AClient
-from a2a_secure.errors import A2AError
-from a2a_secure.identity import (
-    DIDResolver,
-    Identity,
-    hash_of,
-    jws_sign,
-    jws_verify,
-    verify_signature,
-)
+from typing import TYPE_CHECKING
+
+from a2a_secure._lazy import attach
+
+if TYPE_CHECKING:
+    from a2a_secure.agent import A2AAgent, AgentRegistry
+    from a2a_secure.client.http import A2AClient
+    from a2a_secure.errors import A2AError
+    from a2a_secure.identity import (
+        DIDResolver,
+        Identity,
+        hash_of,
+        jws_sign,
+        jws_verify,
+        verify_signature,
+    )
 
 __version__ = "0.1.0"
 
@@ -31,3 +37,19 @@ __all__ = [
     "jws_verify",
     "verify_signature",
 ]
+
+__getattr__, __dir__ = attach(
+    __name__,
+    {
+        "A2AAgent": "a2a_secure.agent",
+        "A2AClient": "a2a_secure.client.http",
+        "A2AError": "a2a_secure.errors",
+        "AgentRegistry": "a2a_secure.agent",
+        "DIDResolver": "a2a_secure.identity",
+        "Identity": "a2a_secure.identity",
+        "hash_of": "a2a_secure.identity",
+        "jws_sign": "a2a_secure.identity",
+        "jws_verify": "a2a_secure.identity",
+        "verify_signature": "a2a_secure.identity",
+    },
+)

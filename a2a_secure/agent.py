@@ -6,14 +6,17 @@ async with A2AAgent("orchestrator", identity, registry="agent_registry.json") as
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from a2a_secure.client.http import A2AClient, RetryPolicy
-from a2a_secure.errors import A2AError, InvalidParams
+from a2a_secure.client.http import A2AClient, RetryPolicy, check_endpoint
+from a2a_secure.errors import A2AError, InvalidParams, PeerUnreachable
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import A2A_SERVICE_TYPE, check_did_syntax
 from a2a_secure.identity.keys import Identity
@@ -27,18 +30,65 @@ if TYPE_CHECKING:
 
     from a2a_secure.server.app import AgentServer
     from a2a_secure.store.base import Store
+    from a2a_secure.tools import ProgressCallback, ToolCatalog, ToolFormat, ToolResult
 
-__all__ = ["A2AAgent", "AgentRegistry", "RegistryEntry", "RegistryError"]
+__all__ = [
+    "A2AAgent",
+    "AgentNotFound",
+    "AgentRegistry",
+    "AmbiguousTarget",
+    "RegistryEntry",
+    "RegistryEntryError",
+    "RegistryError",
+]
 
 SERVICE_TYPE = A2A_SERVICE_TYPE
+_log = logging.getLogger(__name__)
+# How many names an error message lists before it says "and N more".
+_LISTED_NAMES = 10
 
 
 class RegistryError(A2AError):
-    """A registry lookup found no agent, or more than one."""
+    """A registry could not be read, or a lookup found no agent, or more than one."""
 
     code = -32602
     http_status = 400
     default_message = "registry lookup failed"
+
+
+class AgentNotFound(RegistryError):
+    """No agent in the registry has that name, DID, name prefix or capability."""
+
+    default_message = "no agent found"
+
+
+class AmbiguousTarget(RegistryError):
+    """A name prefix or a capability fits several agents; ``matches`` holds their names."""
+
+    default_message = "ambiguous target"
+
+    def __init__(self, message: str | None = None, *, matches: Iterable[str] = ()) -> None:
+        self.matches = tuple(matches)
+        super().__init__(message)
+
+
+class RegistryEntryError(RegistryError):
+    """One registry entry is malformed; ``entry`` names it and ``member`` the bad member (or None)."""
+
+    default_message = "malformed registry entry"
+
+    def __init__(self, entry: str, member: str | None, problem: str) -> None:
+        self.entry = entry
+        self.member = member
+        where = f"registry entry {entry!r}" + (f": member {member!r}" if member is not None else "")
+        super().__init__(f"{where} {problem}")
+
+
+def _listing(names: Iterable[str]) -> str:
+    ordered = sorted(names)
+    shown = ", ".join(ordered[:_LISTED_NAMES])
+    more = len(ordered) - _LISTED_NAMES
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +101,86 @@ class RegistryEntry:
     capabilities: tuple[str, ...] = field(default_factory=tuple)
 
 
+def _parse_entry(label: str, raw: Any, *, named: bool) -> RegistryEntry:
+    """One entry of a registry file; ``named`` when the name is a member (the array form).
+
+    Every form goes through here, so a DID and an endpoint are checked the same way whatever
+    the form: the DID's syntax (a registry DID is only a pointer, the handshake authenticates
+    the agent) and the endpoint's scheme, as the client will check it before connecting.
+    """
+    if not isinstance(raw, dict):
+        raise RegistryEntryError(label, None, "must be an object with a 'did' member")
+    name = label
+    if named:
+        member = raw.get("name")
+        if not isinstance(member, str) or not member:
+            raise RegistryEntryError(label, "name", "must be a non-empty string")
+        name = member
+    elif not name:
+        raise RegistryEntryError(label, None, "needs a non-empty name")
+    if "did" not in raw:
+        raise RegistryEntryError(name, "did", "is missing")
+    did = raw["did"]
+    try:
+        check_did_syntax(did)
+    except A2AError as exc:
+        raise RegistryEntryError(name, "did", f"is not usable: {exc.message}") from None
+    endpoint = raw.get("endpoint")
+    if endpoint is not None:
+        if not isinstance(endpoint, str):
+            raise RegistryEntryError(name, "endpoint", "must be a string")
+        try:
+            check_endpoint(endpoint)
+        except A2AError as exc:
+            raise RegistryEntryError(name, "endpoint", f"is not usable: {exc.message}") from None
+    caps = raw.get("capabilities", [])
+    if not isinstance(caps, list) or not all(isinstance(c, str) and c for c in caps):
+        raise RegistryEntryError(name, "capabilities", "must be an array of non-empty strings")
+    return RegistryEntry(name, did, endpoint, tuple(caps))
+
+
+def _raw_entries(data: Any) -> list[tuple[str, Any, bool]]:
+    """(label, raw entry, named) for each entry of any registry form."""
+    if not isinstance(data, dict):
+        raise RegistryError(
+            "a registry is a JSON object: {name: {did, endpoint, capabilities}, …} or {'agents': …}"
+        )
+    if "agents" not in data:
+        # The flat form: every top-level member is one agent, named by its key.
+        return [(name, raw, False) for name, raw in data.items()]
+    # A top-level "agents" member always means the wrapped forms, never an agent named
+    # "agents": otherwise one file could mean two different registries.
+    agents = data["agents"]
+    if isinstance(agents, dict):
+        return [(name, raw, False) for name, raw in agents.items()]
+    if isinstance(agents, list):
+        labels = [
+            raw["name"] if isinstance(raw, dict) and isinstance(raw.get("name"), str) else f"#{i}"
+            for i, raw in enumerate(agents)
+        ]
+        return [(label, raw, True) for label, raw in zip(labels, agents, strict=True)]
+    raise RegistryError("registry member 'agents' must be an object or an array")
+
+
 class AgentRegistry:
     """Names → agents, loaded from an ``agent_registry.json`` or built in code.
 
-    The file is ``{"agents": {"translator": {"did": …, "endpoint": …, "capabilities": […]}}}``
-    (a list of objects with a ``name`` member is accepted too). A DID in the registry is
-    only a pointer: the handshake still authenticates the agent behind it.
+    Three file forms are read:
+
+    - flat: ``{"translator": {"did": …, "endpoint": …, "capabilities": […]}, …}``;
+    - wrapped: ``{"agents": {"translator": {…}, …}}``;
+    - array: ``{"agents": [{"name": "translator", "did": …}, …]}``.
+
+    A top-level ``agents`` member always selects one of the last two. A malformed entry is
+    skipped, logged as a warning and kept in :attr:`problems`; the others load. A file where
+    every entry is malformed raises :class:`RegistryError`. A DID in the registry is only a
+    pointer: the handshake still authenticates the agent behind it.
     """
 
     def __init__(self, entries: Iterable[RegistryEntry] = ()) -> None:
         self._entries: dict[str, RegistryEntry] = {}
+        self.problems: tuple[RegistryEntryError, ...] = ()
+        """The entries skipped when the registry was read, one error each."""
         for entry in entries:
             self.add(entry)
 
@@ -71,53 +191,78 @@ class AgentRegistry:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> AgentRegistry:
-        """Read a registry file."""
+        """Read a registry file (any of the forms of :class:`AgentRegistry`)."""
         p = Path(path)
         try:
             data = encoding.loads(p.read_bytes(), error=RegistryError)
-        except OSError:
+        except FileNotFoundError:
             raise RegistryError(f"registry file not found: {p}") from None
-        return cls.from_dict(data)
+        except OSError as exc:
+            raise RegistryError(f"cannot read registry file {p}: {exc.strerror or exc}") from None
+        except RegistryError as exc:
+            raise RegistryError(f"registry file {p} is not JSON: {exc.message}") from None
+        try:
+            return cls.from_dict(data)
+        except RegistryError as exc:
+            raise RegistryError(f"registry file {p}: {exc.message}") from None
 
     @classmethod
     def from_dict(cls, data: Any) -> AgentRegistry:
-        """A registry from its JSON form."""
-        agents = data.get("agents") if isinstance(data, dict) else None
-        if isinstance(agents, dict):
-            items = [{"name": k, **v} for k, v in agents.items() if isinstance(v, dict)]
-        elif isinstance(agents, list):
-            items = [a for a in agents if isinstance(a, dict)]
-        else:
-            raise RegistryError("registry needs an 'agents' object or array")
-        entries = []
-        for item in items:
-            name, did = item.get("name"), item.get("did")
-            if not isinstance(name, str) or not isinstance(did, str):
-                raise RegistryError("every registry agent needs a name and a did")
-            endpoint = item.get("endpoint")
-            caps = item.get("capabilities", [])
-            if endpoint is not None and not isinstance(endpoint, str):
-                raise RegistryError(f"agent {name!r}: endpoint must be a string")
-            if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
-                raise RegistryError(f"agent {name!r}: capabilities must be strings")
-            entries.append(RegistryEntry(name, did, endpoint, tuple(caps)))
-        return cls(entries)
+        """A registry from its JSON form (see :class:`AgentRegistry`)."""
+        registry = cls()
+        problems: list[RegistryEntryError] = []
+        raw_entries = _raw_entries(data)
+        for label, raw, named in raw_entries:
+            try:
+                entry = _parse_entry(label, raw, named=named)
+                if entry.name in registry._entries:
+                    raise RegistryEntryError(entry.name, "name", "is used by an earlier entry")
+            except RegistryEntryError as exc:
+                problems.append(exc)
+                continue
+            registry._entries[entry.name] = entry
+        if problems and not registry._entries:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise RegistryError(f"no usable agent: {problems[0].message}{more}")
+        for problem in problems:
+            _log.warning("skipped %s", problem.message)
+        registry.problems = tuple(problems)
+        return registry
 
     def entries(self) -> list[RegistryEntry]:
         """All entries, by name."""
         return [self._entries[k] for k in sorted(self._entries)]
 
+    def by_did(self, did: str) -> RegistryEntry | None:
+        """The entry whose DID is ``did``, if exactly one has it."""
+        matches = [e for e in self._entries.values() if e.did == did]
+        return matches[0] if len(matches) == 1 else None
+
     def find(self, target: str) -> RegistryEntry:
-        """The one agent named ``target``, with DID ``target``, or offering goal ``target``."""
-        if target in self._entries:
-            return self._entries[target]
-        by_did = [e for e in self._entries.values() if e.did == target]
-        matches = by_did or [e for e in self._entries.values() if target in e.capabilities]
+        """The one agent ``target`` designates.
+
+        In order: the agent named ``target``; else the agent whose DID is ``target``; else the
+        agents whose name starts with ``target`` or that offer the goal ``target``, which must
+        be exactly one. Raises :class:`AgentNotFound` or :class:`AmbiguousTarget`, whose
+        messages name the candidates.
+        """
+        exact = self._entries.get(target)
+        if exact is not None:
+            return exact
+        matches = [e for e in self._entries.values() if e.did == target]
+        if not matches and target:
+            matches = [
+                e for e in self._entries.values() if e.name.startswith(target) or target in e.capabilities
+            ]
         if not matches:
-            raise RegistryError(f"No agent found matching '{target}'")
+            known = f"known agents: {_listing(self._entries)}" if self._entries else "the registry is empty"
+            raise AgentNotFound(f"No agent found matching {target!r} ({known})")
         if len(matches) > 1:
-            names = ", ".join(sorted(e.name for e in matches))
-            raise RegistryError(f"Ambiguous target '{target}' (matches {names})")
+            names = [e.name for e in matches]
+            raise AmbiguousTarget(
+                f"Ambiguous target {target!r} (matches {_listing(names)}): use a full name or a DID",
+                matches=sorted(names),
+            )
         return matches[0]
 
 
@@ -183,17 +328,24 @@ class A2AAgent:
         await self.client.aclose()
 
     # -- calling peers ---------------------------------------------------------------------
-    async def _locate(self, target: str) -> tuple[str, str | None]:
-        entry: RegistryEntry | None = None
+    def find(self, target: str) -> RegistryEntry:
+        """The registry entry ``target`` designates: a name, a DID, a name prefix or a goal.
+
+        See :meth:`AgentRegistry.find`; raises :class:`AgentNotFound` or :class:`AmbiguousTarget`.
+        """
+        return self.registry.find(target)
+
+    async def _locate(self, target: str) -> tuple[str, str, str | None]:
+        """(name for messages, DID, endpoint) of ``target``."""
+        entry: RegistryEntry | None
         if target.startswith("did:"):
-            try:
-                entry = self.registry.find(target)
-            except A2AError:
-                entry = None
+            # A DID needs no registry entry; one only adds the endpoint (and a name).
+            entry = self.registry.by_did(target)
             did = target
         else:
             entry = self.registry.find(target)
             did = entry.did
+        name = entry.name if entry is not None else did
         endpoint = entry.endpoint if entry is not None else None
         if endpoint is None and did.startswith("did:web:"):
             resolved = await self.resolver.resolve(did)
@@ -202,32 +354,93 @@ class A2AAgent:
                 if service.get("type") == SERVICE_TYPE and isinstance(ep, str):
                     endpoint = ep
                     break
-        return did, endpoint
+        return name, did, endpoint
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _naming(name: str, endpoint: str | None) -> Iterator[None]:
+        """Say which agent and which endpoint did not answer: the client knows only a URL."""
+        try:
+            yield
+        except PeerUnreachable as exc:
+            where = endpoint or exc.endpoint or "its endpoint"
+            reason = exc.reason or "no answer"
+            raise PeerUnreachable(
+                f"agent {name!r} did not answer at {where} ({reason})", endpoint=where, reason=exc.reason
+            ) from None
 
     async def request(self, target: str, intent: Mapping[str, Any], *, intent_id: str | None = None) -> Any:
-        """Send ``intent`` to the agent named (or with DID) ``target``; return its result.
+        """Send ``intent`` to the agent ``target`` designates (see :meth:`find`); return its result.
 
         The result is verified against the server's signature before it is returned; a
-        session with that agent is reused, and re-established once if it has expired.
-        ``intent_id``: the caller's own id for this intent, so that calling again with the
-        same id (after a crash, say) returns the one run's result instead of running it
-        again (see :meth:`A2AClient.request`; the server must declare the extension).
+        session with that agent is reused, and re-established once if it has expired. An
+        endpoint that does not answer raises :class:`~a2a_secure.errors.PeerUnreachable`
+        naming the agent and the endpoint. ``intent_id``: the caller's own id for this
+        intent, so that calling again with the same id (after a crash, say) returns the one
+        run's result instead of running it again (see :meth:`A2AClient.request`; the server
+        must declare the extension).
         """
-        did, endpoint = await self._locate(target)
-        result = await self.client.request(did, intent, endpoint=endpoint, intent_id=intent_id)
-        return result.result
+        return (await self.request_verified(target, intent, intent_id=intent_id)).result
+
+    async def request_verified(
+        self, target: str, intent: Mapping[str, Any], *, intent_id: str | None = None
+    ) -> IntentResult:
+        """Like :meth:`request`, but return the whole verified answer: ``status``,
+        ``sequence``, ``result``, the server's signed ``response_jws`` (kept as proof) and
+        the ``intent_id`` used."""
+        name, did, endpoint = await self._locate(target)
+        with self._naming(name, endpoint):
+            return await self.client.request(did, intent, endpoint=endpoint, intent_id=intent_id)
+
+    # -- peers as LLM tools ---------------------------------------------------------------------
+    @cached_property
+    def tools(self) -> ToolCatalog:
+        """The registry's agents as LLM tools, checked against their cards (``a2a_secure.tools``)."""
+        from a2a_secure.tools import ToolCatalog  # noqa: PLC0415 - tools imports this module
+
+        return ToolCatalog(self)
+
+    async def tool_schemas(
+        self, format: ToolFormat = "openai", *, refresh: bool = False
+    ) -> list[dict[str, Any]]:
+        """Function-calling schemas, one per (registry agent, intent), for chat-completion APIs.
+
+        ``format="openai"`` gives ``{"type": "function", "function": {"name", "description",
+        "parameters"}}``, ``format="anthropic"`` gives ``{"name", "description",
+        "input_schema"}``. Cards are fetched and checked on first use (or with ``refresh``);
+        an agent whose card does not check out has no tools here. Naming rule: ``a2a_secure.tools``.
+        """
+        return await self.tools.schemas(format, refresh=refresh)
+
+    async def call_tool(
+        self, name: str, arguments: Any = None, *, on_progress: ProgressCallback | None = None
+    ) -> ToolResult:
+        """Run the tool ``name`` (from :meth:`tool_schemas`) with the model's ``arguments``.
+
+        Returns a ``ToolResult``: ``text`` to give back to the model, ``is_error``, the
+        verified ``content`` and the signed ``response_jws``. An agent's refusal or a
+        transport failure is a result with ``is_error`` set; an unknown tool or arguments
+        that are not an object raise ``ToolCallError``.
+        """
+        return await self.tools.call(name, arguments, on_progress=on_progress)
 
     async def stream(self, target: str, intent: Mapping[str, Any]) -> AsyncIterator[Any]:
         """Send ``intent`` as a streamed request (PROTOCOL.md §6.4); yield verified partial results."""
-        did, endpoint = await self._locate(target)
-        async for item in self.client.stream(did, intent, endpoint=endpoint):
-            yield item
+        name, did, endpoint = await self._locate(target)
+        with self._naming(name, endpoint):
+            async for item in self.client.stream(did, intent, endpoint=endpoint):
+                yield item
 
     async def handshake(self, remote_did: str, remote_endpoint: str | None = None) -> str:
-        """Open a session with ``remote_did``; return its ``session_id``."""
+        """Open a session with ``remote_did`` (a DID, or any target :meth:`find` accepts).
+
+        Returns the ``session_id``.
+        """
+        name = remote_did
         if remote_endpoint is None:
-            remote_did, remote_endpoint = await self._locate(remote_did)
-        session = await self.client.handshake(remote_did, remote_endpoint)
+            name, remote_did, remote_endpoint = await self._locate(remote_did)
+        with self._naming(name, remote_endpoint):
+            session = await self.client.handshake(remote_did, remote_endpoint)
         self._sessions[session.session_id] = session
         return session.session_id
 

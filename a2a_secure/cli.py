@@ -356,3 +356,51 @@ def _audit_verify(args: argparse.Namespace) -> int:
     code, message = run_audit_verify(args.file, args.did, anchor=args.checkpoint)
     print(message, file=sys.stdout if code == 0 else sys.stderr)
     return code
+
+
+# -- mcp ------------------------------------------------------------------------------------------
+
+
+@subcommand("mcp")
+def _build_mcp(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "mcp",
+        help="serve the registry's agents as MCP tools (needs the mcp extra)",
+        description=(
+            "Serve one MCP tool per (registry agent, intent). Every call is a DID-authenticated"
+            " handshake and a signed intent; the answer is verified before the model sees it."
+            " Install with: pip install 'a2a-secure[mcp]'."
+        ),
+    )
+    parser.add_argument("--key-file", required=True, metavar="FILE", help="this client's key file")
+    parser.add_argument("--registry", required=True, metavar="FILE", help="agent_registry.json")
+    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    parser.add_argument("--host", default="127.0.0.1", help="http transport: loopback address to bind")
+    parser.add_argument("--port", type=int, default=8765, help="http transport: port (default 8765)")
+    parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agents' certificates")
+    parser.set_defaults(handler=_mcp)
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    try:
+        from a2a_secure import mcp_server  # noqa: PLC0415 - optional extra
+    except ImportError:
+        _fail("the mcp command needs the MCP SDK: pip install 'a2a-secure[mcp]'")
+        return 2
+    from a2a_secure.agent import A2AAgent, AgentRegistry  # noqa: PLC0415
+    from a2a_secure.client.http import _is_loopback  # noqa: PLC0415
+
+    if args.transport == "http" and not _is_loopback(args.host):
+        # The MCP HTTP transport has no caller authentication here: anyone who reaches it
+        # could make this agent sign intents. Keep it on this machine.
+        _fail("--host must be a loopback address: the MCP HTTP endpoint does not authenticate callers")
+        return 2
+    identity = Identity.load(args.key_file)
+    registry = AgentRegistry.load(args.registry)
+    agent = A2AAgent(identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True)
+    mcp_server.configure_logging()
+    if args.transport == "stdio":
+        asyncio.run(mcp_server.run_stdio(agent))
+    else:
+        asyncio.run(mcp_server.run_http(agent, args.host, args.port))
+    return 0

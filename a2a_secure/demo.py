@@ -22,6 +22,7 @@ from a2a_secure.errors import A2AError
 from a2a_secure.examples import sentiment, summarizer, translator
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
+from a2a_secure.protocol.jsonrpc import encode_request
 from a2a_secure.testing import serve_app
 
 __all__ = ["main", "run_demo"]
@@ -125,7 +126,7 @@ async def run_demo(out: TextIO, workdir: Path) -> int:
             honest = {"goal": "translate", "inputs": {"text": "hi", "target_language": "es"}}
             req = session.prepare_intent(honest)
             forged = dict(req.params, intent={**honest, "inputs": {"text": "evil", "target_language": "es"}})
-            body = encoding.dumps({"jsonrpc": "2.0", "method": "intent", "params": forged, "id": 1})
+            body = encode_request("intent", forged, 1)
             url = f"{session_urls['translator']}/a2a/intent"
             async with httpx.AsyncClient() as raw:
                 resp = await raw.post(url, content=body, headers={"Content-Type": "application/json"})

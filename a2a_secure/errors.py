@@ -21,6 +21,7 @@ right answer without a lookup table of its own::
     ├── UnsupportedVersion           -32046  400
     ├── DIDResolutionError           -32047  401
     ├── Unavailable                  -32048  503   rate limited, full, store down (Retry-After)
+    │   └── PeerUnreachable          -32048  503   (client side) the peer's endpoint did not answer
     └── IntentTimeout                -32049  504
 
 Messages are short and never carry a secret, a key or a stack trace: they are sent to the
@@ -43,6 +44,7 @@ __all__ = [
     "MethodNotFound",
     "ParseError",
     "PayloadTooLarge",
+    "PeerUnreachable",
     "PolicyViolation",
     "SequenceError",
     "SessionUnknown",
@@ -217,6 +219,28 @@ class Unavailable(A2AError):
         if data:
             merged.update(data)
         super().__init__(message, data=merged)
+
+
+class PeerUnreachable(Unavailable):
+    """The peer's endpoint did not answer (nothing listens, no route, timed out), after retries.
+
+    Raised on the calling side only, never sent: ``endpoint`` is the URL that was tried and
+    ``reason`` a short cause ("could not connect", "timed out"), so the message can name both.
+    """
+
+    default_message = "peer unreachable or timed out"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        endpoint: str | None = None,
+        reason: str | None = None,
+        retry_after: int = 1,
+    ) -> None:
+        self.endpoint = endpoint
+        self.reason = reason
+        super().__init__(message, retry_after=retry_after)
 
 
 class IntentTimeout(A2AError):

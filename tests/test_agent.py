@@ -15,7 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry, RegistryError
+from a2a_secure.agent import (
+    A2AAgent,
+    AgentNotFound,
+    AgentRegistry,
+    AmbiguousTarget,
+    RegistryEntry,
+    RegistryError,
+)
 from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation
 from a2a_secure.examples import summarizer, translator
 from a2a_secure.protocol.client import IntentResult
@@ -179,10 +186,14 @@ async def test_registry_lookup_errors(tmp_path: Path) -> None:
         },
     )
     async with A2AAgent("caller", identity("caller"), registry=str(path)) as caller:
-        with pytest.raises(RegistryError, match=r"^No agent found matching 'x'$") as missing:
+        with pytest.raises(
+            AgentNotFound, match=r"^No agent found matching 'x' \(known agents: first, second\)$"
+        ) as missing:
             await caller.request("x", TRANSLATE)
         assert isinstance(missing.value, A2AError) and missing.value.code == -32602
-        with pytest.raises(RegistryError, match=r"^Ambiguous target 'translate' \(matches first, second\)$"):
+        with pytest.raises(
+            AmbiguousTarget, match=r"^Ambiguous target 'translate' \(matches first, second\): "
+        ):
             await caller.request("translate", TRANSLATE)
         with pytest.raises(RegistryError, match="No agent found matching 'nobody'"):
             await caller.handshake("nobody")

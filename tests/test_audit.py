@@ -250,9 +250,9 @@ def test_two_crashes_in_a_row(tmp_path: Path) -> None:
 
 
 def test_tail_scans_across_read_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from a2a_secure import audit
+    from a2a_secure.audit import log
 
-    monkeypatch.setattr(audit, "_CHUNK", 5)  # lines span many reads, forwards and backwards
+    monkeypatch.setattr(log, "_CHUNK", 5)  # lines span many reads, forwards and backwards
     path = tmp_path / "audit.jsonl"
     _fill(path, 4)
     with open(path, "ab") as fh:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -444,3 +445,78 @@ def test_demo_runs_the_agents_and_verifies_every_audit_chain(
     assert logs == [f"{n}.audit.jsonl" for n in ("orchestrator", "sentiment", "summarizer", "translator")]
     for log in tmp_path.glob("*.audit.jsonl"):
         assert b"Hola" not in log.read_bytes()  # no results (or inputs) in an audit record
+
+
+# -- call with a registry -------------------------------------------------------------------------
+
+
+def _flat_registry(path: Path, agents: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(agents), encoding="utf-8")
+    return path
+
+
+@posix_only
+async def test_call_with_a_flat_registry_against_a_real_server(tmp_path: Path, key_file: Path) -> None:
+    import asyncio
+
+    from a2a_secure.testing import serve_app
+    from tests.http_helpers import build_server
+
+    server = build_server()
+    async with serve_app(server.app()) as url:
+        registry = _flat_registry(
+            tmp_path / "agent_registry.json",
+            {
+                "echo-agent": {"did": server.identity.did, "endpoint": url, "capabilities": ["echo"]},
+                "broken": {"endpoint": url},
+            },
+        )
+        for target in ("echo-agent", "echo-", "echo"):
+            proc = await asyncio.create_subprocess_exec(
+                *[sys.executable, "-m", "a2a_secure", "call", "--key-file", str(key_file)],
+                *["--registry", str(registry), "--to", target, "--goal", "echo", "--inputs", '{"a": 1}'],
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=tmp_path,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+            assert proc.returncode == 0, err.decode()
+            assert json.loads(out) == {"echo": {"a": 1}}
+            # The malformed entry is reported, and did not stop the call.
+            assert "skipped registry entry 'broken': member 'did' is missing" in err.decode()
+            assert "Traceback" not in err.decode()
+    assert server.calls["echo"] == 3  # type: ignore[attr-defined]
+
+
+def test_call_registry_errors_are_one_clean_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key_file: Path
+) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens once closed
+    did_a, did_b = Identity.generate("a").did, Identity.generate("b").did
+    registry = _flat_registry(
+        tmp_path / "agents.json",
+        {
+            "translator-de": {"did": did_a, "endpoint": down, "capabilities": ["translate"]},
+            "translator-fr": {"did": did_b, "endpoint": down, "capabilities": ["translate"]},
+        },
+    )
+    call = ["call", "--key-file", str(key_file), "--registry", str(registry), "--goal", "translate"]
+    expected = {
+        "xyz": "No agent found matching 'xyz' (known agents: translator-de, translator-fr)",
+        "translat": "Ambiguous target 'translat' (matches translator-de, translator-fr): "
+        "use a full name or a DID",
+        "translator-de": f"agent 'translator-de' did not answer at {down} (could not connect)",
+    }
+    for target, message in expected.items():
+        code, out, err = run(capsys, *call, "--to", target)
+        assert (code, out) == (1, "")
+        _assert_clean_error(err)
+        assert err.strip() == f"a2a-secure: error: {message}"
+    unusable = _flat_registry(tmp_path / "unusable.json", {"translator": {"did": "translator"}})
+    code, out, err = run(capsys, *call[:3], "--registry", str(unusable), "--goal", "x", "--to", "translator")
+    assert (code, out) == (1, "")
+    _assert_clean_error(err)
+    assert "no usable agent: registry entry 'translator': member 'did' is not usable: not a DID" in err

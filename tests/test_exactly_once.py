@@ -20,8 +20,9 @@ from protocol_helpers import T0, World, error_code, expect_error, is_signed_erro
 from a2a_secure.errors import A2AError
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.client import ClientSession, PreparedRequest
-from a2a_secure.protocol.exactly_once import STILL_RUNNING, new_intent_id
+from a2a_secure.protocol.intent_id import new_intent_id
 from a2a_secure.protocol.server import IntentContext, Reply, ServerLimits
+from a2a_secure.protocol.server.exactly_once import STILL_RUNNING
 from a2a_secure.store.intents import ClaimKind
 
 IID = "AAAAAAAAAAAAAAAAAAAAAA"  # 22 characters: the shortest valid id
@@ -113,7 +114,7 @@ async def test_an_intent_without_intent_id_claims_nothing() -> None:
     sess, _ = await w.open_session()
     await w.intent(sess, n=1)
     assert w.store._claims == {} and w.store._claims_by_did == {}
-    assert w.server._exactly_once.running == {}
+    assert w.server._intents._exactly_once.running == {}
 
 
 # -- at most once across sessions -------------------------------------------------------------------

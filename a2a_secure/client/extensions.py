@@ -26,7 +26,7 @@ import httpx
 
 from a2a_secure.errors import A2AError
 from a2a_secure.identity import encoding
-from a2a_secure.protocol.exactly_once import CARD_MEMBER
+from a2a_secure.protocol.intent_id import CARD_MEMBER
 
 __all__ = ["card_url", "forget", "known_extensions", "learn_extensions"]
 

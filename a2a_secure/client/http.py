@@ -30,14 +30,17 @@ from a2a_secure.errors import (
     AuthenticationFailed,
     InternalError,
     InvalidParams,
+    PeerUnreachable,
     SessionUnknown,
     Unavailable,
 )
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.jsonrpc import JSONRPC_VERSION
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, IntentResult, PreparedRequest
-from a2a_secure.protocol.exactly_once import INTENT_ID, check_intent_id, new_intent_id
+from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, new_intent_id
+from a2a_secure.protocol.jsonrpc import encode_request
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import AuditHook
 from a2a_secure.protocol.validate import json_equal
@@ -144,6 +147,15 @@ async def _read_capped(body: AsyncIterator[bytes], limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _unreachable_reason(exc: httpx.RequestError) -> str:
+    """A short cause for a person to act on; the exception text may hold addresses and errno noise."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    if isinstance(exc, httpx.ConnectError):
+        return "could not connect"
+    return "connection failed"
+
+
 def _retry_after(header: str | None) -> float | None:
     # ASCII digits only: str.isdigit() is also true for "²" (a latin-1 header byte), which
     # float() refuses; an attacker on the path must not turn that into a raw ValueError.
@@ -155,7 +167,7 @@ def _jsonrpc_error(raw: bytes, rid: int) -> Any:
         obj = encoding.loads(raw)
     except A2AError:
         raise AuthenticationFailed("reply is not JSON") from None
-    if not isinstance(obj, dict) or obj.get("jsonrpc") != "2.0" or obj.get("id") not in (rid, None):
+    if not isinstance(obj, dict) or obj.get("jsonrpc") != JSONRPC_VERSION or obj.get("id") not in (rid, None):
         raise AuthenticationFailed("reply is not a JSON-RPC response to this request")
     if "error" not in obj:
         raise AuthenticationFailed("a streamed request was answered with a plain result")
@@ -170,7 +182,7 @@ def _event_result(data: bytes, rid: int) -> Any:
     if (
         not isinstance(obj, dict)
         or obj.keys() != {"jsonrpc", "id", "result"}
-        or obj["jsonrpc"] != "2.0"
+        or obj["jsonrpc"] != JSONRPC_VERSION
         or obj["id"] != rid
     ):
         raise AuthenticationFailed("event is not a JSON-RPC result for this request")
@@ -378,7 +390,11 @@ class A2AClient:
             obj = encoding.loads(content)
         except A2AError:
             raise InternalError(f"HTTP {status} with a body that is not JSON") from None
-        if not isinstance(obj, dict) or obj.get("jsonrpc") != "2.0" or obj.get("id") not in (rid, None):
+        if (
+            not isinstance(obj, dict)
+            or obj.get("jsonrpc") != JSONRPC_VERSION
+            or obj.get("id") not in (rid, None)
+        ):
             raise AuthenticationFailed("reply is not a JSON-RPC response to this request")
         if "error" in obj:
             return status, None, obj["error"], retry_after
@@ -534,7 +550,7 @@ class A2AClient:
     ) -> tuple[int, Any, Any, float | None]:
         # One id and one body for all attempts: a retry is the byte-identical request.
         rid = next(self._ids)
-        body = encoding.dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": rid})
+        body = encode_request(method, params, rid)
         attempt = 0
         while True:
             attempt += 1
@@ -547,7 +563,10 @@ class A2AClient:
                 if tls is not None:
                     raise Unavailable(f"TLS certificate verification failed: {tls}", retry_after=1) from None
                 if attempt >= self.retry.attempts:
-                    raise Unavailable("peer unreachable or timed out", retry_after=1) from None
+                    reason = _unreachable_reason(exc)
+                    raise PeerUnreachable(
+                        f"{url} did not answer ({reason})", endpoint=url, reason=reason
+                    ) from None
                 await asyncio.sleep(self.retry.delay(attempt, None))
                 continue
             retryable = status in (500, 502, 503, 504) and error is not None
@@ -682,7 +701,7 @@ class A2AClient:
         self, peer: _Peer, session: ClientSession, req: PreparedRequest
     ) -> AsyncIterator[Any]:
         rid = next(self._ids)
-        body = encoding.dumps({"jsonrpc": "2.0", "method": "intent", "params": req.params, "id": rid})
+        body = encode_request("intent", req.params, rid)
         url = peer.endpoint + "/a2a/intent"
         held: list[Any] = []  # the raw ``result`` objects of the events received so far
         attempt = 0

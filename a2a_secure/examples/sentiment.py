@@ -29,4 +29,9 @@ def build_agent(identity: Identity | None = None) -> A2AAgent:
     """The sentiment agent, serving the ``sentiment`` intent."""
     agent = A2AAgent("sentiment", identity, description="Lexicon sentiment scorer")
     agent.intent("sentiment")(analyze)
+    agent.server.describe_intent(
+        "sentiment",
+        "Score the sentiment of an English text: positive, negative or neutral, with a score.",
+        {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    )
     return agent

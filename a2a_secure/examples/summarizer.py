@@ -29,4 +29,16 @@ def build_agent(identity: Identity | None = None) -> A2AAgent:
     """The summarizer agent, serving the ``summarize`` intent."""
     agent = A2AAgent("summarizer", identity, description="Extractive summarizer")
     agent.intent("summarize")(summarize)
+    agent.server.describe_intent(
+        "summarize",
+        "Summarize a text by keeping its first sentence and its longest ones.",
+        {
+            "type": "object",
+            "properties": {
+                "text": {"type": "string", "description": "the text to summarize"},
+                "max_sentences": {"type": "integer", "minimum": 1, "description": "default 2"},
+            },
+            "required": ["text"],
+        },
+    )
     return agent

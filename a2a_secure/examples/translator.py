@@ -55,4 +55,16 @@ def build_agent(identity: Identity | None = None) -> A2AAgent:
     """The translator agent, serving the ``translate`` intent."""
     agent = A2AAgent("translator", identity, description="Word-by-word translator (es, fr)")
     agent.intent("translate")(translate)
+    agent.server.describe_intent(
+        "translate",
+        "Translate English text word by word into Spanish (es) or French (fr).",
+        {
+            "type": "object",
+            "properties": {
+                "text": {"type": "string", "description": "English text to translate"},
+                "target_language": {"type": "string", "enum": ["es", "fr"]},
+            },
+            "required": ["text", "target_language"],
+        },
+    )
     return agent

@@ -16,6 +16,7 @@ from typing import Any
 import base58
 
 from a2a_secure.errors import DIDResolutionError, InvalidParams
+from a2a_secure.identity.ed25519 import check_public_key
 
 __all__ = [
     "A2A_SERVICE_TYPE",
@@ -117,9 +118,6 @@ def public_key_from_multibase(value: str) -> bytes:
 
 @functools.lru_cache(maxsize=4096)
 def _did_key_cached(did: str) -> bytes:
-    # keys.py imports this module; the point check lives there with the other key rules.
-    from a2a_secure.identity.keys import check_public_key  # noqa: PLC0415
-
     method_specific = did[len("did:key:") :]
     if ":" in method_specific:
         # did:key:<version>:<mbvalue> is in the draft spec; only version 1 (implicit) exists.
@@ -216,8 +214,6 @@ def did_web_document(
     can find the agent from its DID alone. Raises ``InvalidParams`` for a bad fragment or
     key, and what :func:`did_web_host_port` raises for a DID that is not a usable did:web.
     """
-    from a2a_secure.identity.keys import check_public_key  # noqa: PLC0415 (keys imports did)
-
     did_web_host_port(did)
     kid = f"{did}#{fragment}"
     split_key_id(kid)

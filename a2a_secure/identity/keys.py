@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import nacl.bindings
-import nacl.exceptions
 import nacl.signing
 
-from a2a_secure.errors import A2AError, DIDResolutionError, InvalidParams
+from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import did_key_from_public_key, key_id_for_did_key
+from a2a_secure.identity.ed25519 import SIGNATURE_LEN, check_public_key, verify_signature
 
 __all__ = [
     "KeyFileError",
@@ -31,8 +31,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-PUBLIC_KEY_LEN = 32
-SIGNATURE_LEN = 64
 SEED_LEN = 32
 KEY_FILE_VERSION = 1
 
@@ -41,42 +39,6 @@ class KeyFileError(A2AError):
     """A key file or key variable could not be used (missing, unsafe permissions, malformed)."""
 
     default_message = "key file cannot be used"
-
-
-def check_public_key(public_key: bytes) -> bytes:
-    """Return ``public_key`` if it is a usable Ed25519 key, else raise ``DIDResolutionError``.
-
-    Usable means 32 bytes, canonically encoded, on the curve and in the prime-order subgroup
-    (libsodium's ``crypto_core_ed25519_is_valid_point``). That refuses the small-order keys
-    for which OpenSSL accepts one signature for every message (ATTACKS.md A3), non-canonical
-    encodings (A4) and keys with a torsion component, which no honest key generator makes.
-    """
-    if type(public_key) is not bytes or len(public_key) != PUBLIC_KEY_LEN:
-        raise DIDResolutionError("Ed25519 public key must be 32 bytes")
-    if not nacl.bindings.crypto_core_ed25519_is_valid_point(public_key):
-        raise DIDResolutionError("Ed25519 public key is not a valid prime-order point")
-    return public_key
-
-
-def verify_signature(public_key: bytes, message: bytes, signature: bytes) -> bool:
-    """True only if ``signature`` is a valid strict Ed25519 signature of ``message``.
-
-    Never raises: wrong types, wrong lengths, small-order or non-canonical keys and R
-    values, and S >= L all give False.
-    """
-    if (
-        type(public_key) is not bytes
-        or type(signature) is not bytes
-        or not isinstance(message, bytes | bytearray | memoryview)
-        or len(public_key) != PUBLIC_KEY_LEN
-        or len(signature) != SIGNATURE_LEN
-    ):
-        return False
-    try:
-        nacl.bindings.crypto_sign_open(signature + bytes(message), public_key)
-    except (nacl.exceptions.BadSignatureError, nacl.exceptions.CryptoError, ValueError, TypeError):
-        return False
-    return True
 
 
 def public_key_entry(kid: str, public_key: bytes) -> dict[str, str]:

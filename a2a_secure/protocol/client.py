@@ -37,6 +37,7 @@ from a2a_secure.protocol.models import (
     ErrorObject,
     EventMessage,
     EventPayload,
+    Intent,
     IntentResultMessage,
     PolicyMessage,
     PolicyPayload,
@@ -46,7 +47,6 @@ from a2a_secure.protocol.models import (
     SessionPayload,
 )
 from a2a_secure.protocol.policy import Policy
-from a2a_secure.protocol.server import parse_intent
 from a2a_secure.protocol.validate import (
     MAX_SAFE_INT,
     check_payload_matches,
@@ -394,7 +394,10 @@ class ClientSession:
 
     def prepare_intent(self, intent: Mapping[str, Any]) -> PreparedRequest:
         """Check ``intent`` against its shape and the session policy, then sign it."""
-        body = parse_intent(dict(intent))
+        body = dict(intent)
+        # The §6.1 shape check of the server's parse_intent, without importing the server
+        # side (and asyncio with it) into a client.
+        Intent.parse(body)
         if not self.policy.allows(body["goal"]):
             raise PolicyViolation(f"intent {body['goal'][:64]!r} is not allowed by the session policy")
         return self._sign_request("intent", {"intent": body}, m.Typ.REQUEST, body["goal"])

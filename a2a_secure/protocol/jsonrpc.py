@@ -1,4 +1,9 @@
-"""JSON-RPC 2.0 envelopes as PROTOCOL.md §4 and §9 restrict them (pure functions)."""
+"""JSON-RPC 2.0 envelopes as PROTOCOL.md §4 and §9 restrict them (pure functions).
+
+Bodies are written from the builders of :mod:`a2a_secure.jsonrpc`, the one place that knows
+the envelope's members and their order; the unchecked ones here, because what the core hands
+over is already checked and a reply is on every request's path.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,23 @@ from typing import Any
 
 from a2a_secure.errors import A2AError, InvalidParams, InvalidRequest, MethodNotFound
 from a2a_secure.identity import encoding
+from a2a_secure.jsonrpc import JSONRPC_VERSION, JsonRpcId, _error, _request, _success
 
-__all__ = ["ENDPOINT_METHODS", "Envelope", "EnvelopeError", "encode_error", "encode_result", "parse_request"]
+__all__ = [
+    "ENDPOINT_METHODS",
+    "Envelope",
+    "EnvelopeError",
+    "encode_error",
+    "encode_request",
+    "encode_result",
+    "parse_request",
+]
 
 ENDPOINT_METHODS: dict[str, frozenset[str]] = {
     "handshake": frozenset(("hello", "proof", "accept_policy")),
     "intent": frozenset(("intent", "close")),
 }
 _ENVELOPE = frozenset(("jsonrpc", "method", "params", "id"))
-JsonRpcId = str | int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +73,8 @@ def parse_request(body: bytes, endpoint: str) -> Envelope:
     rid = obj.get("id")
     if "id" not in obj or not _valid_id(rid):
         raise EnvelopeError(InvalidRequest("id must be a string (<= 128) or an integer"), None, "reject")
-    if obj.get("jsonrpc") != "2.0":
-        raise EnvelopeError(InvalidRequest("jsonrpc must be '2.0'"), rid, "reject")
+    if obj.get("jsonrpc") != JSONRPC_VERSION:
+        raise EnvelopeError(InvalidRequest(f"jsonrpc must be {JSONRPC_VERSION!r}"), rid, "reject")
     method = obj.get("method")
     if not isinstance(method, str):
         raise EnvelopeError(InvalidRequest("method must be a string"), rid, "reject")
@@ -76,11 +89,16 @@ def parse_request(body: bytes, endpoint: str) -> Envelope:
     return Envelope(rid, method, params)
 
 
+def encode_request(method: str, params: Any, request_id: JsonRpcId) -> bytes:
+    """A JSON-RPC request body."""
+    return encoding.dumps(_request(method, params, request_id))
+
+
 def encode_result(request_id: JsonRpcId, result: Any) -> bytes:
     """A JSON-RPC success response body."""
-    return encoding.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
+    return encoding.dumps(_success(request_id, result))
 
 
 def encode_error(request_id: JsonRpcId, error: Any) -> bytes:
     """A JSON-RPC error response body."""
-    return encoding.dumps({"jsonrpc": "2.0", "id": request_id, "error": error})
+    return encoding.dumps(_error(request_id, error))

@@ -28,8 +28,7 @@ from a2a_secure.identity import did as did_module
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
-from a2a_secure.protocol.exactly_once import CARD_MEMBER as EXTENSIONS_MEMBER
-from a2a_secure.protocol.exactly_once import server_extensions
+from a2a_secure.protocol.intent_id import CARD_MEMBER as EXTENSIONS_MEMBER
 from a2a_secure.protocol.jsonrpc import EnvelopeError, encode_error, encode_result, parse_request
 from a2a_secure.protocol.messages import PROTOCOL_NAME
 from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
@@ -41,6 +40,7 @@ from a2a_secure.protocol.server import (
     ServerLimits,
     ServerProtocol,
 )
+from a2a_secure.protocol.server.exactly_once import server_extensions
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
 
@@ -242,6 +242,7 @@ class AgentServer(IntentDispatcher):
         self._protocol: ServerProtocol | None = None
         self._card: dict[str, Any] | None = None
         self._card_builder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self._intent_schemas: dict[str, dict[str, Any]] = {}
 
     # -- handlers -----------------------------------------------------------------------------
     def intent(self, goal: str) -> Callable[[Handler], Handler]:
@@ -308,6 +309,26 @@ class AgentServer(IntentDispatcher):
         self._card = None
         self._protocol = None
 
+    def describe_intent(
+        self, goal: str, description: str = "", input_schema: Mapping[str, Any] | None = None
+    ) -> None:
+        """Publish what ``goal`` does and the JSON Schema of its inputs in the agent card.
+
+        They go under the card's optional member ``intent_schemas``
+        (``{goal: {"description", "input_schema"}}``), which LLM tool bridges
+        (``a2a_secure.tools``) show to a model. Peers that do not read it are unaffected.
+        """
+        if input_schema is not None and (
+            not isinstance(input_schema, Mapping) or input_schema.get("type") != "object"
+        ):
+            raise ValueError("input_schema must be a JSON Schema object with type 'object'")
+        entry: dict[str, Any] = {"description": description}
+        if input_schema is not None:
+            entry["input_schema"] = encoding.loads(encoding.dumps(dict(input_schema)))
+        self._intent_schemas[goal] = entry
+        self._card = None
+        self._protocol = None
+
     # -- card and core ------------------------------------------------------------------------
     @property
     def card(self) -> dict[str, Any]:
@@ -326,6 +347,8 @@ class AgentServer(IntentDispatcher):
             }
             if self.streaming_goals:
                 card["streaming_intents"] = self.streaming_goals
+            if self._intent_schemas:
+                card["intent_schemas"] = {g: dict(v) for g, v in sorted(self._intent_schemas.items())}
             extensions = server_extensions(self.limits, self.store)
             if extensions:  # additive: a server without extensions keeps today's card
                 card[EXTENSIONS_MEMBER] = extensions

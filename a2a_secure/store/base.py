@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from a2a_secure.identity import encoding
-from a2a_secure.protocol.policy import Policy
+from a2a_secure.policy import Policy
 
 __all__ = [
     "Begin",

@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from a2a_secure.errors import Unavailable
 from a2a_secure.identity import encoding
-from a2a_secure.protocol.policy import Policy
+from a2a_secure.policy import Policy
 from a2a_secure.store.base import (
     Begin,
     BeginKind,

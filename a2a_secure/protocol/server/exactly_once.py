@@ -52,53 +52,25 @@ from a2a_secure.errors import (
     error_for_code,
 )
 from a2a_secure.identity import encoding
+from a2a_secure.protocol.intent_id import INTENT_ID
 from a2a_secure.store.base import Begin, SessionRecord, StoredReply
 from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest, IntentStore, supports_intent_ids
 
 if TYPE_CHECKING:
     from a2a_secure.protocol.models import Intent
-    from a2a_secure.protocol.server import Reply, ServerLimits, ServerProtocol
+    from a2a_secure.protocol.server.auditing import AuditFields
+    from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, ServerLimits
+    from a2a_secure.protocol.server.replay import Replayer
+    from a2a_secure.protocol.server.replies import SignedReplies
+    from a2a_secure.protocol.server.streams import StreamPump
 
-__all__ = [
-    "CARD_MEMBER",
-    "INTENT_ID",
-    "INTENT_ID_MAX_LEN",
-    "INTENT_ID_MIN_LEN",
-    "STILL_RUNNING",
-    "ExactlyOnce",
-    "check_intent_id",
-    "new_intent_id",
-    "server_extensions",
-]
+__all__ = ["RUNNING_MARGIN", "STILL_RUNNING", "ExactlyOnce", "server_extensions"]
 
-INTENT_ID: Final = "intent_id"
-CARD_MEMBER: Final = "a2a_secure_extensions"
-"""The agent card member listing the extensions a server serves (sorted strings)."""
-# 22 base64url characters carry 132 bits: the least that holds 128 random bits.
-INTENT_ID_MIN_LEN: Final = 22
-INTENT_ID_MAX_LEN: Final = 64
-_B64U: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 STILL_RUNNING: Final = "an earlier request with this intent_id is still running"
 # Past the longest a run can take, a claim still RUNNING is LOST. The margin covers the
 # answer's way to a shared store (RedisStore lingers up to 20 ms) and clock differences
 # between workers.
 RUNNING_MARGIN: Final = 60
-
-
-def check_intent_id(value: Any, error: type[A2AError] = InvalidParams) -> str:
-    """``value`` if it is a valid ``intent_id`` (22-64 base64url characters), else ``error``."""
-    if not isinstance(value, str):
-        raise error("intent_id must be a string")
-    if not INTENT_ID_MIN_LEN <= len(value) <= INTENT_ID_MAX_LEN:
-        raise error(f"intent_id must be {INTENT_ID_MIN_LEN} to {INTENT_ID_MAX_LEN} characters")
-    if not _B64U.issuperset(value):
-        raise error("intent_id must use only the base64url alphabet [A-Za-z0-9_-]")
-    return value
-
-
-def new_intent_id(random_bytes: Any) -> str:
-    """A fresh ``intent_id``: 16 bytes of ``random_bytes(n)`` (a CSPRNG) in base64url."""
-    return encoding.b64u_encode(random_bytes(16))
 
 
 def server_extensions(limits: ServerLimits, store: object) -> list[str]:
@@ -139,21 +111,37 @@ def _compact(stored: StoredReply) -> StoredReply:
 
 
 class ExactlyOnce:
-    """The ``intent_id`` decisions of one :class:`ServerProtocol` (see the module docstring)."""
+    """The ``intent_id`` decisions of one server (see the module docstring).
 
-    def __init__(self, protocol: ServerProtocol) -> None:
-        self._p = protocol
-        limits = protocol.limits
-        self.enabled = INTENT_ID in server_extensions(limits, protocol.store)
-        self._retention = limits.intent_id_retention
-        self._max_per_did = limits.max_intent_ids_per_did
-        self._timeout = limits.max_handler_timeout_ms / 1000
+    State: the claims this process made whose run has not reported yet (``running``);
+    everything else lives in the store of the :class:`ServerConfig`.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        replies: SignedReplies,
+        replayer: Replayer,
+        streams: StreamPump,
+        clock: Clock,
+    ) -> None:
+        self._config = config
+        self._replies = replies
+        self._replayer = replayer
+        self._streams = streams
+        self._clock = clock
         # Claims made here whose run has not reported yet, by (session id, sequence).
         self.running: dict[tuple[str, int], Pending] = {}
 
     @property
+    def enabled(self) -> bool:
+        """Whether this server serves the extension (read at each use: the store may change)."""
+        return INTENT_ID in server_extensions(self._config.limits, self._config.store)
+
+    @property
     def _store(self) -> IntentStore:
-        return self._p.store  # type: ignore[return-value]  # checked by server_extensions
+        return self._config.store  # type: ignore[return-value]  # checked by server_extensions
 
     def check(self, intent: Intent) -> None:
         """Step 1 for a server without the extension: ``intent_id`` is an unknown member."""
@@ -165,12 +153,13 @@ class ExactlyOnce:
     ) -> Pending | None:
         """The claim this request will make, or None (a refused intent claims nothing)."""
         assert intent.intent_id is not None
-        if not session.policy.allows(intent.goal) or not self._p.dispatcher.has(intent.goal):
+        if not session.policy.allows(intent.goal) or not self._config.dispatcher.has(intent.goal):
             return None
         # A stream's run is bounded by its session (checked at each event) and the timeout
         # between two events; any other run by the handler timeout.
         end = max(now, session.expires_at) if wants_stream else now
-        running_until = math.ceil(end + self._timeout) + RUNNING_MARGIN
+        timeout = self._config.limits.max_handler_timeout_ms / 1000
+        running_until = math.ceil(end + timeout) + RUNNING_MARGIN
         return Pending(
             session.client_did, intent.intent_id, encoding.hash_of(intent.to_dict()), running_until
         )
@@ -186,7 +175,8 @@ class ExactlyOnce:
         now: float,
     ) -> Begin:
         """§6.1 steps 7-8 and the claim, in one store step; FULL raises (nothing consumed)."""
-        expires_at = max(int(now) + self._retention, pending.running_until + RUNNING_MARGIN)
+        limits = self._config.limits
+        expires_at = max(int(now) + limits.intent_id_retention, pending.running_until + RUNNING_MARGIN)
         begin, claim = await self._store.begin_intent(
             session.session_id,
             session.client_did,
@@ -196,12 +186,16 @@ class ExactlyOnce:
             rate_period=session.policy.rate_period,
             now=now,
             claim=ClaimRequest(
-                pending.intent_id, pending.intent_hash, pending.running_until, expires_at, self._max_per_did
+                pending.intent_id,
+                pending.intent_hash,
+                pending.running_until,
+                expires_at,
+                limits.max_intent_ids_per_did,
             ),
         )
         if claim is not None and claim.kind is ClaimKind.FULL:
             raise Unavailable(
-                f"this DID already has {self._max_per_did} intent_ids remembered",
+                f"this DID already has {limits.max_intent_ids_per_did} intent_ids remembered",
                 retry_after=claim.retry_after,
             )
         pending.claim = claim
@@ -214,7 +208,7 @@ class ExactlyOnce:
         return _is_still_running(stored)
 
     async def answer(
-        self, pending: Pending, session_id: str, sequence: int, req_hash: str, audit: Any
+        self, pending: Pending, session_id: str, sequence: int, req_hash: str, audit: AuditFields
     ) -> Reply:
         """The answer to a request whose claim was not NEW (it does not run the intent)."""
         claim = pending.claim
@@ -222,11 +216,11 @@ class ExactlyOnce:
         return await self._settle(pending, claim, session_id, sequence, req_hash, audit)
 
     async def resume(
-        self, pending: Pending, session_id: str, sequence: int, req_hash: str, audit: Any
+        self, pending: Pending, session_id: str, sequence: int, req_hash: str, audit: AuditFields
     ) -> Reply:
         """A byte-identical retry of a resend that was answered "still running"."""
         claim = await self._store.get_claim(
-            pending.client_did, pending.intent_id, pending.intent_hash, self._p._clock()
+            pending.client_did, pending.intent_id, pending.intent_hash, self._clock()
         )
         return await self._settle(pending, claim, session_id, sequence, req_hash, audit)
 
@@ -244,10 +238,16 @@ class ExactlyOnce:
 
     # -- answers ------------------------------------------------------------------------------------
     async def _settle(
-        self, pending: Pending, claim: Claim, session_id: str, sequence: int, req_hash: str, audit: Any
+        self,
+        pending: Pending,
+        claim: Claim,
+        session_id: str,
+        sequence: int,
+        req_hash: str,
+        audit: AuditFields,
     ) -> Reply:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._p.limits.replay_wait_seconds
+        deadline = loop.time() + self._config.limits.replay_wait_seconds
         delay = 0.01
         while claim.kind is ClaimKind.RUNNING:
             if loop.time() >= deadline:
@@ -257,7 +257,7 @@ class ExactlyOnce:
             await asyncio.sleep(delay)
             delay = min(2 * delay, 0.1)
             claim = await self._store.get_claim(
-                pending.client_did, pending.intent_id, pending.intent_hash, self._p._clock()
+                pending.client_did, pending.intent_id, pending.intent_hash, self._clock()
             )
         if claim.kind is ClaimKind.DONE and claim.reply is not None:
             return await self._replay(claim.reply, session_id, sequence, req_hash, audit)
@@ -270,29 +270,24 @@ class ExactlyOnce:
     async def _keep(self, session_id: str, sequence: int, stored: StoredReply | None) -> None:
         if stored is not None:
             with contextlib.suppress(Exception):
-                await self._p.store.finish_request(session_id, sequence, stored)
+                await self._config.store.finish_request(session_id, sequence, stored)
 
     async def _error(self, exc: A2AError, session_id: str, sequence: int, req_hash: str) -> Reply:
-        reply = self._p._signed_error(exc, session_id, sequence, req_hash, int(self._p._clock()))
+        reply = self._replies.error(exc, session_id, sequence, req_hash, int(self._clock()))
         await self._keep(session_id, sequence, reply.stored)
         return reply
 
     async def _replay(
-        self, answer: StoredReply, session_id: str, sequence: int, req_hash: str, audit: Any
+        self, answer: StoredReply, session_id: str, sequence: int, req_hash: str, audit: AuditFields
     ) -> Reply:
-        """The first run's answer, signed now for this session and request."""
-        p = self._p
+        """The first run's answer, signed now for this session and request (and kept for it)."""
         if answer.events is None:
-            stored = replace(answer, signed_at=int(p._clock()))
-            await self._keep(session_id, sequence, stored)
-            return p._from_stored(stored, session_id, sequence, req_hash)
-        events = tuple(self._resign(ev, session_id, sequence, req_hash) for ev in answer.events)
-        stored = StoredReply(200, events=events, truncated=answer.truncated)
+            stored = replace(answer, signed_at=int(self._clock()))
+        else:
+            events = tuple(self._resign(ev, session_id, sequence, req_hash) for ev in answer.events)
+            stored = StoredReply(200, events=events, truncated=answer.truncated)
         await self._keep(session_id, sequence, stored)
-        audit.deferred = True
-        from a2a_secure.protocol.server import Reply  # noqa: PLC0415 - the two modules refer to each other
-
-        return Reply(200, stream=p._audited(p._replay_stored(stored, session_id, sequence, req_hash), audit))
+        return await self._replayer.answer(session_id, sequence, req_hash, stored, audit)
 
     def _resign(
         self, event: Mapping[str, Any], session_id: str, sequence: int, req_hash: str
@@ -300,7 +295,7 @@ class ExactlyOnce:
         error = None
         if event.get("status") == "error":
             error = error_for_code(event["error"]["code"], event["error"]["message"])
-        return self._p._event(
+        return self._streams.event(
             session_id,
             sequence,
             req_hash,

@@ -1,0 +1,121 @@
+"""What every room of the server core shares: its bounds, its reply value, its methods.
+
+Implements the routing table of PROTOCOL.md §4 (which endpoint serves which method), the
+bounds of §9 (:class:`ServerLimits`, and the -32045 of a stale timestamp). :class:`Reply`
+is what any room hands back to the adapter: a JSON-RPC ``result`` or ``error`` member, its
+HTTP status, and for §6.4 the stream of events. :class:`ServerConfig` is what one server
+is configured with; the rooms share it and own no copy of it. No state lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from a2a_secure.errors import StaleTimestamp
+from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.server.dispatcher import IntentDispatcher
+from a2a_secure.store.base import Store, StoredReply
+
+__all__ = [
+    "HANDSHAKE_METHODS",
+    "INTENT_METHODS",
+    "AuditHook",
+    "Clock",
+    "RandomSource",
+    "Reply",
+    "ServerConfig",
+    "ServerLimits",
+    "endpoint_of",
+    "stale",
+]
+
+HANDSHAKE_METHODS = frozenset(("hello", "proof", "accept_policy"))
+INTENT_METHODS = frozenset(("intent", "close"))
+
+AuditHook = Callable[..., object]
+Clock = Callable[[], float]
+RandomSource = Callable[[int], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """Capacity and timing bounds; the defaults are those of PROTOCOL.md §9."""
+
+    max_pending_per_source: int = 256
+    max_pending_total: int = 10_000
+    max_sessions: int = 100_000
+    max_handler_timeout_ms: int = 30_000
+    replay_wait_seconds: float = 5.0
+    max_streams_total: int = 1000
+    max_streams_per_did: int = 32
+    allow_self_handshake: bool = False
+    # Failed PROOF / ACCEPT_POLICY steps that cost a signature verification, per source
+    # address: a bucket of ``burst`` failures that
+    # refills at ``per_second``; when empty, further PROOFs and ACCEPTs from that source get
+    # 503 before any signature check (ATTACKS.md H4). Honest clients rarely fail, so the
+    # throughput of valid handshakes from one host is not limited.
+    failed_handshake_burst: int = 100
+    failed_handshake_per_second: float = 50.0
+    # The intent_id extension (server/exactly_once.py): how long (s) the answer to an
+    # intent_id is remembered after its first request (0 = the extension is off), and how
+    # many unexpired intent_ids one client DID may hold (then 503, never an eviction).
+    intent_id_retention: int = 86_400
+    max_intent_ids_per_did: int = 10_000
+
+
+@dataclass(slots=True)
+class ServerConfig:
+    """What one server is configured with, shared by all its rooms.
+
+    Rooms read it at each use rather than copying it, so that replacing a member on a live
+    ``ServerProtocol`` (a new policy offered to new handshakes, another store) reaches all
+    of them. Clocks and the random source are bound by each room once instead: they are
+    parameters of the protocol, not configuration.
+    """
+
+    identity: Identity
+    policy: Policy
+    store: Store
+    resolver: DIDResolver
+    dispatcher: IntentDispatcher
+    manifest_hash: str
+    limits: ServerLimits
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What to send back: a JSON-RPC ``result`` or ``error`` member and the HTTP status."""
+
+    http_status: int
+    result: Any = None
+    error: Mapping[str, Any] | None = None
+    retry_after: int | None = None
+    # A streamed answer (§6.4): the events' JSON-RPC ``result`` objects, in order.
+    stream: AsyncIterator[Mapping[str, Any]] | None = None
+    # Called by the adapter when the server shuts down in the middle of the stream.
+    abort: Callable[[int], AsyncIterator[Mapping[str, Any]]] | None = None
+    # What a byte-identical retry needs to give this very answer again (§6.1 step 7).
+    stored: StoredReply | None = None
+
+    @property
+    def is_error(self) -> bool:
+        """True for an error reply."""
+        return self.error is not None
+
+
+def endpoint_of(method: str) -> Literal["handshake", "intent"] | None:
+    """Which endpoint serves ``method`` (PROTOCOL.md §4), or None."""
+    if method in HANDSHAKE_METHODS:
+        return "handshake"
+    if method in INTENT_METHODS:
+        return "intent"
+    return None
+
+
+def stale(what: str, ts: int, now: float) -> StaleTimestamp:
+    """The -32045 error for a ``what`` timestamp outside the window of §9."""
+    return StaleTimestamp(f"{what} timestamp {ts} is not within 300 s of {int(now)}")

@@ -1,0 +1,255 @@
+"""The intent processor: §6.1 steps 1-10 of an intent, and the close of §6.3.
+
+Steps in the order of PROTOCOL.md §6.1: (1) shapes, (2) the session, (3) the session
+commitment, (4) the signature with the client key pinned by the handshake, (5) the signed
+payload equal to the params, (6) freshness, (7-8) sequence and rate limit in one atomic
+store update, (9) the session's policy, (10) a handler. Up to step 4 a refusal is an
+unsigned error; from step 5 on, every answer is signed (:mod:`.replies`). Once step 8 has
+consumed the sequence, whatever happens is the stored answer a byte-identical retry gets
+again (:mod:`.replay`). Step 11 is the runner's (:mod:`.runner`), or the stream pump's
+for a streamed answer (:mod:`.streams`).
+
+State: none of its own. It reads sessions and consumes sequences in the :class:`Store` of
+the :class:`ServerConfig`, and ends sessions (§6.3) there and in the
+:class:`SessionDeadlines`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from a2a_secure.errors import (
+    A2AError,
+    AuthenticationFailed,
+    InternalError,
+    InvalidParams,
+    MethodNotFound,
+    PolicyViolation,
+    SequenceError,
+    SessionUnknown,
+    Unavailable,
+)
+from a2a_secure.identity.jws import jws_verify
+from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.models import (
+    ClosePayload,
+    CloseRequest,
+    Intent,
+    IntentRequest,
+    RequestPayload,
+)
+from a2a_secure.protocol.server.auditing import AuditFields
+from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, stale
+from a2a_secure.protocol.server.deadlines import SessionDeadlines
+from a2a_secure.protocol.server.dispatcher import IntentContext
+from a2a_secure.protocol.server.replies import SignedReplies
+from a2a_secure.protocol.validate import ct_equal, is_fresh
+from a2a_secure.store.base import BeginKind, SessionRecord
+from a2a_secure.store.intents import ClaimKind
+
+if TYPE_CHECKING:  # the rooms that wait on the event loop are handed in, not imported
+    from a2a_secure.protocol.server.exactly_once import ExactlyOnce, Pending
+    from a2a_secure.protocol.server.replay import Replayer
+    from a2a_secure.protocol.server.runner import IntentRunner
+    from a2a_secure.protocol.server.streams import StreamPump
+
+__all__ = ["IntentProcessor", "parse_intent"]
+
+
+def parse_intent(value: Any) -> dict[str, Any]:
+    """Shape of the ``intent`` object of §6.1 (-32602 for any deviation); returns it as given.
+
+    The typed form is :class:`a2a_secure.protocol.models.Intent`.
+    """
+    Intent.parse(value)
+    return value  # type: ignore[no-any-return]
+
+
+class IntentProcessor:
+    """Checks an ``intent`` or ``close`` request and answers it, signed from step 5 on."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        deadlines: SessionDeadlines,
+        replies: SignedReplies,
+        replayer: Replayer,
+        runner: IntentRunner,
+        streams: StreamPump,
+        clock: Clock,
+        exactly_once: ExactlyOnce,
+    ) -> None:
+        self._config = config
+        self._exactly_once = exactly_once
+        self._deadlines = deadlines
+        self._past_deadline = deadlines.past
+        self._signed_error = replies.error
+        self._success_reply = replies.success
+        self._result_token = replies.result_token
+        self._replay = replayer.answer
+        self._run = runner.run
+        self._streams = streams
+        self._clock = clock
+
+    async def handle(self, method: str, params: Any, audit: AuditFields) -> Reply:
+        """The reply to an ``intent`` or ``close`` call (raises only before step 5)."""
+        cfg = self._config
+        is_close = method == "close"
+        # Step 1: shapes.
+        req: IntentRequest | CloseRequest
+        req = CloseRequest.parse(params) if is_close else IntentRequest.parse(params)
+        session_id = req.session_id
+        params_seq = req.sequence
+        intent = req.intent
+        token = req.request_jws
+        if intent is not None:
+            audit.intent_goal = intent.goal[:256]
+            if intent.intent_id is not None:
+                self._exactly_once.check(intent)
+        audit.sequence = params_seq
+        # Step 2: the session.
+        now = self._clock()
+        session = await cfg.store.get_session(session_id, now)
+        if session is None or self._past_deadline(session_id):
+            raise SessionUnknown("unknown, expired or closed session")
+        audit.session_id = session_id
+        audit.client_did = session.client_did
+        # Step 3: commitment (not a secret, compared in constant time all the same).
+        if not ct_equal(req.session_commitment, session.session_commitment):
+            raise AuthenticationFailed("session_commitment does not match the session")
+        # Step 4: signature with the client key pinned by the handshake.
+        typ = m.Typ.CLOSE if is_close else m.Typ.REQUEST
+        payload = jws_verify(token, session.client_key, typ=typ, kid=session.client_kid, decoded=req.decoded)
+        audit.verified = True
+        req_hash = m.request_hash(token)
+        now_i = int(now)
+        # Step 5: payload exact and equal to params; from here on errors are signed.
+        try:
+            expected: dict[str, Any] = {
+                "session_id": session_id,
+                "session_commitment": session.session_commitment,
+                "sequence": params_seq,
+            }
+            signed: RequestPayload | ClosePayload
+            if intent is None:
+                signed = ClosePayload.parse(payload, expected=expected)
+            else:
+                expected["intent"] = intent.to_dict()
+                signed = RequestPayload.parse(payload, expected=expected)
+            sequence, ts = signed.sequence, signed.timestamp
+        except A2AError as exc:
+            return self._signed_error(exc, session_id, params_seq, req_hash, now_i)
+        audit.sequence = sequence
+        try:
+            # Step 6: freshness.
+            if not is_fresh(ts, now):
+                raise stale("request", ts, now)
+            wants_stream = intent is not None and self._wants_stream(intent)
+            if wants_stream and not self._streams.has_room(session_id, sequence, session.client_did):
+                # Checked before the sequence is consumed, so the same request may come back.
+                raise Unavailable("too many open streams", retry_after=1)
+            # Steps 7-8, one atomic check-and-update (with an intent_id, and its claim).
+            once: Pending | None = None
+            if intent is not None and intent.intent_id is not None:
+                once = self._exactly_once.prepare(session, intent, wants_stream, now)
+            if once is None:
+                begin = await cfg.store.begin_request(
+                    session_id,
+                    session.client_did,
+                    sequence,
+                    req_hash,
+                    rate_limit=None if is_close else session.policy.rate_limit,
+                    rate_period=session.policy.rate_period,
+                    now=now,
+                )
+            else:
+                begin = await self._exactly_once.begin(
+                    once, session, sequence, req_hash, rate_limit=session.policy.rate_limit, now=now
+                )
+            if begin.kind is BeginKind.GONE:
+                raise SessionUnknown("unknown, expired or closed session")
+            if begin.kind is BeginKind.STALE:
+                raise SequenceError(f"sequence {sequence} is not greater than {begin.last_sequence}")
+            if begin.kind is BeginKind.RATE_LIMITED:
+                raise Unavailable("rate limit reached", retry_after=begin.retry_after)
+            if begin.kind in (BeginKind.REPLAY, BeginKind.IN_PROGRESS):
+                if once is not None and self._exactly_once.is_resumable(begin.reply):
+                    return await self._exactly_once.resume(once, session_id, sequence, req_hash, audit)
+                return await self._replay(session_id, sequence, req_hash, begin.reply, audit)
+            if once is not None and once.claim is not None and once.claim.kind is not ClaimKind.NEW:
+                return await self._exactly_once.answer(once, session_id, sequence, req_hash, audit)
+        except A2AError as exc:
+            return self._signed_error(exc, session_id, sequence, req_hash, now_i)
+        # The sequence is consumed: whatever happens now is the stored answer.
+        try:
+            if is_close:
+                reply = await self._close(session, sequence, req_hash)
+            else:
+                assert intent is not None
+                reply = await self._run_intent(session, sequence, req_hash, intent, audit)
+        except A2AError as exc:
+            reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
+        except Exception:
+            reply = self._signed_error(InternalError(), session_id, sequence, req_hash, int(self._clock()))
+        if not is_close and reply.stored is not None:  # a stream stores its events itself
+            # The intent ran: its answer goes out even if the store cannot keep it (a shared
+            # store down). A byte-identical retry then finds no stored answer and gets 503.
+            with contextlib.suppress(Exception):
+                await cfg.store.finish_request(session_id, sequence, reply.stored)
+            if once is not None:
+                await self._exactly_once.finish(session_id, sequence, reply.stored)
+        return reply
+
+    def _wants_stream(self, intent: Intent) -> bool:
+        flag = intent.stream
+        return flag is True or (flag is None and self._config.dispatcher.is_always_streamed(intent.goal))
+
+    async def _close(self, session: SessionRecord, sequence: int, req_hash: str) -> Reply:
+        # §6.3: the session ends here and in every store that shares it.
+        await self._config.store.close_session(session.session_id)
+        self._deadlines.forget(session.session_id)
+        result = {"type": "closed", "session_id": session.session_id}
+        token = self._result_token(session.session_id, sequence, req_hash, result, int(self._clock()))
+        return Reply(200, {**result, "response_jws": token})
+
+    async def _run_intent(
+        self,
+        session: SessionRecord,
+        sequence: int,
+        req_hash: str,
+        intent: Intent,
+        audit: AuditFields,
+    ) -> Reply:
+        dispatcher = self._config.dispatcher
+        goal = intent.goal
+        # Step 9: the policy agreed in the handshake, not today's configuration.
+        if not session.policy.allows(goal):
+            raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
+        # Step 10: a handler.
+        if not dispatcher.has(goal):
+            raise MethodNotFound(f"no handler for intent {goal[:64]!r}")
+        # Step 11 (the runner's): within min(timeout_ms, server maximum).
+        constraints = intent.constraints_dict
+        max_ms = self._config.limits.max_handler_timeout_ms
+        timeout_ms = min(constraints.get("timeout_ms", max_ms), max_ms)
+        context = IntentContext(
+            caller_did=session.client_did,
+            session_id=session.session_id,
+            sequence=sequence,
+            goal=goal,
+            domain=intent.domain,
+            constraints=constraints,
+            client_agent_id=session.client_agent_id,
+            intent_id=intent.intent_id,
+        )
+        inputs = intent.inputs
+        if intent.stream is False and dispatcher.is_always_streamed(goal):
+            raise InvalidParams(f"intent {goal[:64]!r} is always streamed; stream: false is not allowed")
+        if self._wants_stream(intent):
+            return await self._streams.start(
+                session, sequence, req_hash, goal, inputs, context, timeout_ms, audit
+            )
+        result = await self._run(goal, inputs, context, timeout_ms)
+        return self._success_reply(session.session_id, sequence, req_hash, result, int(self._clock()))

@@ -1,0 +1,89 @@
+"""The answers to an intent or a close: signed results and errors (PROTOCOL.md §6.2, §6.3, §7).
+
+Once a request's signature is verified (§6.1 step 4), every answer is signed by the
+server (typ ``a2a-response+jws``) over the session, the sequence, the request hash and a
+timestamp, so that a man in the middle can neither forge nor move it. Each reply carries
+the :class:`StoredReply` a byte-identical retry needs to give the very same answer again
+(§6.1 step 7): kept unsigned, with the timestamp it was signed at. Refusals before the
+signature check are unsigned JSON-RPC errors (§7).
+
+State: none; it signs with the server identity of the :class:`ServerConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from a2a_secure.errors import A2AError, Unavailable
+from a2a_secure.identity.jws import jws_sign
+from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.server.common import Reply, ServerConfig
+from a2a_secure.store.base import StoredReply
+
+__all__ = ["SignedReplies", "unsigned_error"]
+
+
+def unsigned_error(exc: A2AError) -> Reply:
+    """The §7 error reply for a request refused before its signature could be checked."""
+    retry = exc.retry_after if isinstance(exc, Unavailable) else None
+    return Reply(exc.http_status, error=exc.to_error_object(), retry_after=retry)
+
+
+class SignedReplies:
+    """Signs the §6.2 answers of one server identity."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self._config = config
+
+    def error(self, exc: A2AError, session_id: str, sequence: int, req_hash: str, now_i: int) -> Reply:
+        """The signed error reply for ``exc``."""
+        retry = exc.retry_after if isinstance(exc, Unavailable) else None
+        error = {"code": exc.code, "message": exc.message, "data": dict(exc.data or {})}
+        return self.error_reply(exc.http_status, error, retry, session_id, sequence, req_hash, now_i)
+
+    def error_reply(
+        self,
+        http_status: int,
+        error: Mapping[str, Any],
+        retry: int | None,
+        session_id: str,
+        sequence: int,
+        req_hash: str,
+        now_i: int,
+    ) -> Reply:
+        """A signed error; ``error`` is code, message and the data besides ``response_jws``."""
+        signed = {"code": error["code"], "message": error["message"]}
+        payload = {
+            "session_id": session_id,
+            "sequence": sequence,
+            "request_hash": req_hash,
+            "status": "error",
+            "error": signed,
+            "timestamp": now_i,
+        }
+        data: dict[str, Any] = dict(error["data"])
+        data["response_jws"] = jws_sign(payload, self._config.identity, m.Typ.RESPONSE)
+        stored = StoredReply(http_status, error=error, signed_at=now_i)
+        return Reply(http_status, error={**signed, "data": data}, retry_after=retry, stored=stored)
+
+    def success(self, session_id: str, sequence: int, req_hash: str, result: Any, now_i: int) -> Reply:
+        """The signed success reply carrying ``result``."""
+        token = self.result_token(session_id, sequence, req_hash, result, now_i)
+        return Reply(
+            200,
+            {"status": "success", "sequence": sequence, "result": result, "response_jws": token},
+            stored=StoredReply(200, result=result, signed_at=now_i),
+        )
+
+    def result_token(self, session_id: str, sequence: int, req_hash: str, result: Any, now_i: int) -> Any:
+        """The ``response_jws`` of a success carrying ``result``."""
+        payload = {
+            "session_id": session_id,
+            "sequence": sequence,
+            "request_hash": req_hash,
+            "status": "success",
+            "result": result,
+            "timestamp": now_i,
+        }
+        return jws_sign(payload, self._config.identity, m.Typ.RESPONSE)

@@ -1,0 +1,205 @@
+"""``ServerProtocol``: builds the rooms of the server core and routes each method to its room.
+
+It implements only the dispatch of PROTOCOL.md §4 (``hello``, ``proof`` and
+``accept_policy`` to the handshake responder of §5; ``intent`` and ``close`` to the intent
+processor of §6) and the one rule every method shares: ``handle`` never raises, whatever
+fails becomes the JSON-RPC error of §7, and each request writes one audit record (§8).
+PROOF and ACCEPT_POLICY pass the failure budget first (ATTACKS.md H4).
+
+State: the :class:`ServerConfig` all rooms share (its public attributes read and replace
+members of it); each room owns its own part (see the package docstring).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from a2a_secure.errors import A2AError, InternalError, MethodNotFound
+from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
+from a2a_secure.protocol.server.budget import FailureBudget
+from a2a_secure.protocol.server.common import (
+    INTENT_METHODS,
+    AuditHook,
+    Clock,
+    RandomSource,
+    Reply,
+    ServerConfig,
+    ServerLimits,
+)
+from a2a_secure.protocol.server.deadlines import SessionDeadlines
+from a2a_secure.protocol.server.dispatcher import IntentDispatcher
+from a2a_secure.protocol.server.exactly_once import ExactlyOnce
+from a2a_secure.protocol.server.handshake import HandshakeResponder
+from a2a_secure.protocol.server.intents import IntentProcessor
+from a2a_secure.protocol.server.replay import Replayer
+from a2a_secure.protocol.server.replies import SignedReplies, unsigned_error
+from a2a_secure.protocol.server.runner import IntentRunner
+from a2a_secure.protocol.server.streams import StreamPump
+from a2a_secure.store.base import Store
+
+__all__ = ["ServerProtocol"]
+
+
+class ServerProtocol:
+    """One agent's server side of the handshake and intent protocol."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        policy: Policy,
+        *,
+        store: Store,
+        resolver: DIDResolver,
+        dispatcher: IntentDispatcher,
+        manifest_hash: str,
+        limits: ServerLimits | None = None,
+        audit: AuditHook | None = None,
+        clock: Clock = time.time,
+        random_bytes: RandomSource = os.urandom,
+        monotonic: Clock = time.monotonic,
+    ) -> None:
+        config = ServerConfig(
+            identity=identity,
+            policy=policy,
+            store=store,
+            resolver=resolver,
+            dispatcher=dispatcher,
+            manifest_hash=manifest_hash,
+            limits=limits or ServerLimits(),
+        )
+        self._config = config
+        self._clock = clock
+        deadlines = SessionDeadlines(config, monotonic)
+        auditor = AuditWriter(audit, config, clock)
+        replies = SignedReplies(config)
+        streams = StreamPump(config, deadlines=deadlines, audit=auditor, clock=clock)
+        self._budget = FailureBudget(config)
+        self._handshake = HandshakeResponder(
+            config, deadlines=deadlines, clock=clock, random_bytes=random_bytes
+        )
+        replayer = Replayer(config, replies=replies, streams=streams, audit=auditor, clock=clock)
+        # The intent_id extension: the claims of intents that carry one (exactly_once.py).
+        exactly_once = ExactlyOnce(config, replies=replies, replayer=replayer, streams=streams, clock=clock)
+        streams.exactly_once = exactly_once
+        self._intents = IntentProcessor(
+            config,
+            deadlines=deadlines,
+            replies=replies,
+            replayer=replayer,
+            runner=IntentRunner(config),
+            streams=streams,
+            clock=clock,
+            exactly_once=exactly_once,
+        )
+        # Bound once: ``handle`` runs for every request.
+        self._hello = self._handshake.hello
+        self._proof = self._handshake.proof
+        self._accept = self._handshake.accept
+        self._intent_or_close = self._intents.handle
+        self._write_audit = auditor.write
+
+    # The configuration all rooms share: replacing a member here reaches each of them.
+    @property
+    def identity(self) -> Identity:
+        """The agent's identity, which signs every answer."""
+        return self._config.identity
+
+    @identity.setter
+    def identity(self, value: Identity) -> None:
+        self._config.identity = value
+
+    @property
+    def policy(self) -> Policy:
+        """The policy offered to new handshakes (a session keeps the one it agreed to)."""
+        return self._config.policy
+
+    @policy.setter
+    def policy(self, value: Policy) -> None:
+        self._config.policy = value
+
+    @property
+    def store(self) -> Store:
+        """Where pending handshakes, sessions and stored answers live."""
+        return self._config.store
+
+    @store.setter
+    def store(self, value: Store) -> None:
+        self._config.store = value
+
+    @property
+    def resolver(self) -> DIDResolver:
+        """Resolves the DIDs of clients."""
+        return self._config.resolver
+
+    @resolver.setter
+    def resolver(self, value: DIDResolver) -> None:
+        self._config.resolver = value
+
+    @property
+    def dispatcher(self) -> IntentDispatcher:
+        """The goals served and their handlers."""
+        return self._config.dispatcher
+
+    @dispatcher.setter
+    def dispatcher(self, value: IntentDispatcher) -> None:
+        self._config.dispatcher = value
+
+    @property
+    def manifest_hash(self) -> str:
+        """``hash_of`` the agent card, sent in the CHALLENGE."""
+        return self._config.manifest_hash
+
+    @manifest_hash.setter
+    def manifest_hash(self, value: str) -> None:
+        self._config.manifest_hash = value
+
+    @property
+    def limits(self) -> ServerLimits:
+        """The capacity and timing bounds."""
+        return self._config.limits
+
+    @limits.setter
+    def limits(self, value: ServerLimits) -> None:
+        self._config.limits = value
+
+    async def handle(self, method: str, params: Any, *, source: str = "") -> Reply:
+        """Process one JSON-RPC call whose envelope is already valid; never raises."""
+        audit = AuditFields(event=method, started=self._clock())
+        try:
+            if method == "hello":
+                reply = Reply(200, await self._hello(params, source, audit))
+            elif method in ("proof", "accept_policy"):
+                self._budget.check(source)
+                try:
+                    if method == "proof":
+                        reply = Reply(200, await self._proof(params, audit))
+                    else:
+                        reply = Reply(200, await self._accept(params, audit))
+                except A2AError:
+                    # Only failures that cost an Ed25519 verification spend the budget:
+                    # cheap refusals (shape, unknown nonce, wrong kid) are cheap to repeat.
+                    if audit.signature_checked:
+                        self._budget.spend(source)
+                    raise
+            elif method in INTENT_METHODS:
+                reply = await self._intent_or_close(method, params, audit)
+            else:
+                raise MethodNotFound(f"unknown method {method[:64]!r}")
+        except A2AError as exc:
+            reply = unsigned_error(exc)
+        except Exception:  # a bug must not leak a stack trace or kill the server
+            reply = unsigned_error(InternalError())
+        if not audit.deferred:
+            self._write_audit(audit, reply)
+        return reply
+
+    def reject(self, exc: A2AError, *, event: str = "reject") -> Reply:
+        """The reply (and audit record) for a request refused before ``handle``."""
+        reply = unsigned_error(exc)
+        self._write_audit(AuditFields(event=event, started=self._clock()), reply)
+        return reply

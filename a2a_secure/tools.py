@@ -1,0 +1,494 @@
+"""Registry agents as LLM tools: one tool per (agent, intent), described by the agent's card.
+
+This module is the one place that turns an agent registry into tools a model can call; the
+MCP server (``a2a_secure.mcp_server``) and the function-calling schemas of
+:meth:`A2AAgent.tool_schemas <a2a_secure.agent.A2AAgent.tool_schemas>` are thin adapters
+over :class:`ToolCatalog`. It needs no extra: it does not import ``mcp``.
+
+Where tools come from. For each registry agent the catalog fetches
+``/.well-known/agent-card.json``, checks that the card names the registry's DID, opens (or
+reuses) a DID-authenticated session, and checks ``hash_of(card)`` against the
+``manifest_hash`` the agent signed in its CHALLENGE (PROTOCOL.md §4, §5.2). A card that
+fails any check is refused: none of that agent's tools is offered, and a call to one of
+them answers with the reason. The tools of an agent are the intents its card lists, limited
+to the registry's ``capabilities`` for it when there are any, and to those the negotiated
+policy allows. The card's optional ``intent_schemas`` member
+(``{goal: {"description", "input_schema"}}``, written by ``AgentServer.describe_intent``)
+gives each tool its description and input schema; without it a tool takes any object.
+
+Tool names. ``<agent>__<intent>``, where every character of either part outside
+``[A-Za-z0-9_-]`` becomes ``_`` (an empty part becomes ``_``). That alphabet and a length
+of at most 64 are accepted by MCP clients (the MCP pattern ``[A-Za-z0-9._-]{1,128}`` is
+wider) and by the OpenAI and Anthropic function-calling APIs (``^[a-zA-Z0-9_-]{1,64}$``),
+so one name works everywhere. When two (agent, intent) pairs map to the same name, or a
+name is longer than 64 characters, the name becomes its first 55 characters, ``_`` and the
+first 8 hex digits of ``SHA-256(agent + "\\x00" + intent)``: deterministic, and independent of
+the order of the registry. If such a name still collides, every pair with it is refused.
+
+What a call returns: a :class:`ToolResult` whose ``content`` is the verified result (the
+server's signature, the sequence and the request binding all checked by the client) and
+whose ``response_jws`` is the signed response token, kept for callers that want proof. A
+verified result ``{"needs_approval": true, "action_id", "action_hash", "preview",
+"expires_at"}`` is reported as *not run*, with its preview and action id. Errors from the
+agent or the transport become a result with ``is_error`` set and a sentence a person can
+read; only a call the catalog cannot even start (unknown tool, arguments that are not an
+object) raises :class:`ToolCallError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import re
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import httpx
+
+from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation
+from a2a_secure.identity import encoding
+
+if TYPE_CHECKING:
+    from a2a_secure.agent import A2AAgent, RegistryEntry
+
+__all__ = [
+    "GENERIC_INPUT_SCHEMA",
+    "MAX_TOOL_NAME",
+    "CardRefused",
+    "ToolCallError",
+    "ToolCatalog",
+    "ToolResult",
+    "ToolSpec",
+    "assign_tool_names",
+    "tool_name",
+]
+
+MAX_TOOL_NAME = 64
+SEPARATOR = "__"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_HASH_DIGITS = 8
+MAX_CARD_BYTES = 256 * 1024
+MAX_DESCRIPTION = 1024
+MAX_SCHEMA_BYTES = 16 * 1024
+GENERIC_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
+CARD_PATH = "/.well-known/agent-card.json"
+META_PREFIX = "a2a-secure/"
+ToolFormat = Literal["openai", "anthropic"]
+ProgressCallback = Callable[[int, Any], Awaitable[None]]
+
+
+class ToolCallError(InvalidParams):
+    """A tool call that cannot start: unknown tool name, or arguments that are not an object."""
+
+    default_message = "bad tool call"
+
+
+class CardRefused(A2AError):
+    """An agent's card did not check out (wrong DID, or not the card it signed for)."""
+
+    code = -32040
+    http_status = 401
+    default_message = "agent card refused"
+
+
+# -- names --------------------------------------------------------------------------------------
+
+
+def tool_name(agent: str, intent: str) -> str:
+    """The tool name of ``intent`` on ``agent`` before collisions are resolved (see module doc)."""
+    return f"{_UNSAFE.sub('_', agent) or '_'}{SEPARATOR}{_UNSAFE.sub('_', intent) or '_'}"
+
+
+def _hashed_name(agent: str, intent: str) -> str:
+    digest = hashlib.sha256(f"{agent}\x00{intent}".encode()).hexdigest()[:_HASH_DIGITS]
+    return f"{tool_name(agent, intent)[: MAX_TOOL_NAME - _HASH_DIGITS - 1]}_{digest}"
+
+
+def assign_tool_names(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+    """A name for every (agent, intent) pair; ``None`` for a pair refused for a collision.
+
+    The result depends on the set of pairs only, never on their order.
+    """
+    unique = sorted(set(pairs))
+    base = {pair: tool_name(*pair) for pair in unique}
+    counts = Counter(base.values())
+    first = {
+        pair: name if counts[name] == 1 and len(name) <= MAX_TOOL_NAME else _hashed_name(*pair)
+        for pair, name in base.items()
+    }
+    final_counts = Counter(first.values())
+    return {pair: name if final_counts[name] == 1 else None for pair, name in first.items()}
+
+
+# -- tools and results -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One tool: an intent of a registry agent, with what its card says about it.
+
+    ``error`` is set when the tool is known (from the registry) but not offered: the card
+    was refused, the agent was unreachable, or the policy does not allow the intent.
+    """
+
+    name: str
+    agent: str
+    intent: str
+    did: str
+    description: str
+    input_schema: dict[str, Any]
+    streaming: bool = False
+    card_hash: str | None = None
+    error: str | None = None
+
+    def schema(self, format: ToolFormat = "openai") -> dict[str, Any]:
+        """This tool as a function-calling schema (``openai`` or ``anthropic``)."""
+        if format == "openai":
+            return {
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description,
+                    "parameters": _copy(self.input_schema),
+                },
+            }
+        if format == "anthropic":
+            return {
+                "name": self.name,
+                "description": self.description,
+                "input_schema": _copy(self.input_schema),
+            }
+        raise ValueError(f"format must be 'openai' or 'anthropic', not {format!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool call gave: the verified content, a text rendering, and the proof token.
+
+    ``status`` is ``"success"`` (the intent ran; ``content["result"]`` is its verified
+    result), ``"needs_approval"`` (the agent did NOT run it; it waits for a person's
+    approval of ``content["action_id"]``) or ``"error"``.
+    """
+
+    tool: str
+    agent: str
+    intent: str
+    status: Literal["success", "needs_approval", "error"]
+    content: dict[str, Any]
+    text: str
+    response_jws: str | None = None
+    error_code: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_error(self) -> bool:
+        """True when the call failed (the agent refused, or could not be reached)."""
+        return self.status == "error"
+
+
+def _copy(value: Any) -> Any:
+    return encoding.loads(encoding.dumps(value))
+
+
+def _render(value: Any) -> str:
+    return encoding.dumps(value).decode()
+
+
+# -- the catalog --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """An agent whose card checked out: the card, its hash, and the negotiated policy."""
+
+    card: dict[str, Any]
+    card_hash: str
+    allows: Callable[[str], bool]
+
+
+class ToolCatalog:
+    """The tools of the agents in ``agent.registry``, checked against their cards.
+
+    :meth:`refresh` fetches and checks every card; :meth:`tools` lists the tools offered;
+    :meth:`call` runs one. A catalog that was never refreshed refreshes on first use.
+    """
+
+    def __init__(self, agent: A2AAgent) -> None:
+        self.agent = agent
+        self._specs: dict[str, ToolSpec] = {}
+        self._failures: dict[str, str] = {}
+        self._refreshed = False
+        self._lock = asyncio.Lock()
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Agent name -> why its tools are not offered, from the last refresh."""
+        return dict(self._failures)
+
+    async def refresh(self) -> list[ToolSpec]:
+        """Fetch and check every registry agent's card; rebuild the tools; return those offered."""
+        async with self._lock:
+            entries = self.agent.registry.entries()
+            checked = await asyncio.gather(*(self._check(entry) for entry in entries))
+            candidates: dict[tuple[str, str], tuple[RegistryEntry, _Checked | str]] = {}
+            failures: dict[str, str] = {}
+            for entry, outcome in zip(entries, checked, strict=True):
+                if isinstance(outcome, str):
+                    failures[entry.name] = outcome
+                    for intent in entry.capabilities:
+                        candidates[(entry.name, intent)] = (entry, outcome)
+                    continue
+                declared = [g for g in outcome.card.get("intents", []) if isinstance(g, str)]
+                wanted = list(entry.capabilities) or declared
+                for intent in wanted:
+                    candidates[(entry.name, intent)] = (entry, outcome)
+            names = assign_tool_names(candidates)
+            specs: dict[str, ToolSpec] = {}
+            for pair, name in sorted(names.items()):
+                entry, outcome = candidates[pair]
+                if name is None:
+                    continue  # refused: its name collides with another tool's
+                specs[name] = _spec(name, entry, pair[1], outcome)
+            self._specs = specs
+            self._failures = failures
+            self._refreshed = True
+            return [s for s in specs.values() if s.error is None]
+
+    async def tools(self, *, refresh: bool = False) -> list[ToolSpec]:
+        """The tools offered (refreshed first if asked, or if never refreshed), by name."""
+        if refresh or not self._refreshed:
+            return await self.refresh()
+        return [s for s in self._specs.values() if s.error is None]
+
+    async def schemas(self, format: ToolFormat = "openai", *, refresh: bool = False) -> list[dict[str, Any]]:
+        """Function-calling schemas of the tools offered (``openai`` or ``anthropic``)."""
+        if format not in ("openai", "anthropic"):
+            raise ValueError(f"format must be 'openai' or 'anthropic', not {format!r}")
+        return [spec.schema(format) for spec in await self.tools(refresh=refresh)]
+
+    async def _check(self, entry: RegistryEntry) -> _Checked | str:
+        """Fetch ``entry``'s card and check it against the session; a reason string on failure."""
+        try:
+            _, did, endpoint = await self.agent._locate(entry.name)
+            if endpoint is None:
+                raise CardRefused(f"no endpoint known for {entry.name}")
+            card = await self._fetch_card(endpoint)
+            if card.get("did") != did:
+                raise CardRefused("its card names another DID than the registry")
+            # The handshake authenticates the agent by the registry's DID; the hash it signed
+            # in its CHALLENGE must be the hash of the card we are about to show the model.
+            session = await self.agent.client.session_for(did, endpoint)
+            card_hash = encoding.hash_of(card)
+            if not hmac.compare_digest(card_hash, session.server_manifest_hash):
+                raise CardRefused("its card is not the one it committed to in the handshake (manifest_hash)")
+            return _Checked(card, card_hash, session.policy.allows)
+        except A2AError as exc:
+            return f"{entry.name} refused: {exc.message} ({exc.code})"
+        except httpx.HTTPError:
+            return f"{entry.name} unreachable: its agent card could not be fetched"
+
+    async def _fetch_card(self, endpoint: str) -> dict[str, Any]:
+        async with self.agent.client.http.stream("GET", endpoint.rstrip("/") + CARD_PATH) as resp:
+            if resp.status_code != 200:
+                raise CardRefused(f"its agent card answered HTTP {resp.status_code}")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_CARD_BYTES:
+                    raise CardRefused("its agent card is larger than 256 KiB")
+                chunks.append(chunk)
+        card = encoding.loads(b"".join(chunks), error=CardRefused)
+        if not isinstance(card, dict):
+            raise CardRefused("its agent card is not a JSON object")
+        return card
+
+    async def _lookup(self, name: str) -> ToolSpec:
+        if not self._refreshed:
+            await self.refresh()
+        spec = self._specs.get(name)
+        if spec is None or spec.error is not None:
+            # The agent may have come up, or changed its card, since the last listing.
+            await self.refresh()
+            spec = self._specs.get(name)
+        if spec is None:
+            # A refused agent with no capabilities in the registry has no tool names; a name
+            # with its prefix still gets the reason rather than "unknown tool".
+            for agent, reason in sorted(self._failures.items()):
+                prefix = tool_name(agent, "")[:-1]
+                if name.startswith(prefix) and len(name) > len(prefix):
+                    intent = name[len(prefix) :]
+                    did = self.agent.registry.find(agent).did
+                    return ToolSpec(name, agent, intent, did, "", dict(GENERIC_INPUT_SCHEMA), error=reason)
+            raise ToolCallError(f"unknown tool {name[:80]!r}")
+        return spec
+
+    async def call(
+        self, name: str, arguments: Any = None, *, on_progress: ProgressCallback | None = None
+    ) -> ToolResult:
+        """Run the tool ``name`` with ``arguments`` (the intent's inputs, a JSON object).
+
+        With ``on_progress`` a streaming intent (PROTOCOL.md §6.4) is sent as a stream and
+        ``on_progress(n, partial)`` is awaited for each verified partial result; the result
+        then holds them all (and no single response token: each event is signed on its own).
+        Raises :class:`ToolCallError` for an unknown tool or arguments that are not an object.
+        """
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise ToolCallError("tool arguments must be a JSON object")
+        spec = await self._lookup(name)
+        if spec.error is not None:
+            return _error(spec, spec.error, None)
+        try:
+            # The card the model saw must still be the one the agent commits to: a session
+            # re-opened since the listing may carry a new manifest_hash.
+            _, did, endpoint = await self.agent._locate(spec.agent)
+            session = await self.agent.client.session_for(did, endpoint)
+            if spec.card_hash is None or not hmac.compare_digest(
+                spec.card_hash, session.server_manifest_hash
+            ):
+                await self.refresh()
+                fresh = self._specs.get(name)
+                if (
+                    fresh is None
+                    or fresh.error is not None
+                    or fresh.card_hash != session.server_manifest_hash
+                ):
+                    reason = fresh.error if fresh is not None and fresh.error else None
+                    return _error(
+                        spec, reason or f"{spec.agent} refused: its card changed; list the tools again", None
+                    )
+                spec = fresh
+            intent = {"goal": spec.intent, "inputs": arguments}
+            if spec.streaming and on_progress is not None:
+                partials: list[Any] = []
+                async for item in self.agent.stream(spec.agent, intent):
+                    partials.append(item)
+                    await on_progress(len(partials), item)
+                return _success(spec, partials, None, streamed=True)
+            verified = await self.agent.request_verified(spec.agent, intent)
+        except PolicyViolation as exc:
+            return _error(spec, f"{spec.agent} refused: {exc.message} ({exc.code})", exc.code)
+        except A2AError as exc:
+            verb = "refused" if exc.signed else "failed"
+            return _error(spec, f"{spec.agent} {verb}: {exc.message} ({exc.code})", exc.code)
+        except httpx.HTTPError:
+            return _error(spec, f"{spec.agent} failed: the agent could not be reached", None)
+        result = verified.result
+        if isinstance(result, dict) and result.get("needs_approval") is True:
+            return _needs_approval(spec, result, verified.response_jws)
+        return _success(spec, result, verified.response_jws, sequence=verified.sequence)
+
+
+def _describe(entry: RegistryEntry, intent: str, card: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The description and input schema the card gives ``intent`` (bounded), or generic ones."""
+    details = card.get("intent_schemas")
+    info = details.get(intent) if isinstance(details, dict) else None
+    info = info if isinstance(info, dict) else {}
+    text = info.get("description")
+    if not isinstance(text, str) or not text.strip():
+        card_text = card.get("description")
+        text = f"Intent '{intent}'" + (
+            f" of: {card_text}" if isinstance(card_text, str) and card_text else ""
+        )
+    description = f"{entry.name}: {text.strip()}"[:MAX_DESCRIPTION]
+    schema = info.get("input_schema")
+    if (
+        isinstance(schema, dict)
+        and schema.get("type") == "object"
+        and len(encoding.dumps(schema)) <= MAX_SCHEMA_BYTES
+    ):
+        return description, _copy(schema)
+    return description, dict(GENERIC_INPUT_SCHEMA)
+
+
+def _spec(name: str, entry: RegistryEntry, intent: str, outcome: _Checked | str) -> ToolSpec:
+    if isinstance(outcome, str):
+        return ToolSpec(name, entry.name, intent, entry.did, "", dict(GENERIC_INPUT_SCHEMA), error=outcome)
+    description, schema = _describe(entry, intent, outcome.card)
+    streaming = outcome.card.get("streaming_intents")
+    is_streaming = isinstance(streaming, list) and intent in streaming
+    error: str | None = None
+    if intent not in outcome.card.get("intents", []):
+        error = f"{entry.name} refused: its card does not offer the intent {intent[:64]!r}"
+    elif not outcome.allows(intent):
+        error = f"{entry.name} refused: intent {intent[:64]!r} is not in the negotiated policy (-32042)"
+    return ToolSpec(
+        name, entry.name, intent, entry.did, description, schema, is_streaming, outcome.card_hash, error
+    )
+
+
+def _meta(spec: ToolSpec, response_jws: str | None, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {f"{META_PREFIX}agent": spec.agent, f"{META_PREFIX}agent_did": spec.did}
+    if response_jws is not None:
+        meta[f"{META_PREFIX}response_jws"] = response_jws
+    meta.update({f"{META_PREFIX}{k}": v for k, v in extra.items()})
+    return meta
+
+
+def _success(
+    spec: ToolSpec,
+    result: Any,
+    response_jws: str | None,
+    *,
+    streamed: bool = False,
+    sequence: int | None = None,
+) -> ToolResult:
+    content = {
+        "status": "success",
+        "executed": True,
+        "agent": spec.agent,
+        "intent": spec.intent,
+        "result": result,
+    }
+    extra: dict[str, Any] = {"streamed": True} if streamed else {"sequence": sequence}
+    return ToolResult(
+        spec.name, spec.agent, spec.intent, "success", content, _render(result), response_jws,
+        meta=_meta(spec, response_jws, **extra),
+    )  # fmt: skip
+
+
+def _needs_approval(spec: ToolSpec, result: Mapping[str, Any], response_jws: str) -> ToolResult:
+    # Fail closed: whatever else the result holds, an agent that says it needs approval did
+    # not run the action, so this is never reported as a completed run.
+    content: dict[str, Any] = {
+        "status": "needs_approval",
+        "executed": False,
+        "agent": spec.agent,
+        "intent": spec.intent,
+    }
+    for member in ("action_id", "action_hash", "preview", "expires_at"):
+        if member in result:
+            content[member] = result[member]
+    action = content.get("action_id")
+    lines = [
+        f"NOT RUN: {spec.agent} did not run '{spec.intent}'; it waits for a person to approve it.",
+        f"action id: {_render(action) if not isinstance(action, str) else action}",
+    ]
+    if "expires_at" in content:
+        lines.append(f"approval expires at: {_render(content['expires_at'])}")
+    if "preview" in content:
+        lines.append(f"preview: {_render(content['preview'])}")
+    return ToolResult(
+        spec.name, spec.agent, spec.intent, "needs_approval", content, "\n".join(lines), response_jws,
+        meta=_meta(spec, response_jws, needs_approval=True),
+    )  # fmt: skip
+
+
+def _error(spec: ToolSpec, message: str, code: int | None) -> ToolResult:
+    # No "executed" member: a timeout (-32049) or a lost answer may follow an intent that ran.
+    content: dict[str, Any] = {
+        "status": "error",
+        "agent": spec.agent,
+        "intent": spec.intent,
+        "error": message,
+    }
+    if code is not None:
+        content["code"] = code
+    return ToolResult(
+        spec.name, spec.agent, spec.intent, "error", content, message, None, code, _meta(spec, None)
+    )

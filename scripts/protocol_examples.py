@@ -1,0 +1,357 @@
+"""Real, signed examples of every message of docs/PROTOCOL.md.
+
+Runs one handshake, an intent, a signed error, a streamed answer, a close and an unsigned
+error between a real client state machine and a real ``ServerProtocol``, in memory, with
+fixed keys, a fixed clock and deterministic randomness, and prints every message (and every
+decoded JWS payload) as the JSON the wire carries. Ed25519 signatures are deterministic, so
+the output is the same on every run.
+
+    python scripts/protocol_examples.py                           # print the examples
+    python scripts/protocol_examples.py --update docs/PROTOCOL.md # rewrite them in the doc
+    python scripts/protocol_examples.py --check docs/PROTOCOL.md  # exit 1 if the doc drifted
+
+In the document each example is a fenced block preceded by ``<!-- example: NAME -->`` (with
+``http=STATUS`` for an HTTP answer). ``tests/test_protocol_doc.py`` replays the documented
+messages against the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from a2a_secure.identity import encoding
+from a2a_secure.identity.jws import jws_decode_unverified
+from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
+from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
+from a2a_secure.protocol.jsonrpc import encode_error, encode_result
+from a2a_secure.protocol.messages import PROTOCOL_NAME
+from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.server import IntentDispatcher, Reply, ServerProtocol
+from a2a_secure.server.test_agent import register_test_agent
+from a2a_secure.store.memory import MemoryStore
+from a2a_secure.testing import FakeClock
+
+__all__ = [
+    "AT",
+    "EXAMPLE_RE",
+    "POLICY",
+    "T0",
+    "Example",
+    "client_identity",
+    "client_random",
+    "examples_in",
+    "generate",
+    "make_server",
+    "seeded_random",
+    "server_card",
+    "server_identity",
+]
+
+T0: Final = 1_763_700_000
+# When each step happens (Unix seconds): the client's message and the server's answer to it.
+AT: Final[dict[str, int]] = {
+    "hello": T0,
+    "challenge": T0 + 1,
+    "proof": T0 + 2,
+    "accept_policy": T0 + 3,
+    "intent": T0 + 10,
+    "error": T0 + 11,
+    "stream": T0 + 12,
+    "close": T0 + 13,
+    "unsigned": T0 + 14,
+}
+POLICY: Final = Policy(
+    rate_limit=1000,
+    rate_period=3600,
+    allowed_intents=("echo", "count"),
+    blocked_intents=(),
+    session_timeout=3600,
+)
+# A tagged example: the HTML comment, then a fenced block (json or text).
+EXAMPLE_RE: Final = re.compile(
+    r"<!-- example: (?P<name>[a-z0-9-]+)(?: http=(?P<http>\d{3}))? -->\n"
+    r"```(?P<lang>json|text)\n(?P<body>.*?)\n```",
+    re.DOTALL,
+)
+
+
+def seeded_random(label: bytes) -> Callable[[int], bytes]:
+    """A deterministic random source: SHA-256 of ``label`` and a counter (never all zero)."""
+    counter = 0
+
+    def draw(n: int) -> bytes:
+        nonlocal counter
+        out = b""
+        while len(out) < n:
+            counter += 1
+            out += hashlib.sha256(label + counter.to_bytes(8, "big")).digest()
+        return out[:n]
+
+    return draw
+
+
+def client_identity() -> Identity:
+    """The example client's fixed did:key identity."""
+    return Identity.from_seed(hashlib.sha256(b"a2a-secure example client").digest(), "example-client")
+
+
+def server_identity() -> Identity:
+    """The example server's fixed did:key identity."""
+    return Identity.from_seed(hashlib.sha256(b"a2a-secure example server").digest(), "example-server")
+
+
+def client_random() -> Callable[[int], bytes]:
+    """The client's random source (it draws ``nonce_a``)."""
+    return seeded_random(b"a2a-secure example client random")
+
+
+def server_card(identity: Identity) -> dict[str, Any]:
+    """The server's agent card (§4); its hash is the server's ``manifest_hash``."""
+    return {
+        "name": "example-server",
+        "description": "The test agent of section 11",
+        "version": "1.0.0",
+        "url": "https://server.example",
+        "did": identity.did,
+        "protocol": PROTOCOL_NAME,
+        "endpoints": {"handshake": "/a2a/handshake", "intent": "/a2a/intent"},
+        "intents": ["count", "echo"],
+        "public_keys": [identity.public_key_entry()],
+        "streaming_intents": ["count"],
+    }
+
+
+def make_server(clock: FakeClock) -> ServerProtocol:
+    """A fresh in-memory server serving the test agent (§11) under :data:`POLICY`."""
+    identity = server_identity()
+    dispatcher = IntentDispatcher()
+    register_test_agent(dispatcher)
+    return ServerProtocol(
+        identity,
+        POLICY,
+        store=MemoryStore(),
+        resolver=DIDResolver(clock=clock),
+        dispatcher=dispatcher,
+        manifest_hash=encoding.hash_of(server_card(identity)),
+        clock=clock,
+        random_bytes=seeded_random(b"a2a-secure example server random"),
+        monotonic=clock.monotonic,
+    )
+
+
+@dataclass
+class Example:
+    """One documented message: its JSON value (or text) and, for an answer, its HTTP status."""
+
+    name: str
+    value: Any
+    http: int | None = None
+    text: bool = False
+
+    def render(self) -> str:
+        """The tagged block as it stands in the document."""
+        tag = f"<!-- example: {self.name}{f' http={self.http}' if self.http else ''} -->"
+        if self.text:
+            return f"{tag}\n```text\n{self.value}\n```"
+        return f"{tag}\n```json\n{json.dumps(self.value, indent=2, ensure_ascii=False)}\n```"
+
+
+@dataclass
+class _Run:
+    clock: FakeClock = field(default_factory=lambda: FakeClock(float(T0)))
+    examples: dict[str, Example] = field(default_factory=dict)
+
+    def add(self, name: str, value: Any, http: int | None = None, *, text: bool = False) -> None:
+        self.examples[name] = Example(name, value, http, text)
+
+    def payload(self, name: str, token: str) -> None:
+        self.add(name, jws_decode_unverified(token)[1])
+
+
+def _request(method: str, request_id: str | int, params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "id": request_id, "params": params}
+
+
+def _answer(request_id: str | int, reply: Reply) -> dict[str, Any]:
+    body = (
+        encode_result(request_id, reply.result)
+        if reply.error is None
+        else encode_error(request_id, reply.error)
+    )
+    return encoding.loads(body)  # type: ignore[no-any-return]
+
+
+async def _call(server: ServerProtocol, body: dict[str, Any]) -> Reply:
+    # A deep copy through the wire form: the server sees what a peer would send.
+    return await server.handle(body["method"], encoding.loads(encoding.dumps(body["params"])))
+
+
+async def _intent(
+    run: _Run, server: ServerProtocol, session: ClientSession, name: str, rid: str, intent: dict[str, Any]
+) -> tuple[PreparedRequest, dict[str, Any], Reply]:
+    req = session.prepare_intent(intent)
+    body = _request("intent", rid, req.params)
+    run.add(name, body)
+    return req, body, await _call(server, body)
+
+
+async def generate() -> dict[str, Example]:
+    """Run the whole exchange and return every example by name."""
+    run = _Run()
+    clock = run.clock
+    server = make_server(clock)
+    hs = ClientHandshake(
+        client_identity(),
+        resolve_did_key(server_identity().did),
+        clock=clock,
+        random_bytes=client_random(),
+    )
+
+    # §5.1-§5.2
+    clock.now = AT["hello"]
+    hello = _request("hello", 1, hs.hello())
+    run.add("hello", hello)
+    clock.now = AT["challenge"]
+    reply = await _call(server, hello)
+    challenge = _answer(1, reply)
+    run.add("challenge", challenge, reply.http_status)
+    token = challenge["result"]["policy_signature"]
+    run.add("jws-header", jws_decode_unverified(token)[0])
+    run.payload("policy-payload", token)
+    # §5.3-§5.4
+    clock.now = AT["proof"]
+    proof = _request("proof", 2, hs.receive_challenge(challenge["result"]))
+    run.add("proof", proof)
+    run.payload("proof-payload", proof["params"]["proof_jws"])
+    reply = await _call(server, proof)
+    policy = _answer(2, reply)
+    run.add("policy", policy, reply.http_status)
+    # §5.5-§5.6
+    clock.now = AT["accept_policy"]
+    accept = _request("accept_policy", 3, hs.receive_policy(policy["result"]))
+    run.add("accept-policy", accept)
+    run.payload("accept-payload", accept["params"]["accept_jws"])
+    reply = await _call(server, accept)
+    session_msg = _answer(3, reply)
+    run.add("session", session_msg, reply.http_status)
+    run.payload("session-payload", session_msg["result"]["session_jws"])
+    session = hs.receive_session(session_msg["result"])
+
+    # §6.1-§6.2: a result
+    clock.now = AT["intent"]
+    intent = {
+        "goal": "echo",
+        "domain": "test",
+        "inputs": {"text": "Hello world", "target_language": "es"},
+        "constraints": {"timeout_ms": 5000},
+    }
+    req, body, reply = await _intent(run, server, session, "intent-request", "req-1", intent)
+    run.payload("request-payload", body["params"]["request_jws"])
+    result = _answer("req-1", reply)
+    run.add("intent-result", result, reply.http_status)
+    run.payload("response-payload", result["result"]["response_jws"])
+    session.verify_result(req, result["result"])
+
+    # §6.2: a signed error (the handler refuses its inputs)
+    clock.now = AT["error"]
+    req, body, reply = await _intent(
+        run, server, session, "error-request", "req-2", {"goal": "count", "inputs": {"n": 0}}
+    )
+    error = _answer("req-2", reply)
+    run.add("error-result", error, reply.http_status)
+    run.payload("error-payload", error["error"]["data"]["response_jws"])
+    if not session.error_from_reply(req, error["error"]).signed:
+        raise SystemExit("the example error does not verify")
+
+    # §6.4: a stream
+    clock.now = AT["stream"]
+    stream_intent = {"goal": "count", "inputs": {"n": 2}, "constraints": {"stream": True}}
+    req, body, reply = await _intent(run, server, session, "stream-request", "req-3", stream_intent)
+    assert reply.stream is not None, reply.error
+    events = [event async for event in reply.stream]
+    for index, event in enumerate(events):
+        session.verify_event(req, event, index)
+    # The first (partial) and the final event as JSON; all of them as the wire frames them.
+    for name, event in (("first", events[0]), ("final", events[-1])):
+        run.add(f"stream-event-{name}", encoding.loads(encode_result("req-3", event)))
+        run.payload(f"event-payload-{name}", event["response_jws"])
+    frames = [f"id: {i}\ndata: {encode_result('req-3', e).decode()}\n" for i, e in enumerate(events)]
+    run.add("stream-body", "\n".join(frames), 200, text=True)
+
+    # §6.3: close
+    clock.now = AT["close"]
+    close_req = session.prepare_close()
+    close = _request("close", "req-4", close_req.params)
+    run.add("close-request", close)
+    run.payload("close-payload", close["params"]["request_jws"])
+    reply = await _call(server, close)
+    closed = _answer("req-4", reply)
+    run.add("closed-result", closed, reply.http_status)
+    run.payload("closed-payload", closed["result"]["response_jws"])
+    session.verify_closed(close_req, closed["result"])
+
+    # §6.3, §7: the same close again meets an unknown session, an unsigned error
+    clock.now = AT["unsigned"]
+    reply = await _call(server, close)
+    run.add("unsigned-error", _answer("req-4", reply), reply.http_status)
+    return run.examples
+
+
+def examples_in(text: str) -> dict[str, tuple[str, int | None, str]]:
+    """The tagged examples of a document: name -> (language, HTTP status, block text)."""
+    found: dict[str, tuple[str, int | None, str]] = {}
+    for match in EXAMPLE_RE.finditer(text):
+        if match["name"] in found:
+            raise ValueError(f"example {match['name']!r} appears twice")
+        http = int(match["http"]) if match["http"] else None
+        found[match["name"]] = (match["lang"], http, match["body"])
+    return found
+
+
+def _update(text: str, examples: dict[str, Example]) -> str:
+    missing = set(examples) - set(examples_in(text))
+    if missing:
+        raise SystemExit(f"the document has no block for {sorted(missing)}")
+
+    def replace(match: re.Match[str]) -> str:
+        example = examples.get(match["name"])
+        return match[0] if example is None else example.render()
+
+    return EXAMPLE_RE.sub(replace, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the examples, or update / check them in a document."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--update", type=Path, metavar="DOC", help="rewrite the tagged blocks of DOC")
+    group.add_argument("--check", type=Path, metavar="DOC", help="exit 1 if DOC's blocks differ")
+    args = parser.parse_args(argv)
+    examples = asyncio.run(generate())
+    if args.update is None and args.check is None:
+        print("\n\n".join(e.render() for e in examples.values()))
+        return 0
+    path: Path = args.update or args.check
+    text = path.read_text(encoding="utf-8")
+    new = _update(text, examples)
+    if args.check is not None:
+        if new != text:
+            print(f"{path}: examples differ from the code; run --update", file=sys.stderr)
+            return 1
+        return 0
+    path.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,440 @@
+"""docs/PROTOCOL.md is the code's contract: every documented message is checked against the code.
+
+Each tagged example of the document is parsed by the receiving side's own models, every
+token in it verifies with the key the document shows, the documented client messages are
+replayed against a fresh ``ServerProtocol`` (same keys, clock and random source as the
+generator, ``scripts/protocol_examples.py``) that must answer with exactly the documented
+replies, and the documented replies are fed to a fresh client state machine that must
+accept them and produce exactly the documented requests. A member renamed, added or dropped
+on either side fails here. The §7 table must list every error class with its code and HTTP
+status, and every section that SECURITY.md, the README or a docstring cites must exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import importlib.util
+import inspect
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from a2a_secure import errors
+from a2a_secure.errors import A2AError, InvalidParams
+from a2a_secure.identity import encoding
+from a2a_secure.identity.jws import jws_verify
+from a2a_secure.identity.resolver import resolve_did_key
+from a2a_secure.protocol import models
+from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
+from a2a_secure.protocol.jsonrpc import encode_error, encode_result, parse_request
+from a2a_secure.protocol.messages import Typ, request_hash
+from a2a_secure.protocol.server import Reply, ServerProtocol
+from a2a_secure.testing import FakeClock
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "PROTOCOL.md"
+
+
+def _load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "protocol_examples", REPO / "scripts" / "protocol_examples.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("protocol_examples", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+pe = _load_generator()
+TEXT = DOC.read_text(encoding="utf-8")
+Examples = dict[str, tuple[str, int | None, str]]
+DOCUMENTED: Examples = pe.examples_in(TEXT)
+
+# (request example, endpoint, answer example, server model of the params)
+REQUESTS: list[tuple[str, str, str, Callable[..., Any]]] = [
+    ("hello", "handshake", "challenge", models.Hello.parse),
+    ("proof", "handshake", "policy", models.Proof.parse),
+    ("accept-policy", "handshake", "session", models.AcceptPolicy.parse),
+    ("intent-request", "intent", "intent-result", models.IntentRequest.parse),
+    ("error-request", "intent", "error-result", models.IntentRequest.parse),
+    ("stream-request", "intent", "stream-body", models.IntentRequest.parse),
+    ("close-request", "intent", "closed-result", models.CloseRequest.parse),
+]
+STEP_TIME = {
+    "hello": "challenge",
+    "proof": "proof",
+    "accept-policy": "accept_policy",
+    "intent-request": "intent",
+    "error-request": "error",
+    "stream-request": "stream",
+    "close-request": "close",
+}
+
+
+def value(examples: Examples, name: str) -> Any:
+    """The JSON value of a documented example (a deep copy)."""
+    lang, _http, body = examples[name]
+    assert lang == "json", name
+    return json.loads(body)
+
+
+def http_of(examples: Examples, name: str) -> int | None:
+    return examples[name][1]
+
+
+def sse_events(body: str) -> list[dict[str, Any]]:
+    """The events of a documented stream body, read by the framing rules of §6.4."""
+    wire = body + "\n"
+    assert wire.endswith("\n\n")
+    out = []
+    for index, frame in enumerate(wire[:-2].split("\n\n")):
+        lines = frame.split("\n")
+        assert len(lines) == 2, frame[:80]
+        assert lines[0] == f"id: {index}"
+        assert lines[1].startswith("data: ")
+        out.append(encoding.loads(lines[1][len("data: ") :].encode()))
+    return out
+
+
+def same_json(a: Any, b: Any) -> bool:
+    return encoding.jcs(a) == encoding.jcs(b)
+
+
+def answer_body(request_id: Any, reply: Reply) -> Any:
+    body = (
+        encode_result(request_id, reply.result)
+        if reply.error is None
+        else encode_error(request_id, reply.error)
+    )
+    return encoding.loads(body)
+
+
+# -- the checks (functions of the examples, so a test can feed them a drifted document) ---------
+def check_requests_parse(ex: Examples) -> None:
+    """Each documented request passes the envelope parser and the server's model of its params."""
+    for name, endpoint, _answer, parse in REQUESTS:
+        body = value(ex, name)
+        env = parse_request(encoding.dumps(body), endpoint)
+        assert env.method == body["method"]
+        if parse is models.Hello.parse:
+            parse(env.params, now=pe.AT["challenge"])
+        else:
+            parse(env.params)
+
+
+def check_answers_parse(ex: Examples) -> None:
+    """Each documented answer passes the client's model of it, with the documented status."""
+    server_did = value(ex, "challenge")["result"]["server_did"]
+    models.Challenge.parse(value(ex, "challenge")["result"], server_did=server_did)
+    models.PolicyMessage.parse(value(ex, "policy")["result"])
+    models.SessionMessage.parse(value(ex, "session")["result"])
+    models.IntentResultMessage.parse(value(ex, "intent-result")["result"])
+    models.ClosedMessage.parse(value(ex, "closed-result")["result"])
+    for name in ("stream-event-first", "stream-event-final"):
+        models.EventMessage.parse(value(ex, name)["result"])
+    for event in sse_events(ex["stream-body"][2]):
+        models.EventMessage.parse(event["result"])
+    for name, status in (("error-result", 400), ("unsigned-error", 401)):
+        error = value(ex, name)["error"]
+        models.ErrorObject.parse({k: error[k] for k in ("code", "message")})
+        assert (
+            errors.error_for_code(error["code"], error["message"]).http_status == status == http_of(ex, name)
+        )
+    assert "data" not in value(ex, "unsigned-error")["error"]
+
+
+def _key(ex: Examples, side: str) -> tuple[str, bytes]:
+    entry = value(ex, "hello")["params"] if side == "client" else value(ex, "challenge")["result"]
+    key = entry["public_keys"][0]
+    return key["kid"], encoding.b64u_decode(key["key"])
+
+
+def _tokens(ex: Examples) -> list[tuple[str, str, str, str, Callable[..., Any]]]:
+    """(token, signer, typ, payload example, payload model) for every documented token."""
+    events = sse_events(ex["stream-body"][2])
+    first, final = events[0]["result"]["response_jws"], events[-1]["result"]["response_jws"]
+    challenge, policy = value(ex, "challenge")["result"], value(ex, "policy")["result"]
+    proof, accept = value(ex, "proof")["params"], value(ex, "accept-policy")["params"]
+    session = value(ex, "session")["result"]
+    request, close = value(ex, "intent-request")["params"], value(ex, "close-request")["params"]
+    result, closed = value(ex, "intent-result")["result"], value(ex, "closed-result")["result"]
+    error = value(ex, "error-result")["error"]["data"]
+    event_first, event_final = (
+        value(ex, "stream-event-first")["result"],
+        value(ex, "stream-event-final")["result"],
+    )
+    return [
+        (challenge["policy_signature"], "server", Typ.POLICY, "policy-payload", models.PolicyPayload.parse),
+        (policy["policy_signature"], "server", Typ.POLICY, "policy-payload", models.PolicyPayload.parse),
+        (proof["proof_jws"], "client", Typ.PROOF, "proof-payload", models.ProofPayload.parse),
+        (accept["accept_jws"], "client", Typ.ACCEPT, "accept-payload", models.AcceptPayload.parse),
+        (session["session_jws"], "server", Typ.SESSION, "session-payload", models.SessionPayload.parse),
+        (request["request_jws"], "client", Typ.REQUEST, "request-payload", models.RequestPayload.parse),
+        (result["response_jws"], "server", Typ.RESPONSE, "response-payload", models.ResponsePayload.parse),
+        (error["response_jws"], "server", Typ.RESPONSE, "error-payload", models.ResponsePayload.parse),
+        (event_first["response_jws"], "server", Typ.EVENT, "event-payload-first", models.EventPayload.parse),
+        (first, "server", Typ.EVENT, "event-payload-first", models.EventPayload.parse),
+        (event_final["response_jws"], "server", Typ.EVENT, "event-payload-final", models.EventPayload.parse),
+        (final, "server", Typ.EVENT, "event-payload-final", models.EventPayload.parse),
+        (close["request_jws"], "client", Typ.CLOSE, "close-payload", models.ClosePayload.parse),
+        (closed["response_jws"], "server", Typ.RESPONSE, "closed-payload", models.ResponsePayload.parse),
+    ]
+
+
+def check_tokens_verify(ex: Examples) -> None:
+    """Every documented token verifies with the documented key and carries the documented payload."""
+    assert value(ex, "jws-header") == {"alg": "EdDSA", "typ": Typ.POLICY, "kid": _key(ex, "server")[0]}
+    for token, signer, typ, payload_name, parse in _tokens(ex):
+        kid, key = _key(ex, signer)
+        payload = jws_verify(token, key, typ=typ, kid=kid)
+        assert same_json(payload, value(ex, payload_name)), payload_name
+        parse(payload)
+
+
+def check_hashes(ex: Examples) -> None:
+    """The hashes the document shows are those §5 and §6.2 define."""
+    hello = value(ex, "hello")["params"]
+    challenge = value(ex, "challenge")["result"]
+    assert value(ex, "policy-payload")["hello_hash"] == encoding.hash_of(hello)
+    assert value(ex, "proof-payload")["challenge_hash"] == encoding.hash_of(challenge)
+    policy = value(ex, "policy")["result"]
+    assert policy["policy_hash"] == encoding.hash_of(policy["policy"]) == challenge["policy_hash"]
+    assert challenge["manifest_hash"] == encoding.hash_of(pe.server_card(pe.server_identity()))
+    for request, payload in (
+        ("intent-request", "response-payload"),
+        ("error-request", "error-payload"),
+        ("stream-request", "event-payload-first"),
+        ("close-request", "closed-payload"),
+    ):
+        assert value(ex, payload)["request_hash"] == request_hash(value(ex, request)["params"]["request_jws"])
+
+
+async def replay_server(ex: Examples) -> None:
+    """The documented client messages, sent to a fresh server, get exactly the documented answers."""
+    clock = FakeClock(float(pe.T0))
+    server: ServerProtocol = pe.make_server(clock)
+    for name, _endpoint, answer, _parse in REQUESTS:
+        body = value(ex, name)
+        clock.now = pe.AT[STEP_TIME[name]]
+        reply = await server.handle(body["method"], copy.deepcopy(body["params"]))
+        assert reply.http_status == http_of(ex, answer), (name, reply.http_status, reply.error)
+        if reply.stream is not None:
+            frames = [
+                f"id: {i}\ndata: {encode_result(body['id'], event).decode()}\n"
+                for i, event in enumerate([e async for e in reply.stream])
+            ]
+            assert "\n".join(frames) == ex[answer][2], f"{answer} differs from the server's"
+            continue
+        assert same_json(answer_body(body["id"], reply), value(ex, answer)), (
+            f"{answer} differs from the server's"
+        )
+    # The same close again: the session is gone, an unsigned -32043.
+    close = value(ex, "close-request")
+    clock.now = pe.AT["unsigned"]
+    reply = await server.handle("close", close["params"])
+    assert reply.http_status == http_of(ex, "unsigned-error")
+    assert same_json(answer_body(close["id"], reply), value(ex, "unsigned-error"))
+
+
+def replay_client(ex: Examples) -> None:
+    """The documented server answers, fed to a fresh client, give exactly the documented requests."""
+    clock = FakeClock(float(pe.T0))
+    server_did = value(ex, "challenge")["result"]["server_did"]
+    hs = ClientHandshake(
+        pe.client_identity(), resolve_did_key(server_did), clock=clock, random_bytes=pe.client_random()
+    )
+    clock.now = pe.AT["hello"]
+    assert same_json(hs.hello(), value(ex, "hello")["params"])
+    clock.now = pe.AT["proof"]
+    assert same_json(hs.receive_challenge(value(ex, "challenge")["result"]), value(ex, "proof")["params"])
+    clock.now = pe.AT["accept_policy"]
+    assert same_json(hs.receive_policy(value(ex, "policy")["result"]), value(ex, "accept-policy")["params"])
+    session: ClientSession = hs.receive_session(value(ex, "session")["result"])
+
+    def prepare(name: str, step: str) -> PreparedRequest:
+        clock.now = pe.AT[step]
+        documented = value(ex, name)["params"]
+        req = session.prepare_intent(documented["intent"])
+        assert same_json(req.params, documented), name
+        return req
+
+    req = prepare("intent-request", "intent")
+    result = session.verify_result(req, value(ex, "intent-result")["result"])
+    assert result.result == value(ex, "intent-request")["params"]["intent"]["inputs"]  # echo (§11)
+
+    req = prepare("error-request", "error")
+    err = session.error_from_reply(req, value(ex, "error-result")["error"])
+    assert err.signed and isinstance(err, InvalidParams)
+
+    req = prepare("stream-request", "stream")
+    events = sse_events(ex["stream-body"][2])
+    verified = [session.verify_event(req, e["result"], i) for i, e in enumerate(events)]
+    assert [v.result for v in verified] == [{"i": 0}, {"i": 1}, None]
+    assert [v.final for v in verified] == [False, False, True]
+    assert events[0] == value(ex, "stream-event-first") and events[-1] == value(ex, "stream-event-final")
+
+    clock.now = pe.AT["close"]
+    close = session.prepare_close()
+    assert same_json(close.params, value(ex, "close-request")["params"])
+    session.verify_closed(close, value(ex, "closed-result")["result"])
+    assert session.closed
+
+    clock.now = pe.AT["unsigned"]
+    unsigned = session.error_from_reply(close, value(ex, "unsigned-error")["error"])
+    assert unsigned.code == -32043 and not unsigned.signed
+
+
+# -- the tests --------------------------------------------------------------------------------
+def test_every_message_kind_is_documented_once() -> None:
+    expected = set(asyncio.run(pe.generate()))
+    assert set(DOCUMENTED) == expected
+    assert TEXT.count("<!-- example:") == len(DOCUMENTED)
+
+
+def test_examples_are_what_the_code_produces_today() -> None:
+    generated = asyncio.run(pe.generate())
+    for name, example in generated.items():
+        assert example.render() in TEXT, f"{name}: run scripts/protocol_examples.py --update docs/PROTOCOL.md"
+
+
+def test_documented_requests_pass_the_server_models() -> None:
+    check_requests_parse(DOCUMENTED)
+
+
+def test_documented_answers_pass_the_client_models() -> None:
+    check_answers_parse(DOCUMENTED)
+
+
+def test_documented_tokens_verify_with_the_documented_keys() -> None:
+    check_tokens_verify(DOCUMENTED)
+
+
+def test_documented_hashes_follow_the_definitions() -> None:
+    check_hashes(DOCUMENTED)
+
+
+async def test_server_answers_the_documented_requests_exactly() -> None:
+    await replay_server(DOCUMENTED)
+
+
+def test_client_accepts_the_documented_answers_and_sends_the_documented_requests() -> None:
+    replay_client(DOCUMENTED)
+
+
+def _drift(name: str, edit: Callable[[Any], None]) -> Examples:
+    """The documented examples with one edited."""
+    ex = dict(DOCUMENTED)
+    lang, http, _body = ex[name]
+    obj = value(ex, name)
+    edit(obj)
+    ex[name] = (lang, http, json.dumps(obj, indent=2))
+    return ex
+
+
+def _rename(path: list[str], old: str, new: str) -> Callable[[Any], None]:
+    def edit(obj: Any) -> None:
+        for part in path:
+            obj = obj[part]
+        obj[new] = obj.pop(old)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "check"),
+    [
+        ("hello", _rename(["params"], "nonce", "nonce_a"), check_requests_parse),
+        ("intent-request", _rename(["params", "intent"], "inputs", "input"), check_requests_parse),
+        ("session", _rename(["result"], "expires_at", "expiry"), check_answers_parse),
+        ("request-payload", _rename([], "timestamp", "iat"), check_tokens_verify),
+        ("challenge", _rename(["result"], "policy_hash", "policy_digest"), replay_client),
+    ],
+)
+def test_a_drifted_document_fails_the_checks(name: str, edit: Callable[[Any], None], check: Any) -> None:
+    with pytest.raises((A2AError, AssertionError, KeyError)):
+        check(_drift(name, edit))
+
+
+async def test_a_drifted_answer_fails_the_server_replay() -> None:
+    drifted = _drift("policy", _rename(["result"], "policy_signature", "signature"))
+    with pytest.raises(AssertionError):
+        await replay_server(drifted)
+
+
+# -- §7 and citations ---------------------------------------------------------------------------
+def _section(number: str) -> str:
+    match = re.search(rf"^## {number}\. .*?(?=^## |\Z)", TEXT, re.MULTILINE | re.DOTALL)
+    assert match is not None, f"no section {number}"
+    return match[0]
+
+
+def _table_rows(section: str) -> set[tuple[int, int, str]]:
+    return {
+        (int(code), int(http), name)
+        for code, http, name in re.findall(r"^\| (-\d+) \| (\d{3}) \| `?(\w+)`? \|", section, re.MULTILINE)
+    }
+
+
+def test_the_error_table_lists_every_error_class_with_its_status() -> None:
+    rows = _table_rows(_section("7"))
+    classes = {
+        (cls.code, cls.http_status, cls.__name__)
+        for name in errors.__all__
+        if inspect.isclass(cls := getattr(errors, name)) and issubclass(cls, A2AError) and cls is not A2AError
+    }
+    assert rows == classes
+
+
+def test_the_a2a_error_table_matches_the_binding() -> None:
+    binding = pytest.importorskip("a2a_secure.a2a_binding.errors")
+    rows = _table_rows(_section("10"))
+    classes = {
+        (cls.code, cls.http_status, cls.reason)
+        for name in binding.__all__
+        if inspect.isclass(cls := getattr(binding, name))
+        and issubclass(cls, binding.A2AProtocolError)
+        and cls is not binding.A2AProtocolError
+    }
+    assert classes and rows == classes
+
+
+HEADINGS = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", TEXT, re.MULTILINE))
+# A section number, not one of an RFC ("RFC 4648 §5").
+CITATION = re.compile(r"(?<!RFC \d{4} )§(\d+(?:\.\d+)?)")
+
+
+def test_sections_are_numbered_as_the_base_contract() -> None:
+    expected = (
+        {str(n) for n in range(1, 13)} | {f"5.{n}" for n in range(1, 7)} | {f"6.{n}" for n in range(1, 5)}
+    )
+    assert expected <= HEADINGS
+    assert "Extensions of this implementation (additive, optional)" in _section("12")
+
+
+@pytest.mark.parametrize("path", ["SECURITY.md", "README.md"])
+def test_sections_cited_in_the_project_docs_exist(path: str) -> None:
+    cited = set(CITATION.findall((REPO / path).read_text(encoding="utf-8")))
+    assert cited, path
+    assert cited <= HEADINGS, sorted(cited - HEADINGS)
+
+
+def test_sections_cited_in_the_code_exist() -> None:
+    cited: dict[str, str] = {}
+    for source in sorted((REPO / "a2a_secure").rglob("*.py")):
+        for number in CITATION.findall(source.read_text(encoding="utf-8")):
+            cited.setdefault(number, str(source.relative_to(REPO)))
+    missing = {n: where for n, where in cited.items() if n not in HEADINGS}
+    assert not missing
+
+
+def test_the_readme_and_security_point_to_the_document() -> None:
+    assert "docs/PROTOCOL.md" in (REPO / "README.md").read_text(encoding="utf-8")
+    assert "docs/PROTOCOL.md" in (REPO / "SECURITY.md").read_text(encoding="utf-8").split("\n\n")[1]
