@@ -1137,8 +1137,11 @@ def build_server(ledger: Ledger, identity: Identity, store: Any = None) -> Agent
         Policy.build(blocked=["blocked"], rate_limit=10**7, rate_period=3600),
         name="mitm-target",
         store=store if store is not None else RecordingStore(ledger),
-        # The attacker replays HELLOs freely; the pending bound is not what is tested here.
-        limits=ServerLimits(max_pending_per_source=10**6, max_pending_total=10**6),
+        # The attacker replays HELLOs freely, and two DIDs send every intent of a long
+        # campaign with an id: the pending and intent_id bounds are not what is tested here.
+        limits=ServerLimits(
+            max_pending_per_source=10**6, max_pending_total=10**6, max_intent_ids_per_did=10**7
+        ),
     )
 
     def execution(inputs: Any, ctx: IntentContext) -> Execution:
