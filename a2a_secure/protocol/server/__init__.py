@@ -15,13 +15,15 @@ One module per section of the contract, each saying in its docstring what state 
     replay       stored answers, byte-identical retries (§6.1 step 7)
     runner       the handler within its deadline (§6.1 step 11)
     streams      the stream pump: signed events of a streamed answer (§6.4)
+    exactly_once the intent_id extension: one run per (DID, intent_id) across sessions
     deadlines    session lifetimes on the monotonic clock (§5.6)
     budget       failed signature-checked handshake steps per source (ATTACKS.md H4)
     auditing     one audit record per request (§8)
     dispatcher   goals and their handlers, what a handler is told
     common       ServerLimits (§9), Reply, which endpoint serves which method (§4)
 
-Only ``runner``, ``streams`` and ``replay`` wait on the event loop and import asyncio.
+Only ``runner``, ``streams``, ``replay`` and ``exactly_once`` wait on the event loop and
+import asyncio.
 """
 
 from __future__ import annotations
