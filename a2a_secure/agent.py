@@ -417,7 +417,14 @@ class A2AAgent:
                 f"agent {name!r} did not answer at {where} ({reason})", endpoint=where, reason=exc.reason
             ) from None
 
-    async def request(self, target: str, intent: Mapping[str, Any], *, priority: int | None = None) -> Any:
+    async def request(
+        self,
+        target: str,
+        intent: Mapping[str, Any],
+        *,
+        priority: int | None = None,
+        intent_id: str | None = None,
+    ) -> Any:
         """Send ``intent`` to the agent ``target`` designates (see :meth:`find`); return its result.
 
         The result is verified against the server's signature before it is returned; a
@@ -425,20 +432,31 @@ class A2AAgent:
         endpoint that does not answer raises :class:`~a2a_secure.errors.PeerUnreachable`
         naming the agent and the endpoint. ``priority`` (1-5, default 3; PROTOCOL.md §12.3)
         asks the agent to schedule the intent at that priority, within the rights the agent
-        gives this caller.
+        gives this caller. ``intent_id``: the caller's own id for this intent, so that
+        calling again with the same id (after a crash, say) returns the one run's result
+        instead of running it again (see :meth:`A2AClient.request`; the server must declare
+        the extension).
         """
         # A JSON object comes back as a dict that also answers ``.needs_approval`` (§12).
-        result = await self.request_verified(target, intent, priority=priority)
+        result = await self.request_verified(target, intent, priority=priority, intent_id=intent_id)
         return _approval.as_result(result.result)
 
     async def request_verified(
-        self, target: str, intent: Mapping[str, Any], *, priority: int | None = None
+        self,
+        target: str,
+        intent: Mapping[str, Any],
+        *,
+        priority: int | None = None,
+        intent_id: str | None = None,
     ) -> IntentResult:
         """Like :meth:`request`, but return the whole verified answer: ``status``,
-        ``sequence``, ``result`` and the server's signed ``response_jws`` (kept as proof)."""
+        ``sequence``, ``result``, the server's signed ``response_jws`` (kept as proof) and
+        the ``intent_id`` used."""
         name, did, endpoint = await self._locate(target)
         with self._naming(name, endpoint):
-            return await self.client.request(did, intent, endpoint=endpoint, priority=priority)
+            return await self.client.request(
+                did, intent, endpoint=endpoint, priority=priority, intent_id=intent_id
+            )
 
     # -- key rotation ----------------------------------------------------------------------------
     def _audit_follow(self, statement: Any) -> None:

@@ -30,7 +30,20 @@ began (a request recorded in one run may be replayed into a later one):
     session is closed that the client did not sign a close for;
 (c) no intent runs twice for one session and sequence;
 (d) every value the client returns equals the handler's output for that exact request, and
-    only for requests the server ran (for streams: the items are that run's items, in order).
+    only for requests the server ran (for streams: the items are that run's items, in order);
+(e) with the intent_id extension: each intent_id ran at most once, and a value returned for a
+    request with an intent_id is that one run's output (the one run under another session
+    when the client re-sent it after a -32043), never another run's.
+
+Two mutations target exactly-once: ``forge_unknown_session`` lets the request run and
+answers with an unsigned -32043 (the client re-handshakes and sends the intent again), and
+``drop_then_forge_unknown_session`` drops the reply and answers the client's byte-identical
+retry with an unsigned -32043. ``server_restart`` swaps the server for a fresh one on the
+same store while a request is in flight (the old one's run is cancelled, as when a worker
+dies); it is used with a shared store (``store="redis"``).
+
+``Campaign(in_process=True)`` runs both hops through ``httpx.ASGITransport`` (no sockets)
+and keeps each client's session for ``runs_per_handshake`` runs: fast enough for 10 000 runs.
 
 Besides, no exception other than ``A2AError`` may leave the client, no call may hang, and
 after each run a clean request by each client must succeed (no state was poisoned).
@@ -54,6 +67,7 @@ from typing import Any
 import httpx
 
 import a2a_secure.client.http as client_http
+from a2a_secure.client import extensions as client_extensions
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity.keys import Identity
@@ -64,6 +78,7 @@ from a2a_secure.protocol.validate import json_equal
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.base import OpenResult, SessionRecord
 from a2a_secure.store.memory import MemoryStore
+from a2a_secure.store.redis import RedisStore
 from a2a_secure.testing import serve_app
 
 # -- what the attacker does ------------------------------------------------------------------
@@ -91,6 +106,28 @@ MUTATIONS: tuple[tuple[str, int], ...] = (
     ("status_flip", 3),
     ("truncate_response", 2),
     ("forge_error", 4),
+    ("forge_unknown_session", 4),
+    ("drop_then_forge_unknown_session", 3),
+)
+# Only with a store that survives a restart (RedisStore): see Campaign(store=...).
+RESTART_MUTATIONS: tuple[tuple[str, int], ...] = (("server_restart", 2),)
+# A campaign aimed at exactly-once: enough honest traffic that a re-handshake and the
+# resend get through, and the -32043 forgeries, losses and duplicates that make resends.
+EXACTLY_ONCE_MUTATIONS: tuple[tuple[str, int], ...] = (
+    ("pass", 60),
+    ("forge_unknown_session", 12),
+    ("drop_then_forge_unknown_session", 10),
+    ("drop_response", 4),
+    ("close_connection", 3),
+    ("duplicate_sequential", 3),
+    ("duplicate_concurrent", 3),
+    ("replay_inject", 3),
+    ("replay_answer", 2),
+    ("reorder_late", 2),
+    ("edit_request", 2),
+    ("edit_response", 2),
+    ("forge_error", 2),
+    ("header_retry_after", 2),
 )
 MUTATION_NAMES = tuple(name for name, _ in MUTATIONS if name != "pass")
 
@@ -141,6 +178,7 @@ class Wire:
     headers: dict[str, bytes]
     body: bytes
     client: str = ""
+    verb: str = "POST"
 
     @property
     def rpc(self) -> Any:
@@ -199,11 +237,24 @@ def _with_id(body: bytes, rid: Any) -> bytes:
 class Mitm:
     """The attacker: an ASGI app that forwards to ``upstream`` and mutates on the way."""
 
-    def __init__(self, upstream: str, *, pool_cap: int = 400) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        pool_cap: int = 400,
+        transport: httpx.AsyncBaseTransport | None = None,
+        time_scale: float = 1.0,
+        mutations: tuple[tuple[str, int], ...] = MUTATIONS,
+    ) -> None:
         self.upstream = upstream
         self.http = httpx.AsyncClient(
-            transport=fast_transport(limits=httpx.Limits(max_connections=64)), timeout=20
+            transport=transport or fast_transport(limits=httpx.Limits(max_connections=64)), timeout=20
         )
+        self.time_scale = time_scale  # delays and holds are multiplied by it (in-process runs)
+        self.mutation_table = mutations
+        # Requests (by body) whose next copy is answered with a forged -32043.
+        self.forge_next: set[bytes] = set()
+        self.restart: Callable[[], Awaitable[None]] | None = None
         self.rng = random.Random(0)
         self.active = False
         self.mutations: Counter[str] = Counter()
@@ -266,7 +317,13 @@ class Mitm:
             if not msg.get("more_body"):
                 break
         headers = {k.decode("latin-1").lower(): v for k, v in scope["headers"]}
-        wire = Wire(scope["path"], headers, b"".join(chunks), headers.get("x-mitm-client", b"").decode())
+        wire = Wire(
+            scope["path"],
+            headers,
+            b"".join(chunks),
+            headers.get("x-mitm-client", b"").decode(),
+            scope.get("method", "POST"),
+        )
         answer = await self.exchange(wire)
         if answer.close:
             # Declare more than is sent: uvicorn cuts the connection inside the body.
@@ -286,7 +343,10 @@ class Mitm:
         if not headers["content-type"]:
             del headers["content-type"]
         try:
-            resp = await self.http.post(self.upstream + wire.path, content=wire.body, headers=headers)
+            if wire.verb == "GET":
+                resp = await self.http.get(self.upstream + wire.path)
+            else:
+                resp = await self.http.post(self.upstream + wire.path, content=wire.body, headers=headers)
         except httpx.HTTPError:
             return Answer(502, {"content-type": b"text/plain"}, b"bad gateway")
         keep = {
@@ -301,11 +361,18 @@ class Mitm:
 
     async def exchange(self, wire: Wire) -> Answer:
         self.exchanges += 1
+        if wire.body in self.forge_next:
+            # The byte-identical retry of a request whose reply was dropped.
+            self.forge_next.discard(wire.body)
+            self.details["forged_retry:-32043"] += 1
+            self._signal()
+            return self._forged_unknown_session(wire)
         if not self.active:
             answer = await self.forward(wire)
             self._signal()
             return answer
-        name = self.rng.choices([n for n, _ in MUTATIONS], [w for _, w in MUTATIONS])[0]
+        table = self.mutation_table
+        name = self.rng.choices([n for n, _ in table], [w for _, w in table])[0]
         self.mutations[name] += 1
         try:
             answer = await getattr(self, "_m_" + name)(wire)
@@ -365,18 +432,18 @@ class Mitm:
         return self.rng.choice((first, second))
 
     async def _m_delay_request(self, wire: Wire) -> Answer:
-        await asyncio.sleep(self.rng.uniform(0, 0.2))
+        await asyncio.sleep(self.rng.uniform(0, 0.2) * self.time_scale)
         return await self.forward(wire)
 
     async def _m_delay_response(self, wire: Wire) -> Answer:
         answer = await self.forward(wire)
-        await asyncio.sleep(self.rng.uniform(0, 0.2))
+        await asyncio.sleep(self.rng.uniform(0, 0.2) * self.time_scale)
         return answer
 
     async def _m_reorder_hold(self, wire: Wire) -> Answer:
         # Hold the request until the next one (of either client) has been delivered.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._forwarded.wait(), 0.15)
+            await asyncio.wait_for(self._forwarded.wait(), 0.15 * self.time_scale)
         return await self.forward(wire)
 
     async def _m_reorder_late(self, wire: Wire) -> Answer:
@@ -512,6 +579,50 @@ class Mitm:
         return _json_answer(
             {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": "forged"}}, status
         )
+
+    def _forged_unknown_session(self, wire: Wire) -> Answer:
+        rid = wire.rpc.get("id") if isinstance(wire.rpc, dict) else None
+        error = {"code": -32043, "message": "unknown, expired or closed session"}
+        return _json_answer({"jsonrpc": "2.0", "id": rid, "error": error}, 401)
+
+    async def _m_forge_unknown_session(self, wire: Wire) -> Answer:
+        # The request runs; the client is told the session is unknown (unsigned, as -32043
+        # always is before authentication) and re-sends the intent on a new session.
+        if wire.method != "intent":
+            return await self.forward(wire)
+        await self.forward(wire)
+        self.details[f"forge_unknown_session:{wire.method}"] += 1
+        return self._forged_unknown_session(wire)
+
+    async def _m_drop_then_forge_unknown_session(self, wire: Wire) -> Answer:
+        # The request runs, its reply is lost; the client's byte-identical retry is then
+        # answered -32043 without reaching the server.
+        if wire.method != "intent":
+            return await self.forward(wire)
+        await self.forward(wire)
+        self.forge_next.add(wire.body)
+        self.details[f"drop_then_forge:{wire.method}"] += 1
+        if self.rng.random() < 0.5:  # a loss the client retries: a cut connection or a 502
+            return CLOSE
+        rid = wire.rpc.get("id") if isinstance(wire.rpc, dict) else None
+        error = {"code": -32603, "message": "bad gateway"}
+        return _json_answer({"jsonrpc": "2.0", "id": rid, "error": error}, 502)
+
+    async def _m_server_restart(self, wire: Wire) -> Answer:
+        # The request reaches a server that is replaced by a fresh one (same key, same
+        # store) while it runs: the old one's work is cancelled where it stands.
+        task = asyncio.ensure_future(self.forward(wire))
+        await asyncio.sleep(self.rng.choice((0, 0.001, 0.005)))
+        if self.restart is not None:
+            await self.restart()
+        if not task.done():
+            task.cancel()
+            self.details["server_restart:cancelled"] += 1
+            with contextlib.suppress(BaseException):
+                await task
+            return CLOSE
+        self.details["server_restart:answered"] += 1
+        return task.result()
 
     async def _m_status_flip(self, wire: Wire) -> Answer:
         answer = await self.forward(wire)
@@ -767,6 +878,7 @@ class Execution:
     inputs: Any
     output: Any = None
     outputs: list[Any] = field(default_factory=list)  # a stream's items
+    intent_id: str | None = None
 
 
 @dataclass
@@ -779,6 +891,7 @@ class Returned:
     value: Any
     stream: bool = False
     complete: bool = True
+    intent_id: str | None = None
 
 
 @dataclass
@@ -841,9 +954,23 @@ class Ledger:
         for sid in self.server_closed:
             if sid not in closes:
                 out.append(f"(b) server closed {sid} without a close signed by its client")
+        # (e) intent ids: at most one run each; a value for an id is that run's.
+        by_id: dict[str, Execution] = {}
+        for e in self.executions:
+            if e.intent_id is None:
+                continue
+            if e.intent_id in by_id:
+                out.append(f"(e) intent_id {e.intent_id} ran twice: {by_id[e.intent_id]} and {e}")
+            by_id.setdefault(e.intent_id, e)
         # (d) results.
         for r in self.returned:
-            e = by_key.get((r.session_id, r.sequence))
+            if r.intent_id is not None:
+                e = by_id.get(r.intent_id)
+                if e is None or e.client_did != r.client_did:
+                    out.append(f"(e) client returned a value for intent_id {r.intent_id} that never ran")
+                    continue
+            else:
+                e = by_key.get((r.session_id, r.sequence))
             if e is None or e.client_did != r.client_did:
                 out.append(f"(d) client returned a value for {(r.session_id, r.sequence)} that never ran")
             elif r.stream:
@@ -966,19 +1093,66 @@ def _record_signing(ledger: Ledger, session: ClientSession) -> None:
     session.prepare_close = close  # type: ignore[method-assign]
 
 
-def build_server(ledger: Ledger, identity: Identity) -> AgentServer:
+class RecordingRedisStore(RedisStore):
+    """A ``RedisStore`` that writes down each PROOF accepted, session opened and close."""
+
+    def __init__(self, ledger: Ledger, url: str, prefix: str) -> None:
+        super().__init__(url, prefix=prefix, socket_timeout=2.0)
+        self.ledger = ledger
+
+    async def mark_proven(self, nonce_b: str, kid: str, now: float) -> bool:
+        pending = await self.get_pending(nonce_b, now)
+        ok = await super().mark_proven(nonce_b, kid, now)
+        if ok and pending is not None:
+            self.ledger.server_proven.append((nonce_b, pending.client_did))
+        return ok
+
+    async def open_session(
+        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float
+    ) -> OpenResult:
+        pending = await self.get_pending(nonce_b, now)
+        result = await super().open_session(nonce_b, session, max_sessions=max_sessions, now=now)
+        if result is OpenResult.OPENED and pending is not None:
+            self.ledger.server_opened[session.session_id] = View(
+                client_did=session.client_did,
+                server_did=session.server_did,
+                nonce_a=pending.nonce_a,
+                nonce_b=pending.nonce_b,
+                policy_hash=pending.policy_hash,
+                session_id=session.session_id,
+                session_commitment=session.session_commitment,
+                policy=session.policy.to_dict(),
+            )
+        return result
+
+    async def close_session(self, session_id: str) -> None:
+        self.ledger.server_closed.append(session_id)
+        await super().close_session(session_id)
+
+
+def build_server(ledger: Ledger, identity: Identity, store: Any = None) -> AgentServer:
     """The honest server: handlers that write down every execution."""
     server = AgentServer(
         identity,
         Policy.build(blocked=["blocked"], rate_limit=10**7, rate_period=3600),
         name="mitm-target",
-        store=RecordingStore(ledger),
-        # The attacker replays HELLOs freely; the pending bound is not what is tested here.
-        limits=ServerLimits(max_pending_per_source=10**6, max_pending_total=10**6),
+        store=store if store is not None else RecordingStore(ledger),
+        # The attacker replays HELLOs freely, and two DIDs send every intent of a long
+        # campaign with an id: the pending and intent_id bounds are not what is tested here.
+        limits=ServerLimits(
+            max_pending_per_source=10**6, max_pending_total=10**6, max_intent_ids_per_did=10**7
+        ),
     )
 
     def execution(inputs: Any, ctx: IntentContext) -> Execution:
-        e = Execution(ctx.session_id, ctx.sequence, ctx.caller_did, ctx.goal, json.loads(json.dumps(inputs)))
+        e = Execution(
+            ctx.session_id,
+            ctx.sequence,
+            ctx.caller_did,
+            ctx.goal,
+            json.loads(json.dumps(inputs)),
+            intent_id=ctx.intent_id,
+        )
         ledger.executions.append(e)
         return e
 
@@ -1025,6 +1199,9 @@ class Report:
     sessions_accepted: int = 0
     results_returned: int = 0
     logical_duplicates: int = 0
+    with_intent_id: int = 0  # executions whose request carried an intent_id
+    resent: int = 0  # intent_ids the client signed on more than one session
+    resent_answered: int = 0  # ... of which the caller got a value (the one run's)
     violations: list[str] = field(default_factory=list)
     first_failing_run: int | None = None
     seconds: float = 0.0
@@ -1034,8 +1211,10 @@ class Report:
             f"runs {self.runs}, HTTP exchanges {self.exchanges}, {self.seconds:.1f} s",
             f"sessions: server opened {self.sessions_opened}, clients accepted {self.sessions_accepted}",
             f"intents run {self.executions}, values returned to callers {self.results_returned}",
-            f"intents re-sent by the client on a new session after an unsigned -32043: "
-            f"{self.logical_duplicates}",
+            f"intents that ran twice (re-sent on a new session after an unsigned -32043, without "
+            f"an intent_id): {self.logical_duplicates}; runs with an intent_id: {self.with_intent_id}",
+            f"intent_ids re-sent on another session: {self.resent}, of which answered with the one "
+            f"run's value: {self.resent_answered}",
             "mutations: " + ", ".join(f"{k} {v}" for k, v in sorted(self.mutations.items())),
             "client outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(self.outcomes.items())),
             f"invariant violations: {len(self.violations)}"
@@ -1050,10 +1229,38 @@ class Report:
 class Campaign:
     """One honest server, the attacker in front of it, two honest clients; many runs."""
 
-    def __init__(self, seed: int, *, ops_per_client: int = 5, op_timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        seed: int,
+        *,
+        ops_per_client: int = 5,
+        op_timeout: float = 15.0,
+        in_process: bool = False,
+        runs_per_handshake: int = 1,
+        store: str = "memory",
+        redis_url: str = "",
+        exactly_once: bool | None = None,
+        check_every: int = 1,
+        mutations: tuple[tuple[str, int], ...] = MUTATIONS,
+    ) -> None:
+        """``store``: "memory", or "redis" (``redis_url``; adds the ``server_restart``
+        mutation). ``exactly_once``: the clients' setting. ``check_every``: check the
+        invariants after every n-th run (and at the end)."""
         self.seed = seed
         self.ops = ops_per_client
         self.op_timeout = op_timeout
+        self.in_process = in_process
+        self.runs_per_handshake = runs_per_handshake
+        self.store_kind = store
+        self.redis_url = redis_url
+        self.redis_prefix = f"a2a-test:mitm:{seed}:{time.time_ns()}:"
+        self.exactly_once = exactly_once
+        self.check_every = check_every
+        self.mutation_table = mutations
+        self._app: Any = None
+        self._servers: list[AgentServer] = []
+        self._kept: dict[str, A2AClient] = {}
+        self._kept_runs = 0
         self.ledger = Ledger()
         self.server_identity = identity_for("server")
         self.identities = {"alice": identity_for("alice"), "bob": identity_for("bob")}
@@ -1062,33 +1269,93 @@ class Campaign:
         self.report = Report()
         self._stack = contextlib.AsyncExitStack()
 
+    def _new_server(self) -> AgentServer:
+        store: Any = None
+        if self.store_kind == "redis":
+            store = RecordingRedisStore(self.ledger, self.redis_url, self.redis_prefix)
+        server = build_server(self.ledger, self.server_identity, store)
+        self._servers.append(server)
+        return server
+
+    async def _restart(self) -> None:
+        """A fresh server process on the same key and store (the old one is dropped)."""
+        self._app = self._new_server().app()
+
+    async def _upstream_app(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._app(scope, receive, send)
+
     async def __aenter__(self) -> Campaign:
-        server = build_server(self.ledger, self.server_identity)
+        self._app = self._new_server().app()
         # The clients' handshakes write down what they sign (real methods, recorded).
         original = client_http.ClientHandshake
         client_http.ClientHandshake = recording_handshake(self.ledger)  # type: ignore[misc]
         self._stack.callback(setattr, client_http, "ClientHandshake", original)
-        upstream = await self._stack.enter_async_context(serve_app(server.app()))
-        self.mitm = Mitm(upstream)
+        self._stack.callback(client_extensions.forget)
+        client_extensions.forget()
+        mutations = self.mutation_table + (RESTART_MUTATIONS if self.store_kind == "redis" else ())
+        if self.in_process:
+            # No sockets: both hops are ASGI calls (the host names only satisfy the client's
+            # https-or-loopback rule).
+            transport = httpx.ASGITransport(app=self._upstream_app, client=("127.0.0.1", 4000))
+            self.mitm = Mitm("http://127.0.0.1:1", transport=transport, time_scale=0.05, mutations=mutations)
+            self.url = "http://127.0.0.1:2"
+        else:
+            upstream = await self._stack.enter_async_context(serve_app(self._upstream_app, interface="asgi3"))
+            self.mitm = Mitm(upstream, mutations=mutations)
+            self.url = await self._stack.enter_async_context(serve_app(self.mitm, log_level="critical"))
+        self.mitm.restart = self._restart
         self._stack.push_async_callback(self.mitm.aclose)
-        self.url = await self._stack.enter_async_context(serve_app(self.mitm, log_level="critical"))
+        self._stack.push_async_callback(self._close_servers)
         # A clean recorded session per client first: traffic for later replays.
         await self.run(-1, attack=False)
         return self
 
+    async def _close_servers(self) -> None:
+        for client in self._kept.values():
+            with contextlib.suppress(Exception):
+                await client.aclose(close_sessions=False)
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await server.store.aclose()
+        if self.store_kind == "redis":
+            with contextlib.suppress(Exception):
+                import redis_helpers
+
+                redis_helpers.delete_prefix(self.redis_url, self.redis_prefix)
+
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
+    def _client(self, label: str, ident: Identity) -> A2AClient:
+        if self.in_process:
+            client = ("127.0.0.1", 4001)
+            transport: httpx.AsyncBaseTransport = httpx.ASGITransport(app=self.mitm, client=client)
+        else:
+            transport = fast_transport()
+        http = httpx.AsyncClient(transport=transport, timeout=5, headers={"x-mitm-client": label})
+        retry = RetryPolicy(attempts=3, base=0.005, cap=0.02, max_wait=0.5)
+        return A2AClient(ident, http=http, retry=retry, exactly_once=self.exactly_once)
+
     @contextlib.asynccontextmanager
     async def _clients(self) -> AsyncIterator[dict[str, A2AClient]]:
+        if self.runs_per_handshake > 1:
+            # Kept across runs (their sessions too): several runs per handshake.
+            if not self._kept or self._kept_runs >= self.runs_per_handshake:
+                for client in self._kept.values():
+                    with contextlib.suppress(Exception):
+                        await client.aclose(close_sessions=False)
+                    await client.http.aclose()
+                self._kept = {label: self._client(label, ident) for label, ident in self.identities.items()}
+                self._kept_runs = 0
+            self._kept_runs += 1
+            yield self._kept
+            return
         async with contextlib.AsyncExitStack() as stack:
             clients = {}
             for label, ident in self.identities.items():
-                http = await stack.enter_async_context(
-                    httpx.AsyncClient(transport=fast_transport(), timeout=5, headers={"x-mitm-client": label})
-                )
-                retry = RetryPolicy(attempts=3, base=0.005, cap=0.02, max_wait=0.5)
-                clients[label] = A2AClient(ident, http=http, retry=retry)
+                client = self._client(label, ident)
+                stack.push_async_callback(client.http.aclose)
+                clients[label] = client
             yield clients
 
     async def _guard(self, what: str, call: Awaitable[Any]) -> Any:
@@ -1139,7 +1406,15 @@ class Campaign:
         if req.sequence != sequence:
             self.ledger.mislabelled.append(f"result sequence {sequence} is not the request's {req.sequence}")
         self.ledger.returned.append(
-            Returned(me, self.ledger.last_session[me], req.sequence, value, stream=stream, complete=complete)
+            Returned(
+                me,
+                self.ledger.last_session[me],
+                req.sequence,
+                value,
+                stream=stream,
+                complete=complete,
+                intent_id=req.intent_id,
+            )
         )
         self.ledger.outcomes["success"] += 1
 
@@ -1183,10 +1458,13 @@ class Campaign:
                 except Exception as exc:
                     self.ledger.sanity_failures.append(f"run {run} {label}: {exc!r}")
             # Leave some sessions open, for replays into them in later runs.
-            for client in clients.values():
-                await self._guard(f"run {run} aclose", client.aclose(close_sessions=rng.random() < 0.5))
+            if self.runs_per_handshake == 1:
+                for client in clients.values():
+                    await self._guard(f"run {run} aclose", client.aclose(close_sessions=rng.random() < 0.5))
         if run >= 0:
             self.report.runs += 1
+        if run >= 0 and (run + 1) % self.check_every:
+            return []
         return self.ledger.check()
 
     def finish(self, started: float) -> Report:
@@ -1201,17 +1479,29 @@ class Campaign:
         r.sessions_accepted = len(self.ledger.client_sessions)
         r.results_returned = len(self.ledger.returned)
         r.logical_duplicates = self.ledger.logical_duplicates()
+        r.with_intent_id = sum(1 for e in self.ledger.executions if e.intent_id is not None)
+        sessions_of: dict[str, set[str]] = {}
+        for signed in self.ledger.signed.values():
+            iid = (signed.intent or {}).get("intent_id")
+            if iid is not None:
+                sessions_of.setdefault(iid, set()).add(signed.session_id)
+        resent = {iid for iid, sids in sessions_of.items() if len(sids) > 1}
+        r.resent = len(resent)
+        r.resent_answered = len({x.intent_id for x in self.ledger.returned if x.intent_id in resent})
         r.violations = self.ledger.check()
         r.seconds = time.perf_counter() - started
         return r
 
 
 async def run_campaign(
-    seed: int, runs: int, *, ops_per_client: int = 5, stop_on_violation: bool = False
+    seed: int, runs: int, *, ops_per_client: int = 5, stop_on_violation: bool = False, **options: Any
 ) -> Report:
-    """``runs`` seeded runs against one server; invariants checked after every run."""
+    """``runs`` seeded runs against one server; invariants checked after every run.
+
+    ``options`` go to :class:`Campaign` (``in_process``, ``runs_per_handshake``, ``store``...).
+    """
     started = time.perf_counter()
-    async with Campaign(seed, ops_per_client=ops_per_client) as campaign:
+    async with Campaign(seed, ops_per_client=ops_per_client, **options) as campaign:
         for run in range(runs):
             violations = await campaign.run(run)
             if violations and campaign.report.first_failing_run is None:

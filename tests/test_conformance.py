@@ -290,6 +290,7 @@ import pytest_asyncio
 
 from a2a_secure.audit import Auditor, MemoryAuditSink
 from a2a_secure.client.http import A2AClient
+from a2a_secure.errors import InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified, jws_verify
 from a2a_secure.identity.keys import Identity
@@ -1298,7 +1299,10 @@ async def test_s9_depth_counts_containers_with_the_outermost_as_1(stack: Stack) 
     body = envelope("intent", req.params)
     resp = await stack.post("/a2a/intent", body)
     assert resp.status_code == 200, resp.text
-    deeper = stack.prepare("echo", {"d": {"a": inner}})
+    # An honest client refuses to sign it; a forged request shows what the server does.
+    with pytest.raises(InvalidParams, match="nested deeper than 29 levels"):
+        stack.prepare("echo", {"d": {"a": inner}})
+    deeper = forge_request(stack.session, {"goal": "echo", "inputs": {"d": {"a": inner}}})
     error_of(await stack.post("/a2a/intent", envelope("intent", deeper.params, 3)), 400, -32700, None)
 
 

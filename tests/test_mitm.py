@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from redis_helpers import redis_url  # noqa: F401
 
 from a2a_secure.errors import A2AError
 from tests.mitm_helpers import MUTATION_NAMES, Answer, Campaign, Wire, _json_answer, run_campaign
@@ -182,3 +183,84 @@ async def test_every_edited_stream_is_refused_or_exact(campaign: Campaign) -> No
     # and the ledger holds every yielded item against the handler's own output.
     assert refused > 0 and exact > 0, (refused, exact)
     assert campaign.ledger.check() == []
+
+
+# -- exactly once: forged -32043 after the intent ran ----------------------------------------------
+
+
+def forge_unknown_session_once(campaign: Campaign, *, drop_first: bool = False) -> None:
+    """The next intent runs; its answer (or, with ``drop_first``, the answer to its retry) is
+    replaced by an unsigned -32043."""
+    mitm = campaign.mitm
+    assert mitm is not None
+    honest = mitm.exchange
+    state = {"done": False}
+
+    async def exchange(wire: Wire) -> Answer:
+        if wire.method == "intent" and not state["done"]:
+            state["done"] = True
+            if drop_first:
+                return await mitm._m_drop_then_forge_unknown_session(wire)
+            return await mitm._m_forge_unknown_session(wire)
+        return await honest(wire)
+
+    mitm.exchange = exchange  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("drop_first", [False, True])
+async def test_forged_unknown_session_after_the_run_does_not_run_the_intent_twice(
+    campaign: Campaign, drop_first: bool
+) -> None:
+    forge_unknown_session_once(campaign, drop_first=drop_first)
+    async with campaign._clients() as clients:
+        alice = clients["alice"]
+        did = campaign.server_identity.did
+        res = await alice.request(did, {"goal": "echo", "inputs": {"tag": "once"}}, endpoint=campaign.url)
+        runs = [e for e in campaign.ledger.executions if e.inputs.get("tag") == "once"]
+        assert len(runs) == 1 and runs[0].intent_id == res.intent_id is not None
+        # The value is the one run's (under the first session), delivered on the second.
+        assert res.result == runs[0].output and res.result["session"] == runs[0].session_id
+        assert campaign.ledger.last_session[alice.identity.did] != runs[0].session_id
+        await alice.aclose()
+    assert campaign.ledger.check() == []
+
+
+async def test_without_the_extension_the_forged_resend_runs_twice(campaign: Campaign) -> None:
+    # Today's behaviour for a client that does not use intent_id (SECURITY.md).
+    forge_unknown_session_once(campaign)
+    async with campaign._clients() as clients:
+        alice = clients["alice"]
+        alice.exactly_once = False
+        did = campaign.server_identity.did
+        await alice.request(did, {"goal": "echo", "inputs": {"tag": "twice"}}, endpoint=campaign.url)
+        await alice.aclose()
+    assert len([e for e in campaign.ledger.executions if e.inputs.get("tag") == "twice"]) == 2
+    assert campaign.ledger.logical_duplicates() == 1
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+async def test_exactly_once_campaign_in_process(store: str, request: pytest.FixtureRequest) -> None:
+    from tests.mitm_helpers import EXACTLY_ONCE_MUTATIONS
+
+    url = request.getfixturevalue("redis_url") if store == "redis" else ""
+    runs = 150 if store == "memory" else 60
+    report = await run_campaign(
+        SEED,
+        runs,
+        in_process=True,
+        runs_per_handshake=5,
+        exactly_once=True,
+        mutations=EXACTLY_ONCE_MUTATIONS,
+        store=store,
+        redis_url=url,
+        check_every=10,
+    )
+    print("\n" + report.summary())
+    assert report.violations == [], report.summary()
+    assert report.logical_duplicates == 0
+    assert report.with_intent_id == report.executions > 200
+    assert report.resent > 10 and report.resent_answered > 5
+    assert report.mutations["forge_unknown_session"] > 0
+    assert report.mutations["drop_then_forge_unknown_session"] > 0
+    if store == "redis":
+        assert report.details["server_restart:cancelled"] > 0

@@ -102,6 +102,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    yield from _cluster(tmp_path_factory, RATE_LIMIT)
+
+
+@pytest.fixture(scope="module")
+def busy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Two processes whose policy lets one DID send hundreds of requests."""
+    yield from _cluster(tmp_path_factory, 1000)
+
+
+def _cluster(tmp_path_factory: pytest.TempPathFactory, rate_limit: int) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("multiworker")
     owned = OwnedRedis(tmp, persist=True)
     owned.start()
@@ -111,7 +121,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         key_file = tmp / "server.key"
         server.save(key_file)
         policy_file = tmp / "policy.json"
-        policy_file.write_text(json.dumps({"rate_limit": RATE_LIMIT, "rate_period": 3600}))
+        policy_file.write_text(json.dumps({"rate_limit": rate_limit, "rate_period": 3600}))
         prefix = f"mw:{uuid.uuid4().hex}:"
         env = {
             **os.environ,
@@ -520,3 +530,37 @@ async def test_revoked_did_session_is_refused_on_the_other_worker_at_once(cluste
             resp = await post(http, url, "/a2a/handshake", "hello", hs.hello())
             assert error_of(resp) == (401, -32040)
             assert resp.json()["error"]["message"] == f"DID revoked: {client.did}"
+
+
+# -- the intent_id extension across both processes ----------------------------------------------------
+async def test_50_concurrent_resends_with_one_intent_id_run_once(busy_cluster: Cluster) -> None:
+    """50 requests of one intent with one intent_id, each on its own session (so with its own
+    sequence and request hash), half to each process, all at once: one run, and every one
+    gets that run's result (a "still running" 503 is resolved by its byte-identical retry)."""
+    cluster = busy_cluster
+    a, b = cluster.urls
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+    client = client_identity("resend")
+    async with httpx.AsyncClient(timeout=15, limits=limits) as http:
+        sessions = await asyncio.gather(
+            *(handshake(http, [(a, b)[i % 2]], client, cluster.server.did) for i in range(50))
+        )
+        before = cluster.count()
+        intent = {"goal": "echo", "inputs": {"sleep": 0.3, "tag": "one-id"}, "intent_id": "R" * 22}
+        reqs = [s.prepare_intent(intent) for s in sessions]
+        assert len({r.request_hash for r in reqs}) == 50
+
+        async def until_answered(i: int) -> Any:
+            for _ in range(40):
+                resp = await send(http, (a, b)[(i + 1) % 2], reqs[i])
+                if resp.status_code != 503:
+                    break
+                assert resp.json()["error"]["code"] == -32048
+                await asyncio.sleep(0.1)
+            assert resp.status_code == 200, resp.text
+            return sessions[i].verify_result(reqs[i], resp.json()["result"])
+
+        results = await asyncio.gather(*(until_answered(i) for i in range(50)))
+        assert cluster.count() == before + 1
+        assert all(r.result == {"sleep": 0.3, "tag": "one-id"} for r in results)
+        assert all(r.intent_id == "R" * 22 for r in results)

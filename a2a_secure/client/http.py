@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from a2a_secure.client.extensions import learn_extensions
 from a2a_secure.client.pool import ConnectionPool, StreamReply
 from a2a_secure.errors import (
     A2AError,
@@ -44,6 +45,7 @@ from a2a_secure.protocol.client import (
     PreparedRequest,
     StreamEvent,
 )
+from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, new_intent_id
 from a2a_secure.protocol.jsonrpc import encode_request
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.priority import with_priority
@@ -256,6 +258,8 @@ class _Peer:
         self.did = did
         self.endpoint = endpoint
         self.session: ClientSession | None = None
+        # The extensions the server of ``session`` declares in its authenticated card.
+        self.extensions: frozenset[str] = frozenset()
         self.lock = asyncio.Lock()
 
 
@@ -276,13 +280,24 @@ class A2AClient:
         audit: AuditHook | None = None,
         clock: Callable[[], float] = time.time,
         resend_on_unknown_session: bool = True,
+        exactly_once: bool | None = None,
     ) -> None:
         """``resend_on_unknown_session``: when the server answers -32043 (it no longer knows
         the session: restarted, or closed it), ``request`` opens a new session and sends the
-        intent once more. That answer is unsigned by nature, so an attacker on the path who
-        let the first request run can forge it and have the intent run a second time, under a
-        new session. Pass False for intents that must not run twice; the caller then gets
-        ``SessionUnknown`` and decides (SECURITY.md).
+        intent once more. With an ``intent_id`` (below) the server answers that resend with
+        the first run's answer, and never runs the intent twice. Without one (a server that
+        does not declare the extension), that answer is unsigned by nature, so an attacker on
+        the path who let the first request run can forge it and have the intent run a second
+        time, under a new session: pass False for intents that must not run twice; the caller
+        then gets ``SessionUnknown`` and decides (SECURITY.md).
+
+        ``exactly_once``: whether intents carry an ``intent_id`` (docs/extensions/intent_id.md),
+        which the server remembers across sessions so that an intent runs at most once and
+        every resend gets that run's answer. None: when the server declares the extension in
+        its agent card (fetched once per card and checked against the hash the server signed
+        in the handshake); True: always, and an intent to a server that does not declare it
+        is refused (-32602) before anything is sent; False: never (unless the caller passes
+        an ``intent_id`` itself).
 
         ``verify``: ``True`` (certifi's roots), an ``ssl.SSLContext``, or the path of a CA
         bundle file.
@@ -297,6 +312,7 @@ class A2AClient:
         """
         self.identity = identity
         self.resend_on_unknown_session = resend_on_unknown_session
+        self.exactly_once = exactly_once
         self.resolver = resolver or DIDResolver()
         self._own_http = http is None
         timeout = min(timeout, MAX_TIMEOUT)
@@ -478,7 +494,56 @@ class A2AClient:
             self._record(method, started, peer, verified=True)
         assert session is not None
         peer.session = session
+        peer.extensions = frozenset()
+        if self.exactly_once is not False:
+            peer.extensions = await self._server_extensions(peer, session)
         return session
+
+    async def _server_extensions(
+        self, peer: _Peer, session: ClientSession, *, verified_only: bool = False
+    ) -> frozenset[str]:
+        """The extensions ``session``'s server declares (cached per signed manifest hash)."""
+        if not session.server_manifest_hash:
+            return frozenset()
+        return await learn_extensions(
+            self.http, peer.endpoint, session.server_manifest_hash, verified_only=verified_only
+        )
+
+    async def _with_intent_id(
+        self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any], chosen: str | None
+    ) -> tuple[Mapping[str, Any], str | None]:
+        """``intent`` with the intent_id to send to ``session``'s server, and that id.
+
+        ``chosen`` is the id already given or used (kept across retries and re-handshakes):
+        then, or with ``exactly_once=True``, a server that does not declare the extension is
+        refused rather than sent the intent without an id.
+        """
+        required = chosen is not None or self.exactly_once is True
+        if not required and self.exactly_once is False:
+            return intent, None
+        declared = INTENT_ID in peer.extensions
+        if not declared and required:  # a failed card look-up is tried again when it matters
+            peer.extensions = await self._server_extensions(peer, session, verified_only=True)
+            declared = INTENT_ID in peer.extensions
+        if not declared:
+            if required:
+                raise InvalidParams(
+                    f"{peer.did[:128]} does not declare the intent_id extension: "
+                    "the intent cannot be sent exactly once"
+                )
+            return intent, None
+        if chosen is None:
+            chosen = new_intent_id(os.urandom)
+        return {**intent, INTENT_ID: chosen}, chosen
+
+    @staticmethod
+    def _given_intent_id(intent: Mapping[str, Any], intent_id: str | None) -> str | None:
+        given = intent_id if intent_id is not None else intent.get(INTENT_ID)
+        if given is not None:
+            check_intent_id(given)
+            if intent_id is not None and intent.get(INTENT_ID, intent_id) != intent_id:
+                raise InvalidParams("intent_id differs from the intent's own intent_id")
+        return given
 
     async def _with_retries(
         self,
@@ -539,22 +604,29 @@ class A2AClient:
         *,
         endpoint: str | None = None,
         priority: int | None = None,
+        intent_id: str | None = None,
     ) -> IntentResult:
         """Send ``intent`` to ``server_did`` on a (re)used session; return the verified result.
 
         A session that expired, or that the server no longer knows, is replaced by a new
         handshake once. ``priority`` (1-5, PROTOCOL.md §12.3) asks the server to schedule
         the intent at that priority; it is sent only when it is not the default 3.
+        ``intent_id``: the caller's own id for this intent (22-64 base64url
+        characters, 128 random bits or more), so that its own retries, across restarts too,
+        run the intent at most once; the server must declare the extension (see
+        ``exactly_once``). The id used is ``IntentResult.intent_id``.
         """
         intent = with_priority(intent, priority)
         peer = self._peer(server_did, endpoint)
+        chosen = self._given_intent_id(intent, intent_id)
         async with peer.lock:
             for attempt in (1, 2):
                 if peer.session is None or peer.session.expired():
                     await self._handshake(peer)
                 assert peer.session is not None
+                body, chosen = await self._with_intent_id(peer, peer.session, intent, chosen)
                 try:
-                    return await self._send(peer, peer.session, intent)
+                    return await self._send(peer, peer.session, body)
                 except SessionUnknown:
                     peer.session = None
                     if attempt == 2 or not self.resend_on_unknown_session:
@@ -592,6 +664,7 @@ class A2AClient:
         *,
         endpoint: str | None = None,
         priority: int | None = None,
+        intent_id: str | None = None,
     ) -> AsyncIterator[Any]:
         """Send ``intent`` as a streamed request (§6.4) and yield its verified partial results.
 
@@ -599,12 +672,16 @@ class A2AClient:
         a signed error event is raised; a stream cut short is resumed by re-sending the
         byte-identical request, skipping the replayed events already held. The session is
         held for the whole stream, as a resumable stream requires. ``priority``: as for
-        :meth:`request`. :meth:`stream_events` gives the same stream as verified events,
-        with their signed tokens.
+        :meth:`request`. With an ``intent_id`` (see :meth:`request`), a stream refused with
+        -32043 before its first item is sent again on a new session, where the server
+        replays the one run's events. :meth:`stream_events` gives the same stream as
+        verified events, with their signed tokens.
         """
         # aclosing: a caller that stops early must release the session lock now, not when
         # the inner generator is collected.
-        events = self.stream_events(server_did, intent, endpoint=endpoint, priority=priority)
+        events = self.stream_events(
+            server_did, intent, endpoint=endpoint, priority=priority, intent_id=intent_id
+        )
         async with contextlib.aclosing(events):
             async for event in events:
                 # The closing ``"final": true, "result": null`` event of a streaming handler
@@ -619,6 +696,7 @@ class A2AClient:
         *,
         endpoint: str | None = None,
         priority: int | None = None,
+        intent_id: str | None = None,
     ) -> AsyncGenerator[StreamEvent, None]:
         """Like :meth:`stream`, but yield every verified event, the closing one included.
 
@@ -630,20 +708,36 @@ class A2AClient:
         body_intent = dict(with_priority(intent, priority))
         body_intent["constraints"] = {**dict(intent.get("constraints") or {}), "stream": True}
         peer = self._peer(server_did, endpoint)
+        chosen = self._given_intent_id(intent, intent_id)
         async with peer.lock:
-            if peer.session is None or peer.session.expired():
-                await self._handshake(peer)
-            session = peer.session
-            assert session is not None
-            req = session.prepare_intent(body_intent)
-            started = self._clock()
-            try:
-                async for item in self._stream_events(peer, session, req):
-                    yield item
-            except A2AError as exc:
-                self._record("intent", started, peer, error=exc, goal=req.goal, sequence=req.sequence)
-                raise
-            self._record("intent", started, peer, goal=req.goal, sequence=req.sequence)
+            for attempt in (1, 2):
+                if peer.session is None or peer.session.expired():
+                    await self._handshake(peer)
+                session = peer.session
+                assert session is not None
+                body, chosen = await self._with_intent_id(peer, session, body_intent, chosen)
+                req = session.prepare_intent(body)
+                started = self._clock()
+                yielded = False
+                try:
+                    async for item in self._stream_events(peer, session, req):
+                        yielded = True
+                        yield item
+                except A2AError as exc:
+                    self._record("intent", started, peer, error=exc, goal=req.goal, sequence=req.sequence)
+                    resend = (
+                        isinstance(exc, SessionUnknown)
+                        and chosen is not None
+                        and not yielded
+                        and attempt == 1
+                        and self.resend_on_unknown_session
+                    )
+                    if not resend:
+                        raise
+                    peer.session = None
+                    continue
+                self._record("intent", started, peer, goal=req.goal, sequence=req.sequence)
+                return
 
     async def _stream_events(
         self, peer: _Peer, session: ClientSession, req: PreparedRequest

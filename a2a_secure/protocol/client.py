@@ -342,16 +342,21 @@ class PreparedRequest:
     request_hash: str
     timestamp: int
     goal: str | None = None
+    intent_id: str | None = None  # the intent_id extension: the id the intent carries
 
 
 @dataclass(frozen=True, slots=True)
 class IntentResult:
-    """A verified intent result: ``status``, ``sequence``, ``result`` (and its proof)."""
+    """A verified intent result: ``status``, ``sequence``, ``result`` (and its proof).
+
+    ``intent_id``: the id the intent carried (the intent_id extension), else None.
+    """
 
     status: str
     sequence: int
     result: Any
     response_jws: str
+    intent_id: str | None = None
 
     def __getitem__(self, name: str) -> Any:
         return {"status": self.status, "sequence": self.sequence, "result": self.result}[name]
@@ -442,7 +447,8 @@ class ClientSession:
         }
         token = jws_sign({**common, "timestamp": ts, **body}, self.identity, typ)
         params = {**common, **({"intent": body["intent"]} if "intent" in body else {}), "request_jws": token}
-        return PreparedRequest(method, params, sequence, m.request_hash(token), ts, goal)
+        intent_id = body["intent"].get("intent_id") if "intent" in body else None
+        return PreparedRequest(method, params, sequence, m.request_hash(token), ts, goal, intent_id)
 
     def _verify_response(self, token: Any, req: PreparedRequest, *, is_error: bool) -> ResponsePayload:
         if not isinstance(token, str):
@@ -473,7 +479,7 @@ class ClientSession:
                 raise AuthenticationFailed("result differs from the signed result")
         except InvalidParams as exc:  # a malformed token in a reply is the server's fault
             raise AuthenticationFailed(exc.message) from None
-        return IntentResult("success", req.sequence, msg.result, msg.response_jws)
+        return IntentResult("success", req.sequence, msg.result, msg.response_jws, req.intent_id)
 
     def verify_closed(self, req: PreparedRequest, result: Any) -> None:
         """Verify the result of a close (§6.3) and mark the session closed."""

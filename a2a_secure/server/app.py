@@ -36,6 +36,7 @@ from a2a_secure.protocol.approval import (
     NeedsApproval,
     approver_dids,
 )
+from a2a_secure.protocol.intent_id import CARD_MEMBER as EXTENSIONS_MEMBER
 from a2a_secure.protocol.jsonrpc import EnvelopeError, encode_error, encode_result, parse_request
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.messages import PROTOCOL_NAME
@@ -49,6 +50,7 @@ from a2a_secure.protocol.server import (
     ServerLimits,
     ServerProtocol,
 )
+from a2a_secure.protocol.server.exactly_once import server_extensions
 from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolService
 from a2a_secure.store.actions import ActionStore
 from a2a_secure.store.base import Store
@@ -511,6 +513,9 @@ class AgentServer(IntentDispatcher):
                 card["streaming_intents"] = self.streaming_goals
             if self._intent_schemas:
                 card["intent_schemas"] = {g: dict(v) for g, v in sorted(self._intent_schemas.items())}
+            extensions = server_extensions(self.limits, self.store)
+            if extensions:  # additive: a server without extensions keeps today's card
+                card[EXTENSIONS_MEMBER] = extensions
             if self._card_builder is not None:
                 built = self._card_builder(dict(card))
                 for member in _CARD_CORE_MEMBERS:

@@ -7,6 +7,7 @@ expired entries are swept; an entry still inside its window is never evicted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from a2a_secure.store.base import (
     SessionRecord,
     StoredReply,
 )
+from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest
 from a2a_secure.store.revocation import DID_FIELD, Revocation
 
 __all__ = ["MemoryStore"]
@@ -34,6 +36,14 @@ class _SeqState:
     # The stored answer as compact JSON: a retry is rare, every open session keeps one, and
     # bytes take about a third of the memory of the equivalent dicts and strings.
     reply: bytes | None = None
+
+
+@dataclass(slots=True)
+class _ClaimState:
+    intent_hash: str
+    running_until: int
+    expires_at: int
+    reply: bytes | None = None  # the answer as compact JSON, once the run reported it
 
 
 class MemoryStore:
@@ -52,6 +62,11 @@ class MemoryStore:
         # Actions waiting for approval (store/actions.py), and the pending ones per caller.
         self._actions: dict[str, PendingAction] = {}
         self._actions_pending: dict[str, set[str]] = {}
+        # Intent ids (store/intents.py): (client DID, intent_id) -> claim, and per DID its
+        # ids with their expiry (the per-DID bound).
+        self._claims: dict[tuple[str, str], _ClaimState] = {}
+        self._claims_by_did: dict[str, dict[str, int]] = {}
+        self._claims_sweep_at = _RATES_SWEEP_MIN
 
     # -- pending handshakes ---------------------------------------------------------------
     def _drop_pending(self, nonce_b: str) -> None:
@@ -189,6 +204,106 @@ class MemoryStore:
         st = self._seq.get(session_id)
         if st is not None and st.last == sequence:
             st.reply = encoding.dumps(reply.to_dict())
+
+    # -- intent ids (store/intents.py) ------------------------------------------------------
+    def _drop_claim(self, did: str, intent_id: str) -> None:
+        self._claims.pop((did, intent_id), None)
+        ids = self._claims_by_did.get(did)
+        if ids is not None:
+            ids.pop(intent_id, None)
+            if not ids:
+                del self._claims_by_did[did]
+
+    def _live_claim(self, did: str, intent_id: str, now: float) -> _ClaimState | None:
+        c = self._claims.get((did, intent_id))
+        if c is not None and c.expires_at <= now:
+            self._drop_claim(did, intent_id)
+            return None
+        return c
+
+    @staticmethod
+    def _seen(c: _ClaimState, intent_hash: str, now: float) -> Claim:
+        if c.intent_hash != intent_hash:
+            return Claim(ClaimKind.CONFLICT)
+        if c.reply is not None:
+            return Claim(ClaimKind.DONE, StoredReply.from_dict(encoding.loads(c.reply)))
+        return Claim(ClaimKind.RUNNING if now < c.running_until else ClaimKind.LOST)
+
+    async def begin_intent(
+        self,
+        session_id: str,
+        client_did: str,
+        sequence: int,
+        request_hash: str,
+        *,
+        rate_limit: int | None,
+        rate_period: int,
+        now: float,
+        claim: ClaimRequest,
+    ) -> tuple[Begin, Claim | None]:
+        """See :meth:`IntentStore.begin_intent`."""
+        st = self._seq.get(session_id)
+        saved = (st.last, st.request_hash, st.reply) if st is not None else None
+        rate_key = (client_did, rate_period)
+        saved_rate = self._rates.get(rate_key)
+        # No await below suspends: begin_request, the claim and a roll-back are one step.
+        begin = await self.begin_request(
+            session_id,
+            client_did,
+            sequence,
+            request_hash,
+            rate_limit=rate_limit,
+            rate_period=rate_period,
+            now=now,
+        )
+        if begin.kind is not BeginKind.NEW:
+            return begin, None
+        c = self._live_claim(client_did, claim.intent_id, now)
+        if c is not None:
+            return begin, self._seen(c, claim.intent_hash, now)
+        ids = self._claims_by_did.setdefault(client_did, {})
+        if len(ids) >= claim.max_per_did:
+            for iid in [i for i, exp in ids.items() if exp <= now]:
+                self._drop_claim(client_did, iid)
+            ids = self._claims_by_did.setdefault(client_did, {})
+        if len(ids) >= claim.max_per_did:
+            # Undo steps 7-8: a refused claim consumes nothing, as a rate-limited request.
+            assert st is not None and saved is not None
+            st.last, st.request_hash, st.reply = saved
+            if saved_rate is None:
+                self._rates.pop(rate_key, None)
+            else:
+                self._rates[rate_key] = saved_rate
+            retry = max(1, math.ceil(min(ids.values()) - now))
+            return Begin(BeginKind.RATE_LIMITED, saved[0], retry_after=retry), Claim(
+                ClaimKind.FULL, retry_after=retry
+            )
+        self._claims[(client_did, claim.intent_id)] = _ClaimState(
+            claim.intent_hash, claim.running_until, claim.expires_at
+        )
+        ids[claim.intent_id] = claim.expires_at
+        if len(self._claims) >= self._claims_sweep_at:
+            self._sweep_claims(now)
+        return begin, Claim(ClaimKind.NEW)
+
+    def _sweep_claims(self, now: float) -> None:
+        # Amortised O(1): a DID that never comes back must not keep its claims forever.
+        for did, iid in [k for k, c in self._claims.items() if c.expires_at <= now]:
+            self._drop_claim(did, iid)
+        self._claims_sweep_at = max(_RATES_SWEEP_MIN, 2 * len(self._claims))
+
+    async def get_claim(self, client_did: str, intent_id: str, intent_hash: str, now: float) -> Claim:
+        """See :meth:`IntentStore.get_claim`."""
+        c = self._live_claim(client_did, intent_id, now)
+        return Claim(ClaimKind.UNKNOWN) if c is None else self._seen(c, intent_hash, now)
+
+    async def finish_intent(
+        self, client_did: str, intent_id: str, intent_hash: str, reply: StoredReply
+    ) -> None:
+        """See :meth:`IntentStore.finish_intent`."""
+        c = self._claims.get((client_did, intent_id))
+        if c is not None and c.intent_hash == intent_hash and c.reply is None:
+            c.reply = encoding.dumps(reply.to_dict())
 
     async def close_session(self, session_id: str) -> None:
         """See :meth:`Store.close_session`."""

@@ -91,6 +91,7 @@ from a2a_secure.store.base import (
     SessionRecord,
     StoredReply,
 )
+from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest
 from a2a_secure.store.redis_connect import Deployment, client_from_url, close_client
 from a2a_secure.store.revocation import DID_FIELD, Revocation
 
@@ -425,6 +426,119 @@ def _action_from(record: bytes, state: bytes, by: bytes, at: bytes) -> PendingAc
     return PendingAction.from_dict(data)
 
 
+# -- intent ids (store/intents.py) --------------------------------------------------------------
+# A claim is one hash ``i:<did>:<intent_id>``: ``h`` the intent hash (32 raw bytes), ``u``
+# running_until, ``e`` expires_at, ``y`` the answer once the run reported it. The DID's
+# claims sit in the sorted set ``ia:<did>`` scored by expires_at (the per-DID bound, exact
+# as the session bound is). A claim is LOST when ``u <= now`` and it has no answer.
+
+# The claim's state for a request with intent hash ARGV[h]: {kind[, answer]}, kind as in
+# _CLAIM_KINDS; an expired claim is deleted and reads as none (-1).
+_SEEN_CLAIM = """
+local function seen_claim(key, all, now, iid, hash)
+  local c = redis.call('HMGET', key, 'h', 'u', 'e', 'y')
+  if not c[1] then return {-1} end
+  if tonumber(c[3]) <= now then
+    redis.call('DEL', key)
+    redis.call('ZREM', all, iid)
+    return {-1}
+  end
+  if c[1] ~= hash then return {4} end
+  if c[4] then return {1, c[4]} end
+  if tonumber(c[2]) <= now then return {3} end
+  return {2}
+end
+"""
+
+# _BEGIN_REQUEST and, when it would answer NEW, the claim, as one script. Every check
+# (the claim's and the per-DID bound's included) comes before the first write, so a FULL
+# claim consumes nothing, as a rate-limited request does.
+# KEYS: session hash, session zset, rate counter (or the session hash when not counted),
+#       claim hash, the DID's claim zset
+# ARGV: 1-6 as _BEGIN_REQUEST, 7 intent_id, 8 intent hash, 9 running_until, 10 expires_at,
+#       11 claim ttl_ms, 12 max claims per DID
+# Returns _BEGIN_REQUEST's answer when not NEW; {1, last, claim kind[, answer]} when NEW;
+# {6, last, earliest expiry of the DID's claims} when the bound is reached.
+_BEGIN_INTENT = (
+    _EXTEND
+    + _SEEN_CLAIM
+    + _REVOCATION_GUARD
+    + """
+local now = tonumber(ARGV[1])
+local v = redis.call('HMGET', KEYS[1], 'e', 'l', 'h')
+if not v[1] then return {0, '0'} end
+if tonumber(v[1]) <= now then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[6])
+  return {0, '0'}
+end
+local last = tonumber(v[2])
+local seq = tonumber(ARGV[2])
+if seq == last and last > 0 and v[3] == ARGV[3] then
+  local y = redis.call('HGET', KEYS[1], 'y')
+  if y then return {2, v[2], y} end
+  return {3, v[2]}
+end
+if seq <= last then return {4, v[2]} end
+local count = 0
+if ARGV[4] ~= '' then
+  count = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if count >= tonumber(ARGV[4]) then return {5, v[2]} end
+end
+local c = seen_claim(KEYS[4], KEYS[5], now, ARGV[8], ARGV[9])
+if c[1] == -1 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ARGV[1])
+  if redis.call('ZCARD', KEYS[5]) >= tonumber(ARGV[13]) then
+    local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+    return {7, v[2], first[2]}
+  end
+end
+if ARGV[4] ~= '' then
+  redis.call('INCR', KEYS[3])
+  if count == 0 then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
+end
+redis.call('HSET', KEYS[1], 'l', ARGV[2], 'h', ARGV[3])
+redis.call('HDEL', KEYS[1], 'y')
+if c[1] ~= -1 then
+  if c[2] then return {1, ARGV[2], c[1], c[2]} end
+  return {1, ARGV[2], c[1]}
+end
+local ttl = tonumber(ARGV[12])
+redis.call('HSET', KEYS[4], 'h', ARGV[9], 'u', ARGV[10], 'e', ARGV[11])
+redis.call('PEXPIRE', KEYS[4], ttl)
+redis.call('ZADD', KEYS[5], ARGV[11], ARGV[8])
+extend(KEYS[5], ttl)
+return {1, ARGV[2], 0}
+"""
+)
+
+# KEYS: claim hash, the DID's claim zset.  ARGV: now, intent_id, intent hash
+_GET_CLAIM = (
+    _SEEN_CLAIM
+    + """
+return seen_claim(KEYS[1], KEYS[2], tonumber(ARGV[1]), ARGV[2], ARGV[3])
+"""
+)
+
+# KEYS: claim hash.  ARGV: intent hash, answer
+_FINISH_INTENT = """
+local c = redis.call('HMGET', KEYS[1], 'h', 'y')
+if c[1] and c[1] == ARGV[1] and not c[2] then
+  redis.call('HSET', KEYS[1], 'y', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+_CLAIM_KINDS = {
+    -1: ClaimKind.UNKNOWN,
+    0: ClaimKind.NEW,
+    1: ClaimKind.DONE,
+    2: ClaimKind.RUNNING,
+    3: ClaimKind.LOST,
+    4: ClaimKind.CONFLICT,
+}
+
 _KINDS = {
     0: BeginKind.GONE,
     1: BeginKind.NEW,
@@ -618,6 +732,9 @@ class RedisStore:
         self._c_revoked = client.register_script(_REVOKED_FIELDS)
         self._finish_request = client.register_script(_FINISH_REQUEST)
         self._close_session = client.register_script(_CLOSE_SESSION)
+        self._begin_intent = client.register_script(_BEGIN_INTENT)
+        self._get_claim = client.register_script(_GET_CLAIM)
+        self._finish_intent = client.register_script(_FINISH_INTENT)
         self._add_action = client.register_script(_ADD_ACTION)
         self._get_action = client.register_script(_GET_ACTION)
         self._decide_action = client.register_script(_DECIDE_ACTION)
@@ -676,13 +793,16 @@ class RedisStore:
         self._loading: asyncio.Future[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
         self._last_refresh = -math.inf
+        if not self._spread:  # the intent_id extension: one Redis only (see begin_intent)
+            self._scripts_in_use += [self._begin_intent, self._get_claim, self._finish_intent]
         self._cache_ttl = session_cache_ttl
         self._cache_size = session_cache_size
         self._cache: OrderedDict[str, tuple[float, SessionRecord]] = OrderedDict()
         self._last_logged = -math.inf
-        # Answers not yet sent to Redis: session key -> (sequence, stored reply JSON).
+        # Answers not yet sent to Redis: key -> (the script that stores it, its arguments);
+        # a session's answer (sequence, reply JSON) or an intent_id's (intent hash, JSON).
         self._finish_linger = finish_linger
-        self._unsent: dict[str, tuple[int, bytes]] = {}
+        self._unsent: dict[str, tuple[AsyncScript, list[Any]]] = {}
         self._flush_timer: asyncio.TimerHandle | None = None
         self._flush_loop: asyncio.AbstractEventLoop | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -769,6 +889,12 @@ class RedisStore:
 
     def _action_keys(self, action_id: str, caller_did: str) -> list[str]:
         return [self._k_action(action_id), self._k_actions_of(caller_did), self._k_actions()]
+
+    def _k_intent(self, client_did: str, intent_id: str) -> str:
+        return f"{self.prefix}i:{client_did}:{intent_id}"
+
+    def _k_intents(self, client_did: str) -> str:
+        return f"{self.prefix}ia:{client_did}"
 
     # -- the one place that talks to Redis ----------------------------------------------------------
     async def _unavailable(self, exc: Exception) -> Unavailable:
@@ -914,13 +1040,12 @@ class RedisStore:
     async def _send(
         self,
         calls: list[_Call],
-        unsent: dict[str, tuple[int, bytes]],
+        unsent: dict[str, tuple[AsyncScript, list[Any]]],
         *,
         strict: bool,
         wait: bool,
     ) -> tuple[list[Any], bool]:
-        finish = self._c_finish if self._spread else self._finish_request
-        answers: list[_Call] = [(finish, [key], [str(seq), data]) for key, (seq, data) in unsent.items()]
+        answers: list[_Call] = [(script, [key], args) for key, (script, args) in unsent.items()]
         waiting = bool(self._wait_replicas) and (wait or bool(answers))
         out, confirmed = await self._execute(answers + calls, waiting)
         # The answers that failed are lost (logged), as a failed finish_request loses its own;
@@ -1277,21 +1402,10 @@ class RedisStore:
             ],
         )
         (out,), confirmed = await self._run([call], wait=True)
-        kind = _KINDS[int(out[0])]
-        if kind is BeginKind.NEW and not confirmed:
-            # The sequence may not survive a failover: the intent must not run (it could
-            # run again at the promoted replica). The sequence stays consumed, as after an
-            # ambiguous timeout: the client moves to a new one.
-            raise await self._unavailable(_NotReplicated(self._wait_replicas))
-        last = int(out[1])
-        if kind is BeginKind.GONE or kind is BeginKind.REVOKED:
-            self._cache.pop(session_id, None)
-            return Begin(kind)
-        if kind is BeginKind.REPLAY:
-            return Begin(kind, last, StoredReply.from_dict(encoding.loads(out[2])))
-        if kind is BeginKind.RATE_LIMITED:
-            return Begin(kind, last, retry_after=max(1, start + rate_period - t))
-        return Begin(kind, last)
+        try:
+            return self._begin_from(out, session_id, start, rate_period, t, confirmed)
+        except _NotReplicated as exc:
+            raise await self._unavailable(exc) from None
 
     async def _spread_begin(
         self,
@@ -1365,7 +1479,14 @@ class RedisStore:
 
     async def finish_request(self, session_id: str, sequence: int, reply: StoredReply) -> None:
         """See :meth:`Store.finish_request`; sent with the next command (``finish_linger``)."""
-        self._unsent[self._k_session(session_id)] = (sequence, encoding.dumps(reply.to_dict()))
+        self._unsent[self._k_session(session_id)] = (
+            self._c_finish if self._spread else self._finish_request,
+            [str(sequence), encoding.dumps(reply.to_dict())],
+        )
+        await self._linger()
+
+    async def _linger(self) -> None:
+        """Send the queued answers with the next command, or after ``finish_linger``."""
         if self._finish_linger is None:
             await self.flush()
         else:
@@ -1373,6 +1494,133 @@ class RedisStore:
             if self._flush_timer is None or self._flush_loop is not loop:  # none yet, or an old loop's
                 self._flush_loop = loop
                 self._flush_timer = loop.call_later(self._finish_linger, self._flush_later)
+
+    # -- intent ids (store/intents.py) -------------------------------------------------------------
+    @property
+    def supports_intent_ids(self) -> bool:
+        """Whether this store remembers intent ids: on one Redis (or one hash-tagged slot).
+
+        On a spread cluster layout the session, the DID's rate window and its claims are in
+        different slots, and the claim cannot be made in the same atomic step as the sequence;
+        the server then does not declare the extension (SECURITY.md, "Exactly once").
+        """
+        return not self._spread
+
+    async def begin_intent(
+        self,
+        session_id: str,
+        client_did: str,
+        sequence: int,
+        request_hash: str,
+        *,
+        rate_limit: int | None,
+        rate_period: int,
+        now: float,
+        claim: ClaimRequest,
+    ) -> tuple[Begin, Claim | None]:
+        """See :meth:`IntentStore.begin_intent`: one script, the same round trip as a begin.
+
+        The script is the guarded begin (revocations, sequence, rate) and, when it would
+        answer NEW, the claim of (client DID, intent_id), with every check before any write.
+        """
+        if self._spread:
+            raise Unavailable("this store does not remember intent ids on a spread cluster layout")
+        session_key = self._k_session(session_id)
+        keys = [session_key, self._k_sessions(), session_key]
+        limit = ""
+        rate_ttl = 0
+        t = int(now)
+        start = t - t % rate_period if rate_limit is not None else 0
+        if rate_limit is not None:
+            keys[2] = self._k_rate(client_did, rate_period, start)
+            limit = str(rate_limit)
+            rate_ttl = _ttl_ms(start + rate_period, now)
+        keys += [
+            self._k_intent(client_did, claim.intent_id),
+            self._k_intents(client_did),
+            self._k_revoked(client_did),
+        ]
+        call: _Call = (
+            self._begin_intent,
+            keys,
+            [
+                _num(now),
+                str(sequence),
+                _request_hash_bytes(request_hash),
+                limit,
+                rate_ttl,
+                session_id,
+                client_did,
+                claim.intent_id,
+                _request_hash_bytes(claim.intent_hash),
+                claim.running_until,
+                claim.expires_at,
+                _ttl_ms(claim.expires_at, now),
+                claim.max_per_did,
+            ],
+        )
+        (out,), confirmed = await self._run([call], wait=True)
+        code = int(out[0])
+        if code == 7:  # the DID's claims are at their bound: nothing consumed
+            retry = max(1, math.ceil(float(out[2]) - now))
+            return Begin(BeginKind.RATE_LIMITED, int(out[1]), retry_after=retry), Claim(
+                ClaimKind.FULL, retry_after=retry
+            )
+        try:
+            begin = self._begin_from(out, session_id, start, rate_period, t, confirmed)
+        except _NotReplicated as exc:
+            # The claim stays running: a resend is answered "outcome unknown" once it lapses,
+            # never run again.
+            raise await self._unavailable(exc) from None
+        if begin.kind is not BeginKind.NEW:
+            return begin, None
+        return begin, self._claim_from(out[2:])
+
+    def _begin_from(
+        self, out: Any, session_id: str, start: int, rate_period: int, t: int, confirmed: bool
+    ) -> Begin:
+        """The decision of a (guarded) begin script's reply."""
+        kind = _KINDS[int(out[0])]
+        if kind is BeginKind.NEW and not confirmed:
+            # The sequence may not survive a failover: the intent must not run (it could
+            # run again at the promoted replica). The sequence stays consumed, as after an
+            # ambiguous timeout: the client moves to a new one.
+            raise _NotReplicated(self._wait_replicas)
+        last = int(out[1])
+        if kind is BeginKind.GONE or kind is BeginKind.REVOKED:
+            self._cache.pop(session_id, None)
+            return Begin(kind)
+        if kind is BeginKind.REPLAY:
+            return Begin(kind, last, StoredReply.from_dict(encoding.loads(out[2])))
+        if kind is BeginKind.RATE_LIMITED:
+            return Begin(kind, last, retry_after=max(1, start + rate_period - t))
+        return Begin(kind, last)
+
+    @staticmethod
+    def _claim_from(out: Any) -> Claim:
+        kind = _CLAIM_KINDS[int(out[0])]
+        if kind is ClaimKind.DONE:
+            return Claim(kind, StoredReply.from_dict(encoding.loads(out[1])))
+        return Claim(kind)
+
+    async def get_claim(self, client_did: str, intent_id: str, intent_hash: str, now: float) -> Claim:
+        """See :meth:`IntentStore.get_claim` (one script)."""
+        out = await self._script(
+            self._get_claim,
+            [self._k_intent(client_did, intent_id), self._k_intents(client_did)],
+            [_num(now), intent_id, _request_hash_bytes(intent_hash)],
+        )
+        return self._claim_from(out)
+
+    async def finish_intent(
+        self, client_did: str, intent_id: str, intent_hash: str, reply: StoredReply
+    ) -> None:
+        """See :meth:`IntentStore.finish_intent`; sent with the next command, as :meth:`finish_request`."""
+        self._unsent[self._k_intent(client_did, intent_id)] = (
+            self._finish_intent,
+            [_request_hash_bytes(intent_hash), encoding.dumps(reply.to_dict())],
+        )
+        await self._linger()
 
     async def close_session(self, session_id: str) -> None:
         """See :meth:`Store.close_session`."""

@@ -13,6 +13,7 @@ from typing import Any
 from a2a_secure.errors import AuthenticationFailed, InvalidParams
 from a2a_secure.identity.jws import Decoded, jws_decode_unverified
 from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.intent_id import check_intent_id
 from a2a_secure.protocol.models._base import (
     _NOT_DECODED,
     ErrorType,
@@ -88,6 +89,7 @@ class Intent(_Validated):
     domain: str | None = None
     constraints: Constraints | None = None
     priority: int | None = None
+    intent_id: str | None = None  # the intent_id extension (protocol/intent_id.py)
 
     @classmethod
     def parse(cls, obj: Any, *, error: ErrorType = InvalidParams) -> Intent:
@@ -109,7 +111,10 @@ class Intent(_Validated):
         priority = None
         if "priority" in intent:  # §12.3
             priority = check_priority(intent["priority"], error)
-        return _make(cls, goal, inputs, domain, constraints, priority)
+        intent_id = None
+        if "intent_id" in intent:
+            intent_id = check_intent_id(intent["intent_id"], error)
+        return _make(cls, goal, inputs, domain, constraints, priority, intent_id)
 
     @property
     def constraints_dict(self) -> dict[str, Any]:
@@ -130,6 +135,8 @@ class Intent(_Validated):
             out["constraints"] = self.constraints.to_dict()
         if self.priority is not None:
             out["priority"] = self.priority
+        if self.intent_id is not None:
+            out["intent_id"] = self.intent_id
         return out
 
 

@@ -17,13 +17,15 @@ One module per section of the contract, each saying in its docstring what state 
     scheduler    the priority queue: who runs, who waits, who is interrupted (§12.3)
     gate         the scheduler's event-loop side: waiting for a slot, interrupting (§12.3)
     streams      the stream pump: signed events of a streamed answer (§6.4)
+    exactly_once the intent_id extension: one run per (DID, intent_id) across sessions
     deadlines    session lifetimes on the monotonic clock (§5.6)
     budget       failed signature-checked handshake steps per source (ATTACKS.md H4)
     auditing     one audit record per request (§8)
     dispatcher   goals and their handlers, what a handler is told
     common       ServerLimits (§9), Reply, which endpoint serves which method (§4)
 
-Only ``runner``, ``gate``, ``streams`` and ``replay`` wait on the event loop and import asyncio.
+Only ``runner``, ``gate``, ``streams``, ``replay`` and ``exactly_once`` wait on the event loop
+and import asyncio.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ class IntentContext:
     constraints: Mapping[str, Any]
     client_agent_id: str = ""
     priority: int = 3  # the priority it runs at (PROTOCOL.md §12.3)
+    intent_id: str | None = None  # the caller's id for this intent, run at most once
 
 
 class IntentDispatcher:

@@ -47,8 +47,10 @@ from a2a_secure.protocol.server.dispatcher import IntentContext
 from a2a_secure.protocol.server.replies import SignedReplies
 from a2a_secure.protocol.validate import ct_equal, is_fresh
 from a2a_secure.store.base import BeginKind, SessionRecord
+from a2a_secure.store.intents import ClaimKind
 
 if TYPE_CHECKING:  # the rooms that wait on the event loop are handed in, not imported
+    from a2a_secure.protocol.server.exactly_once import ExactlyOnce, Pending
     from a2a_secure.protocol.server.replay import Replayer
     from a2a_secure.protocol.server.runner import IntentRunner
     from a2a_secure.protocol.server.streams import StreamPump
@@ -78,8 +80,10 @@ class IntentProcessor:
         runner: IntentRunner,
         streams: StreamPump,
         clock: Clock,
+        exactly_once: ExactlyOnce,
     ) -> None:
         self._config = config
+        self._exactly_once = exactly_once
         self._deadlines = deadlines
         self._past_deadline = deadlines.past
         self._signed_error = replies.error
@@ -104,6 +108,8 @@ class IntentProcessor:
         token = req.request_jws
         if intent is not None:
             audit.intent_goal = intent.goal[:256]
+            if intent.intent_id is not None:
+                self._exactly_once.check(intent)
         audit.sequence = params_seq
         # Step 2: the session.
         now = self._clock()
@@ -150,27 +156,32 @@ class IntentProcessor:
             # Step 6: freshness.
             if not is_fresh(ts, now):
                 raise stale("request", ts, now)
-            if (
-                intent is not None
-                and self._wants_stream(intent)
-                and not self._streams.has_room(session_id, sequence, session.client_did)
-            ):
+            wants_stream = intent is not None and self._wants_stream(intent)
+            if wants_stream and not self._streams.has_room(session_id, sequence, session.client_did):
                 # Checked before the sequence is consumed, so the same request may come back.
                 raise Unavailable("too many open streams", retry_after=1)
             await cfg.key_guard.check_session(cfg.store, cfg.resolver, session)  # revoked, dropped keys
             if intent is not None and not self._has_room(intent.priority or DEFAULT_PRIORITY):
                 # §12.3: the queue is full; likewise before the sequence is consumed.
                 raise Unavailable("too many intents are waiting to run", retry_after=1)
-            # Steps 7-8, one atomic check-and-update.
-            begin = await cfg.store.begin_request(
-                session_id,
-                session.client_did,
-                sequence,
-                req_hash,
-                rate_limit=None if is_close else session.policy.rate_limit,
-                rate_period=session.policy.rate_period,
-                now=now,
-            )
+            # Steps 7-8, one atomic check-and-update (with an intent_id, and its claim).
+            once: Pending | None = None
+            if intent is not None and intent.intent_id is not None:
+                once = self._exactly_once.prepare(session, intent, wants_stream, now)
+            if once is None:
+                begin = await cfg.store.begin_request(
+                    session_id,
+                    session.client_did,
+                    sequence,
+                    req_hash,
+                    rate_limit=None if is_close else session.policy.rate_limit,
+                    rate_period=session.policy.rate_period,
+                    now=now,
+                )
+            else:
+                begin = await self._exactly_once.begin(
+                    once, session, sequence, req_hash, rate_limit=session.policy.rate_limit, now=now
+                )
             if begin.kind is BeginKind.GONE:
                 raise SessionUnknown("unknown, expired or closed session")
             if begin.kind is BeginKind.REVOKED:
@@ -180,7 +191,11 @@ class IntentProcessor:
             if begin.kind is BeginKind.RATE_LIMITED:
                 raise Unavailable("rate limit reached", retry_after=begin.retry_after)
             if begin.kind in (BeginKind.REPLAY, BeginKind.IN_PROGRESS):
+                if once is not None and self._exactly_once.is_resumable(begin.reply):
+                    return await self._exactly_once.resume(once, session_id, sequence, req_hash, audit)
                 return await self._replay(session_id, sequence, req_hash, begin.reply, audit)
+            if once is not None and once.claim is not None and once.claim.kind is not ClaimKind.NEW:
+                return await self._exactly_once.answer(once, session_id, sequence, req_hash, audit)
         except A2AError as exc:
             return self._signed_error(exc, session_id, sequence, req_hash, now_i)
         # The sequence is consumed: whatever happens now is the stored answer.
@@ -199,6 +214,8 @@ class IntentProcessor:
             # store down). A byte-identical retry then finds no stored answer and gets 503.
             with contextlib.suppress(Exception):
                 await cfg.store.finish_request(session_id, sequence, reply.stored)
+            if once is not None:
+                await self._exactly_once.finish(session_id, sequence, reply.stored)
         return reply
 
     def _wants_stream(self, intent: Intent) -> bool:
@@ -244,6 +261,7 @@ class IntentProcessor:
             constraints=constraints,
             client_agent_id=session.client_agent_id,
             priority=priority,
+            intent_id=intent.intent_id,
         )
         inputs = intent.inputs
         if intent.stream is False and dispatcher.is_always_streamed(goal):

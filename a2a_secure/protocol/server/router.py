@@ -35,6 +35,7 @@ from a2a_secure.protocol.server.common import (
 )
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
+from a2a_secure.protocol.server.exactly_once import ExactlyOnce
 from a2a_secure.protocol.server.handshake import HandshakeResponder
 from a2a_secure.protocol.server.intents import IntentProcessor
 from a2a_secure.protocol.server.replay import Replayer
@@ -90,14 +91,19 @@ class ServerProtocol:
         self._handshake = HandshakeResponder(
             config, deadlines=deadlines, clock=clock, random_bytes=random_bytes
         )
+        replayer = Replayer(config, replies=replies, streams=streams, audit=auditor, clock=clock)
+        # The intent_id extension: the claims of intents that carry one (exactly_once.py).
+        exactly_once = ExactlyOnce(config, replies=replies, replayer=replayer, streams=streams, clock=clock)
+        streams.exactly_once = exactly_once
         self._intents = IntentProcessor(
             config,
             deadlines=deadlines,
             replies=replies,
-            replayer=Replayer(config, replies=replies, streams=streams, audit=auditor, clock=clock),
+            replayer=replayer,
             runner=runner,
             streams=streams,
             clock=clock,
+            exactly_once=exactly_once,
         )
         # Bound once: ``handle`` runs for every request.
         self._hello = self._handshake.hello

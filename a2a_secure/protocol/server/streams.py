@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from a2a_secure.errors import A2AError, IntentTimeout, InternalError, SessionUnknown, Unavailable
 from a2a_secure.identity import encoding
@@ -32,6 +32,9 @@ from a2a_secure.protocol.server.gate import IntentGate, Slot
 from a2a_secure.protocol.server.runner import check_result, handler_error
 from a2a_secure.protocol.streaming import MAX_EVENT_BYTES, StreamRecord, result_size
 from a2a_secure.store.base import SessionRecord, StoredReply
+
+if TYPE_CHECKING:
+    from a2a_secure.protocol.server.exactly_once import ExactlyOnce
 
 __all__ = ["StreamPump"]
 
@@ -57,6 +60,8 @@ class StreamPump:
         self._streams: dict[tuple[str, int], StreamRecord] = {}
         self._streams_by_did: dict[str, int] = {}
         self._pumps: set[asyncio.Task[None]] = set()
+        # The intent_id room, told when a stream it claimed has ended (set by the router).
+        self.exactly_once: ExactlyOnce | None = None
 
     def live(self, session_id: str, sequence: int) -> StreamRecord | None:
         """The stream answering (``session_id``, ``sequence``) while it runs."""
@@ -248,10 +253,11 @@ class StreamPump:
             else:
                 self._streams_by_did.pop(session.client_did, None)
         if first_event.done() and first_event.exception() is None:
+            stored = StoredReply(200, events=tuple(rec.kept), truncated=rec.overflow)
             with contextlib.suppress(Exception):
-                await self._config.store.finish_request(
-                    sid, seq, StoredReply(200, events=tuple(rec.kept), truncated=rec.overflow)
-                )
+                await self._config.store.finish_request(sid, seq, stored)
+            if self.exactly_once is not None and self.exactly_once.running:
+                await self.exactly_once.finish(sid, seq, stored)
             self._audit.write_stream_end(audit, final_error.code if final_error is not None else None)
 
     @staticmethod

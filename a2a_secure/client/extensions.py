@@ -1,0 +1,122 @@
+"""Which protocol extensions a server serves, learnt from its authenticated agent card.
+
+A server lists its extensions in its agent card (``a2a_secure_extensions``,
+docs/extensions/intent_id.md). The card is fetched over plain HTTP(S), but its hash is the
+``manifest_hash`` the server signed in its CHALLENGE (PROTOCOL.md §5.2), so a card whose
+``hash_of`` equals the session's ``server_manifest_hash`` is the server's own. Results are
+kept in one process-wide cache keyed by that hash (safe to share between clients and
+peers: the key names the exact card), bounded in size, so a card is fetched once per
+server version, not per handshake and never per intent.
+
+A card that cannot be fetched, does not hash to the manifest hash, or does not parse counts
+as "no extensions": the client then behaves as with a server that implements only
+PROTOCOL.md. That failure is kept for a few minutes (then tried again); a verified card is
+kept until the cache evicts it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import urllib.parse
+from collections import OrderedDict
+from typing import Any, Final
+
+import httpx
+
+from a2a_secure.errors import A2AError
+from a2a_secure.identity import encoding
+from a2a_secure.protocol.intent_id import CARD_MEMBER
+
+__all__ = ["card_url", "forget", "known_extensions", "learn_extensions"]
+
+_log = logging.getLogger("a2a_secure.client.extensions")
+
+CACHE_SIZE: Final = 1024
+FAILURE_TTL: Final = 300.0  # seconds a failed look-up is remembered
+MAX_CARD_BYTES: Final = 256 * 1024
+_NONE: Final[frozenset[str]] = frozenset()
+
+# manifest hash -> (extensions, monotonic time until which the entry holds; inf = verified)
+_cache: OrderedDict[str, tuple[frozenset[str], float]] = OrderedDict()
+
+
+def card_url(endpoint: str) -> str:
+    """The agent card's URL on the origin of ``endpoint`` (PROTOCOL.md §4)."""
+    parts = urllib.parse.urlsplit(endpoint)
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/.well-known/agent-card.json", "", ""))
+
+
+def known_extensions(manifest_hash: str, *, verified_only: bool = False) -> frozenset[str] | None:
+    """The cached extensions for ``manifest_hash``, or None when a look-up is due.
+
+    ``verified_only``: a remembered failure counts as unknown (the caller needs certainty).
+    """
+    hit = _cache.get(manifest_hash)
+    if hit is None:
+        return None
+    extensions, until = hit
+    if until != float("inf") and (verified_only or until <= time.monotonic()):
+        return None
+    _cache.move_to_end(manifest_hash)
+    return extensions
+
+
+def _put(manifest_hash: str, extensions: frozenset[str], until: float) -> frozenset[str]:
+    _cache[manifest_hash] = (extensions, until)
+    _cache.move_to_end(manifest_hash)
+    while len(_cache) > CACHE_SIZE:
+        _cache.popitem(last=False)
+    return extensions
+
+
+def forget() -> None:
+    """Empty the cache (tests)."""
+    _cache.clear()
+
+
+def parse_extensions(card: Any) -> frozenset[str]:
+    """The extension names a card lists (none when the member is absent or malformed)."""
+    value = card.get(CARD_MEMBER) if isinstance(card, dict) else None
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        return _NONE
+    return frozenset(value)
+
+
+async def _fetch(http: httpx.AsyncClient, url: str) -> Any:
+    async with http.stream("GET", url, headers={"Accept": "application/json"}) as resp:
+        if resp.status_code != 200:
+            raise ValueError(f"HTTP {resp.status_code}")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in resp.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_CARD_BYTES:
+                raise ValueError("card larger than 256 KiB")
+            chunks.append(chunk)
+    return encoding.loads(b"".join(chunks))
+
+
+async def learn_extensions(
+    http: httpx.AsyncClient, endpoint: str, manifest_hash: str, *, verified_only: bool = False
+) -> frozenset[str]:
+    """The extensions of the server whose signed manifest hash is ``manifest_hash``.
+
+    From the cache, else by fetching the card from ``endpoint``'s origin and checking that it
+    hashes to ``manifest_hash``; any failure gives no extensions (logged at debug level).
+    """
+    known = known_extensions(manifest_hash, verified_only=verified_only)
+    if known is not None:
+        return known
+    url = card_url(endpoint)
+    try:
+        card = await _fetch(http, url)
+    except (httpx.HTTPError, A2AError, ValueError, OSError) as exc:
+        _log.debug("agent card %s not usable: %s", url, str(exc)[:200])
+        return _put(manifest_hash, _NONE, time.monotonic() + FAILURE_TTL)
+    if encoding.hash_of(card) != manifest_hash:
+        # Another version of the card (the server changed it since the handshake), or a
+        # card altered on the way: either way not the one the server signed.
+        _log.debug("agent card %s does not hash to the signed manifest_hash", url)
+        return _put(manifest_hash, _NONE, time.monotonic() + FAILURE_TTL)
+    return _put(manifest_hash, parse_extensions(card), float("inf"))

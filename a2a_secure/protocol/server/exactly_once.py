@@ -1,0 +1,306 @@
+"""Exactly once across sessions: the server side of the ``intent_id`` extension.
+
+PROTOCOL.md §6.1 runs a request at most once per (session, sequence). A client that loses
+its session (an expiry, a server restart, or an on-path attacker forging the unsigned
+-32043) and sends the same intent again on a new session would run it twice: nothing ties
+the two requests together. With the extension (docs/extensions/intent_id.md) the client puts
+a random ``intent_id`` inside the signed intent; the server remembers (caller DID,
+intent_id) with the hash of the intent and its answer for ``ServerLimits.intent_id_retention``
+seconds, in the shared store, whatever happens to the session.
+
+After §6.1 steps 1-8 (the sequence consumed and the rate counted as for any request), a
+request with an ``intent_id`` claims (DID, intent_id) in the same atomic store step
+(:meth:`~a2a_secure.store.intents.IntentStore.begin_intent`):
+
+====================  ==================================================================
+claim                 answer (signed under the NEW session, for the NEW request)
+====================  ==================================================================
+new                   the intent runs; its answer is kept with the claim
+done, same intent     the first run's answer, signed again now; the handler does not run
+running, same intent  wait for the first run's answer up to ``replay_wait_seconds``, then
+                      503 -32048 "still running" with Retry-After (never a second run); a
+                      byte-identical retry of that request waits again
+lost, same intent     504 -32049 "outcome unknown": the first run never reported (its worker
+                      died, or the server stopped, mid-run); the intent is not run again
+another intent        409 -32044 "intent_id already used for a different intent"
+DID bound reached     503 -32048, nothing consumed (as a rate-limited request)
+====================  ==================================================================
+
+Every such answer is also stored as the answer to the new (session, sequence), so a
+byte-identical retry of the resend is answered as §6.1 step 7 says. Requests without an
+``intent_id`` never reach this module.
+
+The claim is made only for an intent that the session's policy allows and a handler serves
+(steps 9-10 are pure checks): a refused intent does not use up its id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final
+
+from a2a_secure.errors import (
+    A2AError,
+    IntentTimeout,
+    InvalidParams,
+    SequenceError,
+    Unavailable,
+    error_for_code,
+)
+from a2a_secure.identity import encoding
+from a2a_secure.protocol.intent_id import INTENT_ID
+from a2a_secure.store.base import Begin, SessionRecord, StoredReply
+from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest, IntentStore, supports_intent_ids
+
+if TYPE_CHECKING:
+    from a2a_secure.protocol.models import Intent
+    from a2a_secure.protocol.server.auditing import AuditFields
+    from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, ServerLimits
+    from a2a_secure.protocol.server.replay import Replayer
+    from a2a_secure.protocol.server.replies import SignedReplies
+    from a2a_secure.protocol.server.streams import StreamPump
+
+__all__ = ["RUNNING_MARGIN", "STILL_RUNNING", "ExactlyOnce", "server_extensions"]
+
+STILL_RUNNING: Final = "an earlier request with this intent_id is still running"
+# Past the longest a run can take, a claim still RUNNING is LOST. The margin covers the
+# answer's way to a shared store (RedisStore lingers up to 20 ms) and clock differences
+# between workers.
+RUNNING_MARGIN: Final = 60
+
+
+def server_extensions(limits: ServerLimits, store: object) -> list[str]:
+    """The extensions a server with ``limits`` and ``store`` serves, for its agent card.
+
+    The one place the card's ``a2a_secure_extensions`` list comes from.
+    """
+    out: set[str] = set()
+    if limits.intent_id_retention > 0 and supports_intent_ids(store):
+        out.add(INTENT_ID)
+    return sorted(out)
+
+
+@dataclass(slots=True)
+class Pending:
+    """A request with an ``intent_id``, from its claim to its answer."""
+
+    client_did: str
+    intent_id: str
+    intent_hash: str
+    running_until: int
+    claim: Claim | None = None
+
+
+def _is_still_running(stored: StoredReply | None) -> bool:
+    err = stored.error if stored is not None else None
+    # A handler could raise this very error too: re-reading the claim then gives the same
+    # answer (the claim holds it), so taking it for the marker is harmless.
+    return err is not None and err.get("code") == Unavailable.code and err.get("message") == STILL_RUNNING
+
+
+def _compact(stored: StoredReply) -> StoredReply:
+    """``stored`` as a claim keeps it: events without their signatures (signed again on use)."""
+    if stored.events is None:
+        return stored
+    events = tuple({k: v for k, v in ev.items() if k != "response_jws"} for ev in stored.events)
+    return replace(stored, events=events)
+
+
+class ExactlyOnce:
+    """The ``intent_id`` decisions of one server (see the module docstring).
+
+    State: the claims this process made whose run has not reported yet (``running``);
+    everything else lives in the store of the :class:`ServerConfig`.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        replies: SignedReplies,
+        replayer: Replayer,
+        streams: StreamPump,
+        clock: Clock,
+    ) -> None:
+        self._config = config
+        self._replies = replies
+        self._replayer = replayer
+        self._streams = streams
+        self._clock = clock
+        # Claims made here whose run has not reported yet, by (session id, sequence).
+        self.running: dict[tuple[str, int], Pending] = {}
+
+    @property
+    def enabled(self) -> bool:
+        """Whether this server serves the extension (read at each use: the store may change)."""
+        return INTENT_ID in server_extensions(self._config.limits, self._config.store)
+
+    @property
+    def _store(self) -> IntentStore:
+        return self._config.store  # type: ignore[return-value]  # checked by server_extensions
+
+    def check(self, intent: Intent) -> None:
+        """Step 1 for a server without the extension: ``intent_id`` is an unknown member."""
+        if not self.enabled:
+            raise InvalidParams(f"intent: unexpected member {INTENT_ID!r}")
+
+    def prepare(
+        self, session: SessionRecord, intent: Intent, wants_stream: bool, now: float
+    ) -> Pending | None:
+        """The claim this request will make, or None (a refused intent claims nothing)."""
+        assert intent.intent_id is not None
+        if not session.policy.allows(intent.goal) or not self._config.dispatcher.has(intent.goal):
+            return None
+        # A stream's run is bounded by its session (checked at each event) and the timeout
+        # between two events; any other run by the handler timeout.
+        end = max(now, session.expires_at) if wants_stream else now
+        timeout = self._config.limits.max_handler_timeout_ms / 1000
+        running_until = math.ceil(end + timeout) + RUNNING_MARGIN
+        return Pending(
+            session.client_did, intent.intent_id, encoding.hash_of(intent.to_dict()), running_until
+        )
+
+    async def begin(
+        self,
+        pending: Pending,
+        session: SessionRecord,
+        sequence: int,
+        request_hash: str,
+        *,
+        rate_limit: int | None,
+        now: float,
+    ) -> Begin:
+        """§6.1 steps 7-8 and the claim, in one store step; FULL raises (nothing consumed)."""
+        limits = self._config.limits
+        expires_at = max(int(now) + limits.intent_id_retention, pending.running_until + RUNNING_MARGIN)
+        begin, claim = await self._store.begin_intent(
+            session.session_id,
+            session.client_did,
+            sequence,
+            request_hash,
+            rate_limit=rate_limit,
+            rate_period=session.policy.rate_period,
+            now=now,
+            claim=ClaimRequest(
+                pending.intent_id,
+                pending.intent_hash,
+                pending.running_until,
+                expires_at,
+                limits.max_intent_ids_per_did,
+            ),
+        )
+        if claim is not None and claim.kind is ClaimKind.FULL:
+            raise Unavailable(
+                f"this DID already has {limits.max_intent_ids_per_did} intent_ids remembered",
+                retry_after=claim.retry_after,
+            )
+        pending.claim = claim
+        if claim is not None and claim.kind is ClaimKind.NEW:
+            self.running[(session.session_id, sequence)] = pending
+        return begin
+
+    def is_resumable(self, stored: StoredReply | None) -> bool:
+        """Whether a byte-identical retry finds the "still running" answer of a resend."""
+        return _is_still_running(stored)
+
+    async def answer(
+        self, pending: Pending, session_id: str, sequence: int, req_hash: str, audit: AuditFields
+    ) -> Reply:
+        """The answer to a request whose claim was not NEW (it does not run the intent)."""
+        claim = pending.claim
+        assert claim is not None
+        return await self._settle(pending, claim, session_id, sequence, req_hash, audit)
+
+    async def resume(
+        self, pending: Pending, session_id: str, sequence: int, req_hash: str, audit: AuditFields
+    ) -> Reply:
+        """A byte-identical retry of a resend that was answered "still running"."""
+        claim = await self._store.get_claim(
+            pending.client_did, pending.intent_id, pending.intent_hash, self._clock()
+        )
+        return await self._settle(pending, claim, session_id, sequence, req_hash, audit)
+
+    async def finish(self, session_id: str, sequence: int, stored: StoredReply) -> None:
+        """Keep the answer of a run this process claimed (a no-op for any other request)."""
+        pending = self.running.pop((session_id, sequence), None)
+        if pending is None:
+            return
+        # The intent ran: its answer goes out even if the store cannot keep it. The claim then
+        # stays RUNNING and becomes LOST: a resend is told "outcome unknown", never re-run.
+        with contextlib.suppress(Exception):
+            await self._store.finish_intent(
+                pending.client_did, pending.intent_id, pending.intent_hash, _compact(stored)
+            )
+
+    # -- answers ------------------------------------------------------------------------------------
+    async def _settle(
+        self,
+        pending: Pending,
+        claim: Claim,
+        session_id: str,
+        sequence: int,
+        req_hash: str,
+        audit: AuditFields,
+    ) -> Reply:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._config.limits.replay_wait_seconds
+        delay = 0.01
+        while claim.kind is ClaimKind.RUNNING:
+            if loop.time() >= deadline:
+                return await self._error(
+                    Unavailable(STILL_RUNNING, retry_after=1), session_id, sequence, req_hash
+                )
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 0.1)
+            claim = await self._store.get_claim(
+                pending.client_did, pending.intent_id, pending.intent_hash, self._clock()
+            )
+        if claim.kind is ClaimKind.DONE and claim.reply is not None:
+            return await self._replay(claim.reply, session_id, sequence, req_hash, audit)
+        if claim.kind is ClaimKind.CONFLICT:
+            exc: A2AError = SequenceError("intent_id already used for a different intent")
+        else:  # LOST, or UNKNOWN: the claim is gone (its retention ended, or the store lost it)
+            exc = IntentTimeout("outcome unknown: the first run of this intent_id did not report an answer")
+        return await self._error(exc, session_id, sequence, req_hash)
+
+    async def _keep(self, session_id: str, sequence: int, stored: StoredReply | None) -> None:
+        if stored is not None:
+            with contextlib.suppress(Exception):
+                await self._config.store.finish_request(session_id, sequence, stored)
+
+    async def _error(self, exc: A2AError, session_id: str, sequence: int, req_hash: str) -> Reply:
+        reply = self._replies.error(exc, session_id, sequence, req_hash, int(self._clock()))
+        await self._keep(session_id, sequence, reply.stored)
+        return reply
+
+    async def _replay(
+        self, answer: StoredReply, session_id: str, sequence: int, req_hash: str, audit: AuditFields
+    ) -> Reply:
+        """The first run's answer, signed now for this session and request (and kept for it)."""
+        if answer.events is None:
+            stored = replace(answer, signed_at=int(self._clock()))
+        else:
+            events = tuple(self._resign(ev, session_id, sequence, req_hash) for ev in answer.events)
+            stored = StoredReply(200, events=events, truncated=answer.truncated)
+        await self._keep(session_id, sequence, stored)
+        return await self._replayer.answer(session_id, sequence, req_hash, stored, audit)
+
+    def _resign(
+        self, event: Mapping[str, Any], session_id: str, sequence: int, req_hash: str
+    ) -> dict[str, Any]:
+        error = None
+        if event.get("status") == "error":
+            error = error_for_code(event["error"]["code"], event["error"]["message"])
+        return self._streams.event(
+            session_id,
+            sequence,
+            req_hash,
+            event["index"],
+            event["final"],
+            result=event.get("result"),
+            error=error,
+        )

@@ -1,0 +1,106 @@
+"""What a store remembers about intent ids (the ``intent_id`` extension, docs/extensions/intent_id.md).
+
+A request that carries an ``intent_id`` is, besides §6.1 steps 7-8, a *claim* of
+(client DID, intent_id): the first request with that id runs, every later one (on any
+session, at any worker) gets that run's answer, or waits for it, and never runs the intent
+again. The claim is made in the same atomic step as the sequence check and the rate count
+(:meth:`IntentStore.begin_intent`), so a shared store answers it in the same round trip.
+
+A claim lives ``retention`` seconds (``ServerLimits.intent_id_retention``) whatever happens
+to the session that made it, and holds:
+
+* the hash of the intent as signed (``hash_of(intent)``): a later request with the same id
+  and another intent is refused, it never gets the first one's answer;
+* ``running_until``: while the first run has not reported its answer, the claim is
+  RUNNING up to that time (the longest a run can take, plus a margin), and LOST after it
+  (the worker died mid-run: the outcome is unknown, and the intent is not run again);
+* the answer (a :class:`~a2a_secure.store.base.StoredReply`, kept unsigned), once DONE.
+
+Each DID may hold at most ``max_per_did`` unexpired claims: past that a new id is refused
+(FULL, nothing consumed), never by evicting a claim still inside its retention window,
+which would let that intent run a second time.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from a2a_secure.store.base import Begin, Store, StoredReply
+
+__all__ = ["Claim", "ClaimKind", "ClaimRequest", "IntentStore", "supports_intent_ids"]
+
+
+class ClaimKind(enum.Enum):
+    """What the store knows about (client DID, intent_id) for a request's intent hash."""
+
+    NEW = "new"  # claimed now by this request: run it
+    DONE = "done"  # the same intent ran: ``reply`` is its answer
+    RUNNING = "running"  # the same intent is still running (or its answer is on its way)
+    LOST = "lost"  # the same intent's run never reported an answer: outcome unknown
+    CONFLICT = "conflict"  # the id was claimed for a different intent
+    FULL = "full"  # the DID holds ``max_per_did`` claims: nothing claimed, nothing consumed
+    UNKNOWN = "unknown"  # no claim (only from :meth:`IntentStore.get_claim`)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """The claim a request with an ``intent_id`` makes (all times in Unix seconds)."""
+
+    intent_id: str
+    intent_hash: str
+    running_until: int
+    expires_at: int
+    max_per_did: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The store's answer about a claim; ``retry_after`` (seconds) only for FULL."""
+
+    kind: ClaimKind
+    reply: StoredReply | None = None
+    retry_after: int = 0
+
+
+@runtime_checkable
+class IntentStore(Store, Protocol):
+    """A :class:`Store` that also remembers intent ids; each method is atomic."""
+
+    async def begin_intent(
+        self,
+        session_id: str,
+        client_did: str,
+        sequence: int,
+        request_hash: str,
+        *,
+        rate_limit: int | None,
+        rate_period: int,
+        now: float,
+        claim: ClaimRequest,
+    ) -> tuple[Begin, Claim | None]:
+        """:meth:`Store.begin_request` and, when it would answer NEW, the claim, atomically.
+
+        The claim is None unless the request is new. A FULL claim comes with a Begin whose
+        kind is ``RATE_LIMITED``: nothing was consumed or counted.
+        """
+        ...
+
+    async def get_claim(self, client_did: str, intent_id: str, intent_hash: str, now: float) -> Claim:
+        """The claim's state as seen by a request with ``intent_hash`` (never NEW or FULL)."""
+        ...
+
+    async def finish_intent(
+        self, client_did: str, intent_id: str, intent_hash: str, reply: StoredReply
+    ) -> None:
+        """Keep ``reply`` as the answer of the claim, if it is still there for that hash."""
+        ...
+
+
+def supports_intent_ids(store: object) -> bool:
+    """Whether ``store`` can remember intent ids (a custom store may not, nor a RedisStore
+    whose keys are spread over a cluster: it says so with ``supports_intent_ids``)."""
+    return getattr(store, "supports_intent_ids", True) is True and all(
+        callable(getattr(store, name, None)) for name in ("begin_intent", "get_claim", "finish_intent")
+    )

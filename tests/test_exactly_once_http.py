@@ -1,0 +1,220 @@
+"""The intent_id extension end to end: a real uvicorn server and the real client.
+
+The server declares the extension in its agent card; the client learns it once per signed
+manifest hash (a card that does not hash to it counts as no extension) and then sends every
+intent with a random ``intent_id``, kept across its retries and re-handshakes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from http_helpers import build_server, identity
+
+from a2a_secure.agent import A2AAgent, RegistryEntry
+from a2a_secure.client import extensions as card_extensions
+from a2a_secure.client.http import A2AClient
+from a2a_secure.errors import A2AError, InvalidParams
+from a2a_secure.identity import encoding
+from a2a_secure.protocol.server import IntentContext, ServerLimits
+from a2a_secure.server.app import AgentServer
+from a2a_secure.testing import serve_app
+
+
+@pytest.fixture(autouse=True)
+def _fresh_card_cache() -> None:
+    card_extensions.forget()
+
+
+def recording_server(limits: ServerLimits | None = None, name: str = "eo-server") -> AgentServer:
+    server = build_server(identity(name), limits=limits)
+    server.seen = []  # type: ignore[attr-defined]
+    server.card_hits = Counter()  # type: ignore[attr-defined]
+
+    @server.intent("record")
+    async def record(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
+        server.seen.append(ctx.intent_id)  # type: ignore[attr-defined]
+        return {"inputs": inputs, "intent_id": ctx.intent_id, "run": len(server.seen)}  # type: ignore[attr-defined]
+
+    honest_card = server.card_endpoint
+
+    async def counted(request: Any) -> Any:
+        server.card_hits["card"] += 1  # type: ignore[attr-defined]
+        return await honest_card(request)
+
+    server.card_endpoint = counted  # type: ignore[method-assign]
+    return server
+
+
+async def test_card_declares_the_extension_only_when_it_is_on() -> None:
+    on = recording_server()
+    assert on.card["a2a_secure_extensions"] == ["intent_id"]
+    off = recording_server(ServerLimits(intent_id_retention=0))
+    assert "a2a_secure_extensions" not in off.card
+    assert encoding.hash_of(off.card) == off.manifest_hash
+
+
+async def test_client_learns_the_extension_once_and_sends_an_intent_id() -> None:
+    server = recording_server()
+    async with (
+        serve_app(server.app()) as url,
+        A2AClient(identity("alice")) as alice,
+        A2AClient(identity("bob")) as bob,
+    ):
+        for client in (alice, bob, alice):
+            await client.handshake(server.identity.did, url)
+            res = await client.request(server.identity.did, {"goal": "record", "inputs": {}})
+            assert res.intent_id is not None and len(res.intent_id) == 22
+            assert res.result["intent_id"] == res.intent_id
+        # Each request had its own id; the card was fetched once for three handshakes
+        # of two clients (the cache is keyed by the signed manifest hash).
+        assert len(set(server.seen)) == 3  # type: ignore[attr-defined]
+        assert server.card_hits["card"] == 1  # type: ignore[attr-defined]
+
+
+async def test_a_caller_id_makes_its_own_retries_exactly_once() -> None:
+    server = recording_server()
+    iid = "order-4711-retry-safe-00001"
+    async with serve_app(server.app()) as url:
+        for attempt in range(3):  # three "processes" of the caller, each with a new session
+            async with A2AClient(identity("caller")) as client:
+                res = await client.request(
+                    server.identity.did,
+                    {"goal": "record", "inputs": {"amount": 5}},
+                    endpoint=url,
+                    intent_id=iid,
+                )
+                assert res.intent_id == iid
+                assert res.result == {"inputs": {"amount": 5}, "intent_id": iid, "run": 1}, attempt
+        assert server.seen == [iid]  # type: ignore[attr-defined]
+        # The same id for other inputs is refused (signed), and the first answer is unchanged.
+        async with A2AClient(identity("caller")) as client:
+            with pytest.raises(A2AError) as caught:
+                await client.request(
+                    server.identity.did,
+                    {"goal": "record", "inputs": {"amount": 500}},
+                    endpoint=url,
+                    intent_id=iid,
+                )
+            assert caught.value.code == -32044 and caught.value.signed
+            res = await client.request(
+                server.identity.did, {"goal": "record", "inputs": {"amount": 5}}, endpoint=url, intent_id=iid
+            )
+            assert res.result["run"] == 1
+        assert server.seen == [iid]  # type: ignore[attr-defined]
+
+
+async def test_agent_request_passes_the_callers_intent_id() -> None:
+    server = recording_server()
+    async with serve_app(server.app()) as url:
+        async with A2AAgent("orchestrator", identity("orchestrator")) as agent:
+            agent.registry.add(RegistryEntry("srv", server.identity.did, url))
+            first = await agent.request("srv", {"goal": "record", "inputs": {"x": 1}}, intent_id="A" * 30)
+            second = await agent.request("srv", {"goal": "record", "inputs": {"x": 1}}, intent_id="A" * 30)
+            assert first == second and first["intent_id"] == "A" * 30
+        assert server.seen == ["A" * 30]  # type: ignore[attr-defined]
+
+
+async def test_exactly_once_true_refuses_a_server_that_does_not_declare_it() -> None:
+    server = recording_server(ServerLimits(intent_id_retention=0))
+    async with serve_app(server.app()) as url:
+        async with A2AClient(identity("strict"), exactly_once=True) as client:
+            with pytest.raises(InvalidParams, match="does not declare the intent_id extension"):
+                await client.request(server.identity.did, {"goal": "record", "inputs": {}}, endpoint=url)
+        async with A2AClient(identity("lenient")) as client:
+            # A caller's own id needs the extension too...
+            with pytest.raises(InvalidParams, match="does not declare"):
+                await client.request(
+                    server.identity.did, {"goal": "record", "inputs": {}}, endpoint=url, intent_id="B" * 22
+                )
+            # ... while by default the intent goes without one, as today.
+            res = await client.request(server.identity.did, {"goal": "record", "inputs": {}}, endpoint=url)
+            assert res.intent_id is None
+        assert server.seen == [None]  # type: ignore[attr-defined]
+
+
+async def test_exactly_once_false_never_sends_an_id_and_never_fetches_the_card() -> None:
+    server = recording_server()
+    async with serve_app(server.app()) as url:
+        async with A2AClient(identity("plain"), exactly_once=False) as client:
+            res = await client.request(server.identity.did, {"goal": "record", "inputs": {}}, endpoint=url)
+            assert res.intent_id is None
+        assert server.seen == [None]  # type: ignore[attr-defined]
+        assert server.card_hits["card"] == 0  # type: ignore[attr-defined]
+
+
+async def test_a_card_that_does_not_hash_to_the_signed_manifest_hash_means_no_extension(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = recording_server()
+
+    async def altered(request: Any) -> Any:
+        from starlette.responses import Response
+
+        card = {**server.card, "description": "altered on the way"}
+        return Response(encoding.dumps(card), media_type="application/json")
+
+    server.card_endpoint = altered  # type: ignore[method-assign]
+    async with serve_app(server.app()) as url:
+        with caplog.at_level(logging.DEBUG, logger="a2a_secure.client.extensions"):
+            async with A2AClient(identity("mismatch")) as client:
+                res = await client.request(
+                    server.identity.did, {"goal": "record", "inputs": {}}, endpoint=url
+                )
+                assert res.intent_id is None  # not an error: the server is treated as PROTOCOL.md-only
+            async with A2AClient(identity("mismatch"), exactly_once=True) as client:
+                with pytest.raises(InvalidParams):
+                    await client.request(server.identity.did, {"goal": "record", "inputs": {}}, endpoint=url)
+        assert "does not hash to the signed manifest_hash" in caplog.text
+
+
+async def test_streams_carry_the_intent_id_and_a_resend_replays_the_one_run() -> None:
+    server = recording_server()
+    runs: list[str | None] = []
+
+    @server.intent("ticks")
+    async def ticks(inputs: dict[str, Any], ctx: IntentContext) -> AsyncIterator[Any]:
+        runs.append(ctx.intent_id)
+        for i in range(int(inputs["n"])):
+            yield {"i": i, "intent_id": ctx.intent_id}
+
+    async with serve_app(server.app()) as url:
+        got = []
+        for _ in range(2):
+            async with A2AClient(identity("streamer")) as client:
+                await client.handshake(server.identity.did, url)
+                got.append(
+                    [
+                        item
+                        async for item in client.stream(
+                            server.identity.did, {"goal": "ticks", "inputs": {"n": 3}}, intent_id="S" * 22
+                        )
+                    ]
+                )
+        assert got[0] == got[1] == [{"i": i, "intent_id": "S" * 22} for i in range(3)]
+        assert runs == ["S" * 22]
+
+
+async def test_an_unreachable_card_is_no_extension_and_is_not_fetched_per_handshake() -> None:
+    server = recording_server()
+    hits = Counter[str]()
+
+    async def gone(request: Any) -> Any:
+        from starlette.responses import Response
+
+        hits["card"] += 1
+        return Response(b"not here", status_code=404)
+
+    server.card_endpoint = gone  # type: ignore[method-assign]
+    async with serve_app(server.app()) as url, httpx.AsyncClient() as http:
+        async with A2AClient(identity("nocard"), http=http) as client:
+            for _ in range(3):
+                await client.handshake(server.identity.did, url)
+                res = await client.request(server.identity.did, {"goal": "record", "inputs": {}})
+                assert res.intent_id is None
+        assert hits["card"] == 1
