@@ -12,7 +12,7 @@ the run) and prints the mutation counts, the client outcomes and every violation
 
     python scripts/mitm_campaign.py --runs 200 --seed 1 [--ops 5] [--details] [--stop]
 
-Exactly once (docs/extensions/intent_id.md): ``--exactly-once`` uses the mutation table
+Exactly once (docs/PROTOCOL.md §12.5): ``--exactly-once`` uses the mutation table
 aimed at it (forged -32043 after the request ran, a dropped reply whose retry gets a forged
 -32043, duplicates, losses), clients with ``exactly_once=True``, and checks besides that
 each intent_id ran at most once and that every value returned for it is that run's.

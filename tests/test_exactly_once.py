@@ -1,4 +1,4 @@
-"""The intent_id extension in the protocol core (docs/extensions/intent_id.md).
+"""The intent_id extension in the protocol core (docs/PROTOCOL.md §12.5).
 
 An intent that carries an ``intent_id`` runs at most once per (client DID, intent_id), across
 sessions: a resend on a new session gets the first run's answer, signed again for the new
