@@ -15,6 +15,7 @@ import types
 from typing import Any
 
 import nacl.signing
+import orjson
 import pytest
 import rfc8785
 from hypothesis import HealthCheck, assume, given, settings
@@ -598,6 +599,63 @@ def test_prop_loads_of_python_json_output(value: Any) -> None:
     except ParseError:
         return
     assert json.dumps(parsed) == text
+
+
+def _same_parse(data: bytes) -> None:
+    # loads takes a fast path for bytes (orjson, checked by writing the value back); a str
+    # always takes the strict parser. Both must give the same value, or both refuse.
+    try:
+        fast: Any = loads(data)
+    except ParseError:
+        fast = ParseError
+    try:
+        strict: Any = loads(data.decode("utf-8"))
+    except (ParseError, UnicodeDecodeError):
+        strict = ParseError
+    if fast is ParseError or strict is ParseError:
+        assert fast is strict, data
+    else:
+        assert json.dumps(fast) == json.dumps(strict), data
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a":1,"a":1}',
+        b'{"a":{"b":2,"b":2}}',
+        b"[9007199254740991,-9007199254740991]",
+        b"[9007199254740992]",
+        b"[-9007199254740992]",
+        b"[9223372036854775807]",
+        b"[18446744073709551616]",
+        b"[-0.0,0.0,1.0,1e+16,0.00001]",
+        b'["\\u0001\\u001f"]',
+        b'["\\\\","\\"","\\n"]',
+        b'["\\ud83d\\ude00"]',
+        b"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+        b'["[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["]',
+        b'{"\\u0000":null,"k":[true,false]}',
+    ],
+)
+def test_loads_fast_path_agrees_with_the_strict_parser(data: bytes) -> None:
+    _same_parse(data)
+
+
+@given(json_values)
+def test_prop_loads_fast_path_agrees_with_the_strict_parser(value: Any) -> None:
+    # The compact bytes the SDK writes take the fast path whatever they hold.
+    try:
+        data = orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return
+    _same_parse(data)
+
+
+@settings(max_examples=500)
+@given(JSONISH)
+def test_prop_loads_fast_path_agrees_on_jsonish_bytes(text: str) -> None:
+    with contextlib.suppress(UnicodeEncodeError):
+        _same_parse(text.encode("utf-8"))
 
 
 # -- ijson_problem: a handler's result checked without encoding it ------------------------------------

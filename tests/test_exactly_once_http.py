@@ -53,9 +53,9 @@ def recording_server(limits: ServerLimits | None = None, name: str = "eo-server"
 
 async def test_card_declares_the_extension_only_when_it_is_on() -> None:
     on = recording_server()
-    assert on.card["a2a_secure_extensions"] == ["intent_id"]
+    assert on.card["a2a_secure_extensions"] == ["intent_id", "priority"]
     off = recording_server(ServerLimits(intent_id_retention=0))
-    assert "a2a_secure_extensions" not in off.card
+    assert off.card["a2a_secure_extensions"] == ["priority"]
     assert encoding.hash_of(off.card) == off.manifest_hash
 
 

@@ -223,6 +223,25 @@ async def test_a_caller_without_the_right_is_refused_before_anything_runs() -> N
             assert result.result["priority"] == (priority or 3)
 
 
+async def test_the_card_declares_priority_and_a_server_without_it_is_not_asked() -> None:
+    probe = Probe()
+    server = priority_server(probe, ServerLimits())
+    assert "priority" in server.card["a2a_secure_extensions"]
+    # A server whose card does not declare the extension (a base-contract server, say): the
+    # client refuses to ask it for a priority before anything is signed or sent.
+    plain = priority_server(probe, ServerLimits())
+    plain.set_card_builder(lambda card: {k: v for k, v in card.items() if k != "a2a_secure_extensions"})
+    async with running(plain) as url, clients([HIGH]) as (high,):
+        did = plain.identity.did
+        with pytest.raises(InvalidParams, match="does not declare the priority extension") as caught:
+            await high.request(did, work("asked"), endpoint=url, priority=5)
+        assert not caught.value.signed
+        assert probe.log == []
+        # Without a priority the intent goes out as a base-contract intent, sequence 1.
+        result = await high.request(did, work("plain"), endpoint=url)
+        assert result.sequence == 1 and result.result["priority"] == 3
+
+
 @pytest.mark.parametrize("value", [0, 6, "5", 3.5, 5.0, True], ids=repr)
 async def test_a_bad_priority_is_refused_unsigned_and_consumes_nothing(value: Any) -> None:
     probe = Probe()

@@ -48,6 +48,7 @@ from a2a_secure.protocol.client import (
 from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, new_intent_id
 from a2a_secure.protocol.jsonrpc import encode_request
 from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.priority import with_priority
 from a2a_secure.protocol.server import AuditHook
 from a2a_secure.protocol.validate import json_equal
@@ -536,6 +537,22 @@ class A2AClient:
             chosen = new_intent_id(os.urandom)
         return {**intent, INTENT_ID: chosen}, chosen
 
+    async def _check_priority(self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any]) -> None:
+        """Refuse to ask for a priority of a server whose card does not declare it (§12.3).
+
+        Such a server would refuse the unknown member with -32602 only after the request is
+        signed and sent; the card (authenticated by the CHALLENGE's manifest_hash) says so
+        before anything leaves.
+        """
+        if PRIORITY not in intent or PRIORITY in peer.extensions:
+            return
+        peer.extensions = await self._server_extensions(peer, session, verified_only=True)
+        if PRIORITY not in peer.extensions:
+            raise InvalidParams(
+                f"{peer.did[:128]} does not declare the priority extension: "
+                "send the intent without a priority"
+            )
+
     @staticmethod
     def _given_intent_id(intent: Mapping[str, Any], intent_id: str | None) -> str | None:
         given = intent_id if intent_id is not None else intent.get(INTENT_ID)
@@ -624,6 +641,7 @@ class A2AClient:
                 if peer.session is None or peer.session.expired():
                     await self._handshake(peer)
                 assert peer.session is not None
+                await self._check_priority(peer, peer.session, intent)
                 body, chosen = await self._with_intent_id(peer, peer.session, intent, chosen)
                 try:
                     return await self._send(peer, peer.session, body)
@@ -715,6 +733,7 @@ class A2AClient:
                     await self._handshake(peer)
                 session = peer.session
                 assert session is not None
+                await self._check_priority(peer, session, body_intent)
                 body, chosen = await self._with_intent_id(peer, session, body_intent, chosen)
                 req = session.prepare_intent(body)
                 started = self._clock()

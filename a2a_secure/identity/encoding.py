@@ -122,6 +122,35 @@ _DECODER = json.JSONDecoder(
 )
 
 
+_NOT_COMPACT = object()
+_STRICT_INTEGER = orjson.OPT_STRICT_INTEGER
+
+
+def _loads_compact(data: bytes, max_depth: int) -> Any:
+    """The value of ``data`` if it is exactly what :func:`dumps` writes for it, else ``_NOT_COMPACT``.
+
+    Every body and payload this library signs or sends is written that way, so most texts
+    take this path: orjson parses them five times faster than the hooked ``json`` decoder.
+    orjson alone is lax where I-JSON is strict (it keeps the last of duplicate members and
+    parses integers past ±(2^53−1), or past 64 bits as floats), so the value is written back
+    and must give the very same bytes: a dropped duplicate, an integer out of range (which
+    ``OPT_STRICT_INTEGER`` refuses to write), a float from an integer literal, an escape,
+    whitespace, all differ and go to the strict parser, which refuses them or parses them
+    with its own checks. orjson refuses invalid UTF-8, a BOM, lone surrogates, ``NaN`` and
+    numbers that overflow. Only the depth is left, tested as :func:`loads` does.
+    """
+    try:
+        value = orjson.loads(data)
+        same = orjson.dumps(value, option=_STRICT_INTEGER) == data
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return _NOT_COMPACT
+    if not same:
+        return _NOT_COMPACT
+    if data.count(b"[") + data.count(b"{") > max_depth and ijson_problem(value, max_depth=max_depth):
+        return _NOT_COMPACT  # the strict parser names the problem
+    return value
+
+
 def loads(
     data: bytes | str,
     *,
@@ -134,6 +163,10 @@ def loads(
     that overflow to them, integers outside ±(2^53−1), lone surrogates, nesting deeper
     than ``max_depth`` (containers, the outermost being 1), trailing data.
     """
+    if type(data) is bytes:
+        value = _loads_compact(data, max_depth)
+        if value is not _NOT_COMPACT:
+            return value
     from_bytes = not isinstance(data, str)
     if not isinstance(data, str):
         try:

@@ -53,6 +53,7 @@ from a2a_secure.errors import (
 )
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.intent_id import INTENT_ID
+from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.store.base import Begin, SessionRecord, StoredReply
 from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest, IntentStore, supports_intent_ids
 
@@ -78,7 +79,7 @@ def server_extensions(limits: ServerLimits, store: object) -> list[str]:
 
     The one place the card's ``a2a_secure_extensions`` list comes from.
     """
-    out: set[str] = set()
+    out: set[str] = {PRIORITY}  # every server of this version reads and schedules it (§12.3)
     if limits.intent_id_retention > 0 and supports_intent_ids(store):
         out.add(INTENT_ID)
     return sorted(out)
