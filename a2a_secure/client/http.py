@@ -292,7 +292,7 @@ class A2AClient:
         time, under a new session: pass False for intents that must not run twice; the caller
         then gets ``SessionUnknown`` and decides (SECURITY.md).
 
-        ``exactly_once``: whether intents carry an ``intent_id`` (docs/extensions/intent_id.md),
+        ``exactly_once``: whether intents carry an ``intent_id`` (PROTOCOL.md §12.5),
         which the server remembers across sessions so that an intent runs at most once and
         every resend gets that run's answer. None: when the server declares the extension in
         its agent card (fetched once per card and checked against the hash the server signed

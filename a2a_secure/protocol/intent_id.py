@@ -1,4 +1,4 @@
-"""The ``intent_id`` extension's wire form (docs/extensions/intent_id.md): pure, no I/O.
+"""The ``intent_id`` extension's wire form (PROTOCOL.md §12.5): pure, no I/O.
 
 An intent may carry ``intent_id``, a client-chosen random name (22-64 base64url characters,
 128 random bits or more) that a server declaring the extension remembers with the one

@@ -135,7 +135,7 @@ EVENT_ERROR_PAYLOAD: Final = frozenset(
     ("session_id", "sequence", "request_hash", "index", "final", "status", "error", "timestamp")
 )
 CLOSED_MEMBERS: Final = frozenset(("type", "session_id", "response_jws"))
-# "intent_id": the intent_id extension (docs/extensions/intent_id.md), refused by a server
+# "intent_id": the intent_id extension (PROTOCOL.md §12.5), refused by a server
 # that does not declare it; "priority": PROTOCOL.md §12.3.
 INTENT_MEMBERS: Final = frozenset(("goal", "domain", "inputs", "constraints", "priority", "intent_id"))
 CONSTRAINT_MEMBERS: Final = frozenset(("timeout_ms", "max_tokens", "stream"))

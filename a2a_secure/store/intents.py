@@ -1,4 +1,4 @@
-"""What a store remembers about intent ids (the ``intent_id`` extension, docs/extensions/intent_id.md).
+"""What a store remembers about intent ids (the ``intent_id`` extension, PROTOCOL.md §12.5).
 
 A request that carries an ``intent_id`` is, besides §6.1 steps 7-8, a *claim* of
 (client DID, intent_id): the first request with that id runs, every later one (on any

@@ -3,7 +3,7 @@
 PROTOCOL.md §6.1 runs a request at most once per (session, sequence). A client that loses
 its session (an expiry, a server restart, or an on-path attacker forging the unsigned
 -32043) and sends the same intent again on a new session would run it twice: nothing ties
-the two requests together. With the extension (docs/extensions/intent_id.md) the client puts
+the two requests together. With the extension (PROTOCOL.md §12.5) the client puts
 a random ``intent_id`` inside the signed intent; the server remembers (caller DID,
 intent_id) with the hash of the intent and its answer for ``ServerLimits.intent_id_retention``
 seconds, in the shared store, whatever happens to the session.
