@@ -3,8 +3,10 @@
 Runs one handshake, an intent, a signed error, a streamed answer, a close and an unsigned
 error between a real client state machine and a real ``ServerProtocol``, in memory, with
 fixed keys, a fixed clock and deterministic randomness, and prints every message (and every
-decoded JWS payload) as the JSON the wire carries. Ed25519 signatures are deterministic, so
-the output is the same on every run.
+decoded JWS payload) as the JSON the wire carries. Then, on two more sessions, the §12
+extensions: an intent with ``priority`` (§12.3), and an intent with ``intent_id`` sent on one
+session and again on the next, plus another intent reusing the id (§12.5). Ed25519
+signatures are deterministic, so the output is the same on every run.
 
     python scripts/protocol_examples.py                           # print the examples
     python scripts/protocol_examples.py --update docs/PROTOCOL.md # rewrite them in the doc
@@ -23,7 +25,7 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -33,10 +35,12 @@ from a2a_secure.identity.jws import jws_decode_unverified
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
+from a2a_secure.protocol.intent_id import CARD_MEMBER, new_intent_id
 from a2a_secure.protocol.jsonrpc import encode_error, encode_result
 from a2a_secure.protocol.messages import PROTOCOL_NAME
 from a2a_secure.protocol.policy import Policy
-from a2a_secure.protocol.server import IntentDispatcher, Reply, ServerProtocol
+from a2a_secure.protocol.server import IntentContext, IntentDispatcher, Reply, ServerLimits, ServerProtocol
+from a2a_secure.protocol.server.exactly_once import server_extensions
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.testing import FakeClock
@@ -47,11 +51,13 @@ __all__ = [
     "POLICY",
     "T0",
     "Example",
+    "HandlerRun",
     "client_identity",
     "client_random",
     "examples_in",
     "generate",
     "make_server",
+    "open_session",
     "seeded_random",
     "server_card",
     "server_identity",
@@ -69,6 +75,13 @@ AT: Final[dict[str, int]] = {
     "stream": T0 + 12,
     "close": T0 + 13,
     "unsigned": T0 + 14,
+    # §12: two more sessions (the first one is closed by then)
+    "handshake_2": T0 + 20,
+    "intent_id": T0 + 30,
+    "priority": T0 + 31,
+    "handshake_3": T0 + 40,
+    "intent_id_resend": T0 + 50,
+    "intent_id_conflict": T0 + 51,
 }
 POLICY: Final = Policy(
     rate_limit=1000,
@@ -128,13 +141,50 @@ def server_card(identity: Identity) -> dict[str, Any]:
         "intents": ["count", "echo"],
         "public_keys": [identity.public_key_entry()],
         "streaming_intents": ["count"],
+        # What make_server's limits and store serve (§12.3, §12.5), as AgentServer's card says.
+        CARD_MEMBER: server_extensions(ServerLimits(), MemoryStore()),
     }
 
 
-def make_server(clock: FakeClock) -> ServerProtocol:
-    """A fresh in-memory server serving the test agent (§11) under :data:`POLICY`."""
+@dataclass(frozen=True)
+class HandlerRun:
+    """One run of a test agent handler, as :func:`make_server` records it."""
+
+    goal: str
+    intent_id: str | None
+    priority: int
+    session_id: str
+    sequence: int
+
+
+class _RecordingDispatcher(IntentDispatcher):
+    # The test agent, recording each handler run: the intent_id examples show that a resend
+    # is answered without running the handler again.
+    def __init__(self, runs: list[HandlerRun]) -> None:
+        super().__init__()
+        self._runs = runs
+
+    def _record(self, goal: str, context: IntentContext) -> None:
+        self._runs.append(
+            HandlerRun(goal, context.intent_id, context.priority, context.session_id, context.sequence)
+        )
+
+    async def run(self, goal: str, inputs: Any, context: IntentContext) -> Any:
+        self._record(goal, context)
+        return await super().run(goal, inputs, context)
+
+    def open_stream(self, goal: str, inputs: Any, context: IntentContext) -> AsyncIterator[Any]:
+        self._record(goal, context)
+        return super().open_stream(goal, inputs, context)
+
+
+def make_server(clock: FakeClock, runs: list[HandlerRun] | None = None) -> ServerProtocol:
+    """A fresh in-memory server serving the test agent (§11) under :data:`POLICY`.
+
+    Each handler run is appended to ``runs`` when it is given.
+    """
     identity = server_identity()
-    dispatcher = IntentDispatcher()
+    dispatcher = _RecordingDispatcher([] if runs is None else runs)
     register_test_agent(dispatcher)
     return ServerProtocol(
         identity,
@@ -205,11 +255,34 @@ async def _intent(
     return req, body, await _call(server, body)
 
 
+async def open_session(server: ServerProtocol, clock: FakeClock, start: int, label: bytes) -> ClientSession:
+    """An undocumented handshake from ``start`` on, as §5's (one second a step), for §12's sessions.
+
+    ``label`` seeds the client's random source, so each session has its own ``nonce_a``.
+    """
+    hs = ClientHandshake(
+        client_identity(),
+        resolve_did_key(server_identity().did),
+        clock=clock,
+        random_bytes=seeded_random(label),
+    )
+    clock.now = start
+    hello = hs.hello()
+    clock.now = start + 1
+    challenge = await _call(server, _request("hello", 1, hello))
+    clock.now = start + 2
+    policy = await _call(server, _request("proof", 2, hs.receive_challenge(challenge.result)))
+    clock.now = start + 3
+    session = await _call(server, _request("accept_policy", 3, hs.receive_policy(policy.result)))
+    return hs.receive_session(session.result)
+
+
 async def generate() -> dict[str, Example]:
     """Run the whole exchange and return every example by name."""
     run = _Run()
     clock = run.clock
-    server = make_server(clock)
+    runs: list[HandlerRun] = []
+    server = make_server(clock, runs)
     hs = ClientHandshake(
         client_identity(),
         resolve_did_key(server_identity().did),
@@ -304,6 +377,50 @@ async def generate() -> dict[str, Example]:
     clock.now = AT["unsigned"]
     reply = await _call(server, close)
     run.add("unsigned-error", _answer("req-4", reply), reply.http_status)
+
+    # §12.5 on a second session: an intent named by an intent_id runs, and its answer is kept
+    second = await open_session(server, clock, AT["handshake_2"], b"a2a-secure example client random 2")
+    clock.now = AT["intent_id"]
+    booking = {
+        "goal": "echo",
+        "inputs": {"text": "Book room 4 at 10:00"},
+        "intent_id": new_intent_id(seeded_random(b"a2a-secure example intent_id")),
+    }
+    req, body, reply = await _intent(run, server, second, "intent-id-request", "req-5", booking)
+    answer = _answer("req-5", reply)
+    run.add("intent-id-result", answer, reply.http_status)
+    run.payload("intent-id-payload", answer["result"]["response_jws"])
+    second.verify_result(req, answer["result"])
+
+    # §12.3: a priority within the default right (3)
+    clock.now = AT["priority"]
+    urgent = {"goal": "echo", "inputs": {"text": "Summarize the minutes"}, "priority": 2}
+    req, body, reply = await _intent(run, server, second, "priority-request", "req-6", urgent)
+    answer = _answer("req-6", reply)
+    run.add("priority-result", answer, reply.http_status)
+    second.verify_result(req, answer["result"])
+
+    # §12.5 on a third session: the resend gets the first answer signed again, the handler
+    # does not run; another intent under the same id is refused.
+    third = await open_session(server, clock, AT["handshake_3"], b"a2a-secure example client random 3")
+    clock.now = AT["intent_id_resend"]
+    req, body, reply = await _intent(run, server, third, "intent-id-resend-request", "req-7", booking)
+    answer = _answer("req-7", reply)
+    run.add("intent-id-resend-result", answer, reply.http_status)
+    run.payload("intent-id-resend-payload", answer["result"]["response_jws"])
+    third.verify_result(req, answer["result"])
+    clock.now = AT["intent_id_conflict"]
+    other = {**booking, "inputs": {"text": "Book room 5 at 10:00"}}
+    req, body, reply = await _intent(run, server, third, "intent-id-conflict-request", "req-8", other)
+    answer = _answer("req-8", reply)
+    run.add("intent-id-conflict-error", answer, reply.http_status)
+    run.payload("intent-id-conflict-payload", answer["error"]["data"]["response_jws"])
+    if not third.error_from_reply(req, answer["error"]).signed:
+        raise SystemExit("the example intent_id conflict does not verify")
+    if [r.goal for r in runs if r.intent_id == booking["intent_id"]] != ["echo"]:
+        raise SystemExit(f"the intent_id example ran {runs}, not once")
+    if [r.priority for r in runs if r.session_id == second.session_id and r.sequence == 2] != [2]:
+        raise SystemExit(f"the priority example did not run at priority 2: {runs}")
     return run.examples
 
 

@@ -6,7 +6,9 @@ replayed against a fresh ``ServerProtocol`` (same keys, clock and random source 
 generator, ``scripts/protocol_examples.py``) that must answer with exactly the documented
 replies, and the documented replies are fed to a fresh client state machine that must
 accept them and produce exactly the documented requests. A member renamed, added or dropped
-on either side fails here. The §7 table must list every error class with its code and HTTP
+on either side fails here. The §12 extension examples (priority, intent_id on two more
+sessions) go through the same checks, and their replay shows the handler ran once for an
+intent sent twice under one ``intent_id``. The §7 table must list every error class with its code and HTTP
 status, and every section that SECURITY.md, the README or a docstring cites must exist.
 """
 
@@ -68,6 +70,20 @@ REQUESTS: list[tuple[str, str, str, Callable[..., Any]]] = [
     ("stream-request", "intent", "stream-body", models.IntentRequest.parse),
     ("close-request", "intent", "closed-result", models.CloseRequest.parse),
 ]
+# §12: (request example, answer example, session of the replay, step time). Sessions 2 and 3
+# are opened by undocumented handshakes (pe.open_session), as the generator opens them.
+EXT_REQUESTS: list[tuple[str, str, int, str]] = [
+    ("intent-id-request", "intent-id-result", 2, "intent_id"),
+    ("priority-request", "priority-result", 2, "priority"),
+    ("intent-id-resend-request", "intent-id-resend-result", 3, "intent_id_resend"),
+    ("intent-id-conflict-request", "intent-id-conflict-error", 3, "intent_id_conflict"),
+]
+# (answer example, its response payload example, the request it answers)
+EXT_PAYLOADS: list[tuple[str, str, str]] = [
+    ("intent-id-result", "intent-id-payload", "intent-id-request"),
+    ("intent-id-resend-result", "intent-id-resend-payload", "intent-id-resend-request"),
+    ("intent-id-conflict-error", "intent-id-conflict-payload", "intent-id-conflict-request"),
+]
 STEP_TIME = {
     "hello": "challenge",
     "proof": "proof",
@@ -128,6 +144,18 @@ def check_requests_parse(ex: Examples) -> None:
             parse(env.params, now=pe.AT["challenge"])
         else:
             parse(env.params)
+    for name, _answer, _session, _step in EXT_REQUESTS:
+        body = value(ex, name)
+        env = parse_request(encoding.dumps(body), "intent")
+        assert env.method == body["method"] == "intent"
+        models.IntentRequest.parse(env.params)
+
+
+def _response_jws(answer: Any) -> str:
+    """The ``response_jws`` of a documented intent answer, a result or a signed error."""
+    if "result" in answer:
+        return answer["result"]["response_jws"]  # type: ignore[no-any-return]
+    return answer["error"]["data"]["response_jws"]  # type: ignore[no-any-return]
 
 
 def check_answers_parse(ex: Examples) -> None:
@@ -149,6 +177,15 @@ def check_answers_parse(ex: Examples) -> None:
             errors.error_for_code(error["code"], error["message"]).http_status == status == http_of(ex, name)
         )
     assert "data" not in value(ex, "unsigned-error")["error"]
+    for _request, answer, _session, _step in EXT_REQUESTS:
+        if "result" in value(ex, answer):
+            models.IntentResultMessage.parse(value(ex, answer)["result"])
+            assert http_of(ex, answer) == 200, answer
+    conflict = value(ex, "intent-id-conflict-error")["error"]
+    models.ErrorObject.parse({k: conflict[k] for k in ("code", "message")})
+    assert conflict["code"] == -32044
+    assert errors.error_for_code(conflict["code"], conflict["message"]).http_status == 409
+    assert http_of(ex, "intent-id-conflict-error") == 409
 
 
 def _key(ex: Examples, side: str) -> tuple[str, bytes]:
@@ -197,6 +234,36 @@ def check_tokens_verify(ex: Examples) -> None:
         payload = jws_verify(token, key, typ=typ, kid=kid)
         assert same_json(payload, value(ex, payload_name)), payload_name
         parse(payload)
+    # §12: every request and answer token verifies; a documented payload is what it carries.
+    documented_payloads = {answer: payload for answer, payload, _request in EXT_PAYLOADS}
+    for request, answer, _session, _step in EXT_REQUESTS:
+        params = value(ex, request)["params"]
+        kid, key = _key(ex, "client")
+        signed = jws_verify(params["request_jws"], key, typ=Typ.REQUEST, kid=kid)
+        models.RequestPayload.parse(signed)
+        assert same_json(signed["intent"], params["intent"]), request
+        kid, key = _key(ex, "server")
+        payload = jws_verify(_response_jws(value(ex, answer)), key, typ=Typ.RESPONSE, kid=kid)
+        models.ResponsePayload.parse(payload)
+        assert payload["sequence"] == params["sequence"] and payload["session_id"] == params["session_id"]
+        if answer in documented_payloads:
+            assert same_json(payload, value(ex, documented_payloads[answer])), answer
+
+
+def check_intent_id_resend(ex: Examples) -> None:
+    """§12.5: the resend is the same intent on a new session, answered with the first result."""
+    first, resend = value(ex, "intent-id-request")["params"], value(ex, "intent-id-resend-request")["params"]
+    assert "intent_id" in first["intent"] and same_json(first["intent"], resend["intent"])
+    assert first["session_id"] != resend["session_id"]
+    conflict = value(ex, "intent-id-conflict-request")["params"]
+    assert conflict["intent"]["intent_id"] == first["intent"]["intent_id"]
+    assert not same_json(conflict["intent"], first["intent"])
+    # The first run's result, signed again over the resend's session, sequence and hash.
+    old, new = value(ex, "intent-id-payload"), value(ex, "intent-id-resend-payload")
+    assert same_json(old["result"], new["result"]) and old["status"] == new["status"] == "success"
+    assert (new["session_id"], new["sequence"]) == (resend["session_id"], resend["sequence"])
+    assert new["request_hash"] != old["request_hash"]
+    assert value(ex, "priority-request")["params"]["intent"]["priority"] == 2
 
 
 def check_hashes(ex: Examples) -> None:
@@ -215,12 +282,15 @@ def check_hashes(ex: Examples) -> None:
         ("close-request", "closed-payload"),
     ):
         assert value(ex, payload)["request_hash"] == request_hash(value(ex, request)["params"]["request_jws"])
+    for _answer, payload, request in EXT_PAYLOADS:
+        assert value(ex, payload)["request_hash"] == request_hash(value(ex, request)["params"]["request_jws"])
 
 
 async def replay_server(ex: Examples) -> None:
     """The documented client messages, sent to a fresh server, get exactly the documented answers."""
     clock = FakeClock(float(pe.T0))
-    server: ServerProtocol = pe.make_server(clock)
+    runs: list[Any] = []
+    server: ServerProtocol = pe.make_server(clock, runs)
     for name, _endpoint, answer, _parse in REQUESTS:
         body = value(ex, name)
         clock.now = pe.AT[STEP_TIME[name]]
@@ -242,6 +312,35 @@ async def replay_server(ex: Examples) -> None:
     reply = await server.handle("close", close["params"])
     assert reply.http_status == http_of(ex, "unsigned-error")
     assert same_json(answer_body(close["id"], reply), value(ex, "unsigned-error"))
+
+    # §12 on two more sessions, opened as the generator opens them. A real client signs the
+    # documented intents into exactly the documented requests and accepts the answers.
+    sessions = {
+        2: await pe.open_session(server, clock, pe.AT["handshake_2"], b"a2a-secure example client random 2"),
+        3: await pe.open_session(server, clock, pe.AT["handshake_3"], b"a2a-secure example client random 3"),
+    }
+    for name, answer, number, step in EXT_REQUESTS:
+        body, session = value(ex, name), sessions[number]
+        clock.now = pe.AT[step]
+        req = session.prepare_intent(body["params"]["intent"])
+        assert same_json(req.params, body["params"]), name
+        reply = await server.handle(body["method"], copy.deepcopy(body["params"]))
+        assert reply.http_status == http_of(ex, answer), (name, reply.http_status, reply.error)
+        assert same_json(answer_body(body["id"], reply), value(ex, answer)), (
+            f"{answer} differs from the server's"
+        )
+        documented = value(ex, answer)
+        if "result" in documented:
+            session.verify_result(req, documented["result"])
+        else:
+            err = session.error_from_reply(req, documented["error"])
+            assert err.signed and err.code == -32044
+    # The intent sent twice under one intent_id ran once; the priority-2 intent ran at 2.
+    intent_id = value(ex, "intent-id-request")["params"]["intent"]["intent_id"]
+    assert [(r.goal, r.sequence) for r in runs if r.intent_id == intent_id] == [("echo", 1)]
+    priority = value(ex, "priority-request")["params"]
+    assert [r.priority for r in runs if (r.session_id, r.sequence) == (priority["session_id"], 2)] == [2]
+    assert [r.goal for r in runs] == ["echo", "count", "count", "echo", "echo"]
 
 
 def replay_client(ex: Examples) -> None:
@@ -317,6 +416,10 @@ def test_documented_tokens_verify_with_the_documented_keys() -> None:
     check_tokens_verify(DOCUMENTED)
 
 
+def test_intent_id_resend_carries_the_first_result_for_the_new_request() -> None:
+    check_intent_id_resend(DOCUMENTED)
+
+
 def test_documented_hashes_follow_the_definitions() -> None:
     check_hashes(DOCUMENTED)
 
@@ -356,6 +459,10 @@ def _rename(path: list[str], old: str, new: str) -> Callable[[Any], None]:
         ("session", _rename(["result"], "expires_at", "expiry"), check_answers_parse),
         ("request-payload", _rename([], "timestamp", "iat"), check_tokens_verify),
         ("challenge", _rename(["result"], "policy_hash", "policy_digest"), replay_client),
+        ("intent-id-request", _rename(["params", "intent"], "intent_id", "intentId"), check_requests_parse),
+        ("priority-request", _rename(["params", "intent"], "priority", "prio"), check_requests_parse),
+        ("intent-id-resend-result", _rename(["result"], "response_jws", "response"), check_answers_parse),
+        ("intent-id-resend-payload", _rename([], "request_hash", "hash"), check_tokens_verify),
     ],
 )
 def test_a_drifted_document_fails_the_checks(name: str, edit: Callable[[Any], None], check: Any) -> None:
@@ -363,8 +470,17 @@ def test_a_drifted_document_fails_the_checks(name: str, edit: Callable[[Any], No
         check(_drift(name, edit))
 
 
-async def test_a_drifted_answer_fails_the_server_replay() -> None:
-    drifted = _drift("policy", _rename(["result"], "policy_signature", "signature"))
+@pytest.mark.parametrize(
+    ("name", "path", "old", "new"),
+    [
+        ("policy", ["result"], "policy_signature", "signature"),
+        ("intent-id-conflict-error", ["error"], "message", "reason"),
+    ],
+)
+async def test_a_drifted_answer_fails_the_server_replay(
+    name: str, path: list[str], old: str, new: str
+) -> None:
+    drifted = _drift(name, _rename(path, old, new))
     with pytest.raises(AssertionError):
         await replay_server(drifted)
 
