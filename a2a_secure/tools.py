@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from a2a_secure.client.http import check_endpoint
+from a2a_secure.client.extensions import CARD_FETCH_TIMEOUT, CARD_PATH, fetch_card
 from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, SessionUnknown
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.client import MAX_INPUT_BYTES, MAX_INPUT_DEPTH, check_intent_inputs
@@ -83,8 +83,6 @@ MAX_TOOL_NAME = 64
 SEPARATOR = "__"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _HASH_DIGITS = 8
-MAX_CARD_BYTES = 256 * 1024
-CARD_FETCH_TIMEOUT = 10.0  # seconds for the whole card, however slowly it comes
 MAX_DESCRIPTION = 1024
 MAX_SCHEMA_BYTES = 16 * 1024
 GENERIC_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
@@ -94,7 +92,6 @@ GENERIC_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties"
 # the body (request, params, intent), under an agent's default limit of 32.
 MAX_ARGUMENT_BYTES = MAX_INPUT_BYTES
 MAX_ARGUMENT_DEPTH = MAX_INPUT_DEPTH
-CARD_PATH = "/.well-known/agent-card.json"
 META_PREFIX = "a2a-secure/"
 ToolFormat = Literal["openai", "anthropic"]
 ProgressCallback = Callable[[int, Any], Awaitable[None]]
@@ -316,26 +313,13 @@ class ToolCatalog:
             return f"{entry.name} unreachable: its agent card could not be fetched"
 
     async def _fetch_card(self, endpoint: str) -> dict[str, Any]:
-        # The rule the client applies before a handshake, applied before this first request:
-        # an entry built in code or a did:web service endpoint has not been checked yet.
-        url = check_endpoint(endpoint) + CARD_PATH
-        chunks: list[bytes] = []
-        try:
-            # The HTTP timeout bounds each read only: a card sent a byte at a time would hold
-            # the refresh, and with it every other agent's tools, for as long as it liked.
-            async with asyncio.timeout(CARD_FETCH_TIMEOUT):
-                async with self.agent.client.http.stream("GET", url) as resp:
-                    if resp.status_code != 200:
-                        raise CardRefused(f"its agent card answered HTTP {resp.status_code}")
-                    size = 0
-                    async for chunk in resp.aiter_bytes():
-                        size += len(chunk)
-                        if size > MAX_CARD_BYTES:
-                            raise CardRefused("its agent card is larger than 256 KiB")
-                        chunks.append(chunk)
-        except TimeoutError:
-            raise CardRefused(f"its agent card did not arrive within {CARD_FETCH_TIMEOUT:g} s") from None
-        card = encoding.loads(b"".join(chunks), error=CardRefused)
+        # This module's deadline, read at each call, bounds a tool listing.
+        card = await fetch_card(
+            self.agent.client.http,
+            endpoint.rstrip("/") + CARD_PATH,
+            deadline=CARD_FETCH_TIMEOUT,
+            error=CardRefused,
+        )
         if not isinstance(card, dict):
             raise CardRefused("its agent card is not a JSON object")
         # The card is the agent's own word, read before anything else trusts it: a member

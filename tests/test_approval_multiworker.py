@@ -9,8 +9,6 @@ The person's key is another DID than the caller's.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,17 +18,9 @@ import httpx
 import pytest
 import redis as redis_sync
 from approval_helpers import APPROVER_ENV, RUNS_KEY_ENV, RUNS_URL_ENV
-from redis_helpers import OwnedRedis, free_port
-from test_multiworker import (
-    TESTS_DIR,
-    _start,
-    _stop,
-    _wait_healthy,
-    client_identity,
-    error_of,
-    handshake,
-    send,
-)
+from redis_helpers import OwnedRedis
+from test_multiworker import client_identity, error_of, handshake, send
+from worker_helpers import serve_workers
 
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
@@ -58,38 +48,21 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     tmp = tmp_path_factory.mktemp("approval-multiworker")
     owned = OwnedRedis(tmp)
     owned.start()
-    procs = []
     try:
         server = Identity.generate("desk")
         person = Identity.generate("person")
-        key_file = tmp / "server.key"
-        server.save(key_file)
-        policy_file = tmp / "policy.json"
-        policy_file.write_text(json.dumps({"rate_limit": 10_000, "rate_period": 3600}))
         prefix = f"apmw:{uuid.uuid4().hex}:"
-        env = {
-            **os.environ,
-            "A2A_SECURE_KEY_FILE": str(key_file),
-            "A2A_SECURE_POLICY": str(policy_file),
-            "A2A_SECURE_REDIS_URL": owned.url,
-            "A2A_SECURE_REDIS_PREFIX": prefix,
-            "A2A_SECURE_APP": "approval_helpers:register_desk",
-            APPROVER_ENV: person.did,
-            RUNS_URL_ENV: owned.url,
-            RUNS_KEY_ENV: prefix + "runs",
-            "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p),
-        }
-        env.pop("A2A_SECURE_AUDIT_LOG", None)
-        ports = [free_port(), free_port()]
-        logs = [tmp / f"server-{i}.log" for i in range(2)]
-        procs = [_start(port, env, log) for port, log in zip(ports, logs, strict=True)]
-        urls = [f"http://127.0.0.1:{port}" for port in ports]
-        for url, proc, log in zip(urls, procs, logs, strict=True):
-            _wait_healthy(url, proc, log, server.did)
-        yield Pair(urls, server, person, owned, prefix + "runs")
+        with serve_workers(
+            tmp,
+            server,
+            {"rate_limit": 10_000, "rate_period": 3600},
+            store_url=owned.url,
+            prefix=prefix,
+            app="approval_helpers:register_desk",
+            extra_env={APPROVER_ENV: person.did, RUNS_URL_ENV: owned.url, RUNS_KEY_ENV: prefix + "runs"},
+        ) as (urls, _procs):
+            yield Pair(urls, server, person, owned, prefix + "runs")
     finally:
-        for proc in procs:
-            _stop(proc)
         owned.kill()
 
 

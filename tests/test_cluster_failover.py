@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
-import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -29,17 +27,9 @@ import pytest
 import redis as redis_sync
 from cluster_helpers import MARKS_KEY_ENV, MARKS_URL_ENV, LocalCluster
 from redis.crc import key_slot
-from redis_helpers import OwnedRedis, free_port
-from test_multiworker import (
-    TESTS_DIR,
-    _start,
-    _stop,
-    _wait_healthy,
-    client_identity,
-    error_of,
-    handshake,
-    send,
-)
+from redis_helpers import OwnedRedis
+from test_multiworker import client_identity, error_of, handshake, send
+from worker_helpers import serve_workers
 
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.client import ClientSession
@@ -65,35 +55,16 @@ def marking_workers(
     Their ``echo`` counts each execution of a marker in ``marks`` (hash ``marks``).
     """
     server = Identity.generate("failover-server")
-    key_file = tmp / "server.key"
-    server.save(key_file)
-    policy_file = tmp / "policy.json"
-    policy_file.write_text(json.dumps({"rate_limit": 100_000, "rate_period": 3600}))
-    env = {
-        **os.environ,
-        "A2A_SECURE_KEY_FILE": str(key_file),
-        "A2A_SECURE_POLICY": str(policy_file),
-        "A2A_SECURE_REDIS_URL": store_url,
-        "A2A_SECURE_REDIS_PREFIX": prefix,
-        "A2A_SECURE_APP": "cluster_helpers:register_marking",
-        MARKS_URL_ENV: marks.url,
-        MARKS_KEY_ENV: "marks",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p),
-    }
-    env.pop("A2A_SECURE_AUDIT_LOG", None)
-    ports = [free_port(), free_port()]
-    logs = [tmp / f"server-{i}.log" for i in range(2)]
-    procs = []
-    try:
-        for port, log in zip(ports, logs, strict=True):
-            procs.append(_start(port, env, log))
-        urls = [f"http://127.0.0.1:{port}" for port in ports]
-        for url, proc, log in zip(urls, procs, logs, strict=True):
-            _wait_healthy(url, proc, log, server.did)
+    with serve_workers(
+        tmp,
+        server,
+        {"rate_limit": 100_000, "rate_period": 3600},
+        store_url=store_url,
+        prefix=prefix,
+        app="cluster_helpers:register_marking",
+        extra_env={MARKS_URL_ENV: marks.url, MARKS_KEY_ENV: "marks"},
+    ) as (urls, _procs):
         yield urls, server
-    finally:
-        for proc in procs:
-            _stop(proc)
 
 
 def marks_counts(marks: OwnedRedis) -> dict[str, int]:

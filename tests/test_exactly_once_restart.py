@@ -26,7 +26,8 @@ import redis as redis_sync
 import redis.asyncio as redis_asyncio
 from redis.maint_notifications import MaintNotificationsConfig
 from redis_helpers import COUNTER_KEY_ENV, COUNTER_URL_ENV, OwnedRedis, free_port
-from test_multiworker import TESTS_DIR, _start, _wait_healthy, handshake, send
+from test_multiworker import handshake, send
+from worker_helpers import TESTS_DIR, start_worker, wait_healthy
 
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.server import ServerLimits
@@ -107,12 +108,12 @@ async def test_a_server_killed_mid_run_never_runs_the_intent_again(
     env.pop("A2A_SECURE_AUDIT_LOG", None)
     port = free_port()
     log = tmp_path / "server.log"
-    proc = _start(port, env, log)
+    proc = start_worker(port, env, log)
     url = f"http://127.0.0.1:{port}"
     client = Identity.generate("eo-restart-client")
     intent = {"goal": "echo", "inputs": {"sleep": 5, "tag": "dies"}, "intent_id": IID}
     try:
-        _wait_healthy(url, proc, log, server_id.did)
+        wait_healthy(url, proc, log, server_id.did)
         async with httpx.AsyncClient(timeout=10) as http:
             s1 = await handshake(http, [url], client, server_id.did)
             req1 = s1.prepare_intent(intent)

@@ -12,13 +12,11 @@ Every test uses its own client identity, hence its own rate counter.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ import httpx
 import pytest
 import redis as redis_sync
 from redis_helpers import COUNTER_KEY_ENV, COUNTER_URL_ENV, OwnedRedis, free_port
+from worker_helpers import TESTS_DIR, serve_workers, wait_healthy
 
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
@@ -37,7 +36,6 @@ from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedR
 
 JSON = {"Content-Type": "application/json"}
 RATE_LIMIT = 8
-TESTS_DIR = Path(__file__).resolve().parent
 _ids = itertools.count(1)
 
 
@@ -57,49 +55,6 @@ class Cluster:
             r.close()
 
 
-def _start(port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    args = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        "a2a_secure.server.run:app_from_env",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        "--no-access-log",
-    ]
-    with log.open("wb") as out:
-        return subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, did: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"server {url} exited ({proc.returncode}):\n{log.read_text(errors='replace')}")
-        with contextlib.suppress(httpx.HTTPError):
-            resp = httpx.get(url + "/health", timeout=1.0)
-            if resp.status_code == 200:
-                assert resp.json()["did"] == did
-                return
-        time.sleep(0.05)
-    pytest.fail(f"server {url} not healthy after 30 s:\n{log.read_text(errors='replace')}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     yield from _cluster(tmp_path_factory, RATE_LIMIT)
@@ -115,36 +70,20 @@ def _cluster(tmp_path_factory: pytest.TempPathFactory, rate_limit: int) -> Itera
     tmp = tmp_path_factory.mktemp("multiworker")
     owned = OwnedRedis(tmp, persist=True)
     owned.start()
-    procs: list[subprocess.Popen[bytes]] = []
     try:
         server = Identity.generate("mw-server")
-        key_file = tmp / "server.key"
-        server.save(key_file)
-        policy_file = tmp / "policy.json"
-        policy_file.write_text(json.dumps({"rate_limit": rate_limit, "rate_period": 3600}))
         prefix = f"mw:{uuid.uuid4().hex}:"
-        env = {
-            **os.environ,
-            "A2A_SECURE_KEY_FILE": str(key_file),
-            "A2A_SECURE_POLICY": str(policy_file),
-            "A2A_SECURE_REDIS_URL": owned.url,
-            "A2A_SECURE_REDIS_PREFIX": prefix,
-            "A2A_SECURE_APP": "redis_helpers:register_counting",
-            COUNTER_URL_ENV: owned.url,
-            COUNTER_KEY_ENV: prefix + "executions",
-            "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p),
-        }
-        env.pop("A2A_SECURE_AUDIT_LOG", None)
-        ports = [free_port(), free_port()]
-        logs = [tmp / f"server-{i}.log" for i in range(2)]
-        procs = [_start(port, env, log) for port, log in zip(ports, logs, strict=True)]
-        urls = [f"http://127.0.0.1:{port}" for port in ports]
-        for url, proc, log in zip(urls, procs, logs, strict=True):
-            _wait_healthy(url, proc, log, server.did)
-        yield Cluster(urls, server, owned, prefix + "executions", procs)
+        with serve_workers(
+            tmp,
+            server,
+            {"rate_limit": rate_limit, "rate_period": 3600},
+            store_url=owned.url,
+            prefix=prefix,
+            app="redis_helpers:register_counting",
+            extra_env={COUNTER_URL_ENV: owned.url, COUNTER_KEY_ENV: prefix + "executions"},
+        ) as (urls, procs):
+            yield Cluster(urls, server, owned, prefix + "executions", procs)
     finally:
-        for proc in procs:
-            _stop(proc)
         owned.kill()
 
 
@@ -470,7 +409,7 @@ async def test_serve_with_two_uvicorn_workers(cluster: Cluster, tmp_path: Path) 
     proc = _run_python(code, log)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(url, proc, log, RUN_SERVER_ID.did)
+        wait_healthy(url, proc, log, RUN_SERVER_ID.did)
         pids: set[int] = set()
         async with httpx.AsyncClient(timeout=10) as http:
             sess = await handshake(http, [url], client_identity("serve"), RUN_SERVER_ID.did)

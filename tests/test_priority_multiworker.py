@@ -11,27 +11,16 @@ process.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 import redis as redis_sync
-from redis_helpers import COUNTER_KEY_ENV, COUNTER_URL_ENV, delete_prefix, free_port, redis_url  # noqa: F401
-from test_multiworker import (
-    TESTS_DIR,
-    _start,
-    _stop,
-    _wait_healthy,
-    client_identity,
-    error_of,
-    handshake,
-    send,
-)
+from redis_helpers import COUNTER_KEY_ENV, COUNTER_URL_ENV, delete_prefix, redis_url  # noqa: F401
+from test_multiworker import client_identity, error_of, handshake, send
+from worker_helpers import serve_workers
 
 from a2a_secure.errors import IntentTimeout
 from a2a_secure.identity.keys import Identity
@@ -59,44 +48,26 @@ def workers(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     tmp = tmp_path_factory.mktemp("priority-workers")
     server = Identity.generate("prio-mw-server")
     high = Identity.generate("prio-mw-high")
-    key_file = tmp / "server.key"
-    server.save(key_file)
-    policy_file = tmp / "policy.json"
     # One file: the negotiated policy, and the server's own scheduling settings (never sent).
-    policy_file.write_text(
-        json.dumps(
-            {
-                "rate_limit": 1000,
-                "priority_rights": {"default": 3, "per_did": {high.did: 5}},
-                "max_concurrent_intents": 1,
-                "max_queued_intents": 4,
-            }
-        )
-    )
-    prefix = f"a2a-test:prio-mw:{uuid.uuid4().hex}:"
-    env = {
-        **os.environ,
-        "A2A_SECURE_KEY_FILE": str(key_file),
-        "A2A_SECURE_POLICY": str(policy_file),
-        "A2A_SECURE_REDIS_URL": redis_url,
-        "A2A_SECURE_REDIS_PREFIX": prefix,
-        "A2A_SECURE_APP": "priority_helpers:register_traced",
-        COUNTER_URL_ENV: redis_url,
-        COUNTER_KEY_ENV: prefix + "events",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p),
+    policy = {
+        "rate_limit": 1000,
+        "priority_rights": {"default": 3, "per_did": {high.did: 5}},
+        "max_concurrent_intents": 1,
+        "max_queued_intents": 4,
     }
-    env.pop("A2A_SECURE_AUDIT_LOG", None)
-    ports = [free_port(), free_port()]
-    logs = [Path(tmp) / f"worker-{i}.log" for i in range(2)]
-    procs = [_start(port, env, log) for port, log in zip(ports, logs, strict=True)]
+    prefix = f"a2a-test:prio-mw:{uuid.uuid4().hex}:"
     try:
-        urls = [f"http://127.0.0.1:{port}" for port in ports]
-        for url, proc, log in zip(urls, procs, logs, strict=True):
-            _wait_healthy(url, proc, log, server.did)
-        yield Workers(urls, server, high, redis_url, prefix + "events")
+        with serve_workers(
+            tmp,
+            server,
+            policy,
+            store_url=redis_url,
+            prefix=prefix,
+            app="priority_helpers:register_traced",
+            extra_env={COUNTER_URL_ENV: redis_url, COUNTER_KEY_ENV: prefix + "events"},
+        ) as (urls, _procs):
+            yield Workers(urls, server, high, redis_url, prefix + "events")
     finally:
-        for proc in procs:
-            _stop(proc)
         delete_prefix(redis_url, prefix)
 
 

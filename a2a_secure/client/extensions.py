@@ -16,6 +16,7 @@ kept until the cache evicts it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import urllib.parse
@@ -28,13 +29,15 @@ from a2a_secure.errors import A2AError
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.intent_id import CARD_MEMBER
 
-__all__ = ["card_url", "forget", "known_extensions", "learn_extensions"]
+__all__ = ["card_url", "fetch_card", "forget", "known_extensions", "learn_extensions"]
 
 _log = logging.getLogger("a2a_secure.client.extensions")
 
 CACHE_SIZE: Final = 1024
 FAILURE_TTL: Final = 300.0  # seconds a failed look-up is remembered
 MAX_CARD_BYTES: Final = 256 * 1024
+CARD_FETCH_TIMEOUT: Final = 10.0  # seconds for the whole card, however slowly it comes
+CARD_PATH: Final = "/.well-known/agent-card.json"
 _NONE: Final[frozenset[str]] = frozenset()
 
 # manifest hash -> (extensions, monotonic time until which the entry holds; inf = verified)
@@ -44,7 +47,7 @@ _cache: OrderedDict[str, tuple[frozenset[str], float]] = OrderedDict()
 def card_url(endpoint: str) -> str:
     """The agent card's URL on the origin of ``endpoint`` (PROTOCOL.md §4)."""
     parts = urllib.parse.urlsplit(endpoint)
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/.well-known/agent-card.json", "", ""))
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, CARD_PATH, "", ""))
 
 
 def known_extensions(manifest_hash: str, *, verified_only: bool = False) -> frozenset[str] | None:
@@ -83,18 +86,39 @@ def parse_extensions(card: Any) -> frozenset[str]:
     return frozenset(value)
 
 
-async def _fetch(http: httpx.AsyncClient, url: str) -> Any:
-    async with http.stream("GET", url, headers={"Accept": "application/json"}) as resp:
-        if resp.status_code != 200:
-            raise ValueError(f"HTTP {resp.status_code}")
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in resp.aiter_bytes():
-            size += len(chunk)
-            if size > MAX_CARD_BYTES:
-                raise ValueError("card larger than 256 KiB")
-            chunks.append(chunk)
-    return encoding.loads(b"".join(chunks))
+async def fetch_card(
+    http: httpx.AsyncClient,
+    url: str,
+    *,
+    deadline: float = CARD_FETCH_TIMEOUT,
+    error: type[Exception] = ValueError,
+) -> Any:
+    """The parsed agent card at ``url``, or ``error`` (an A2AError for a refused endpoint).
+
+    The endpoint rule of PROTOCOL.md §4 is applied before anything goes on the wire (a URL
+    built in code or from a did:web service has not been checked yet); the card must answer
+    200, stay under 256 KiB and arrive whole within ``deadline`` seconds.
+    """
+    from a2a_secure.client.http import check_endpoint  # noqa: PLC0415 - http imports this module
+
+    url = check_endpoint(url)
+    chunks: list[bytes] = []
+    try:
+        # The HTTP timeout bounds each read only: a card sent a byte at a time would hold
+        # its caller (a handshake, a tool listing) for as long as the sender liked.
+        async with asyncio.timeout(deadline):
+            async with http.stream("GET", url, headers={"Accept": "application/json"}) as resp:
+                if resp.status_code != 200:
+                    raise error(f"its agent card answered HTTP {resp.status_code}")
+                size = 0
+                async for chunk in resp.aiter_bytes():
+                    size += len(chunk)
+                    if size > MAX_CARD_BYTES:
+                        raise error("its agent card is larger than 256 KiB")
+                    chunks.append(chunk)
+    except TimeoutError:
+        raise error(f"its agent card did not arrive within {deadline:g} s") from None
+    return encoding.loads(b"".join(chunks), error=error)
 
 
 async def learn_extensions(
@@ -110,7 +134,7 @@ async def learn_extensions(
         return known
     url = card_url(endpoint)
     try:
-        card = await _fetch(http, url)
+        card = await fetch_card(http, url)
     except (httpx.HTTPError, A2AError, ValueError, OSError) as exc:
         _log.debug("agent card %s not usable: %s", url, str(exc)[:200])
         return _put(manifest_hash, _NONE, time.monotonic() + FAILURE_TTL)

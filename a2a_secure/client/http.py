@@ -553,6 +553,23 @@ class A2AClient:
                 "send the intent without a priority"
             )
 
+    async def _attempt(
+        self, peer: _Peer, intent: Mapping[str, Any], chosen: str | None
+    ) -> tuple[ClientSession, Mapping[str, Any], str | None]:
+        """One attempt's session, the intent to sign on it and its intent_id.
+
+        A handshake first when there is no session or it expired. The caller holds
+        ``peer.lock``; the priority and intent_id checks (see :meth:`_with_intent_id`) run
+        against this session's server, before anything is signed.
+        """
+        if peer.session is None or peer.session.expired():
+            await self._handshake(peer)
+        session = peer.session
+        assert session is not None
+        await self._check_priority(peer, session, intent)
+        body, chosen = await self._with_intent_id(peer, session, intent, chosen)
+        return session, body, chosen
+
     @staticmethod
     def _given_intent_id(intent: Mapping[str, Any], intent_id: str | None) -> str | None:
         given = intent_id if intent_id is not None else intent.get(INTENT_ID)
@@ -638,13 +655,9 @@ class A2AClient:
         chosen = self._given_intent_id(intent, intent_id)
         async with peer.lock:
             for attempt in (1, 2):
-                if peer.session is None or peer.session.expired():
-                    await self._handshake(peer)
-                assert peer.session is not None
-                await self._check_priority(peer, peer.session, intent)
-                body, chosen = await self._with_intent_id(peer, peer.session, intent, chosen)
+                session, body, chosen = await self._attempt(peer, intent, chosen)
                 try:
-                    return await self._send(peer, peer.session, body)
+                    return await self._send(peer, session, body)
                 except SessionUnknown:
                     peer.session = None
                     if attempt == 2 or not self.resend_on_unknown_session:
@@ -729,12 +742,7 @@ class A2AClient:
         chosen = self._given_intent_id(intent, intent_id)
         async with peer.lock:
             for attempt in (1, 2):
-                if peer.session is None or peer.session.expired():
-                    await self._handshake(peer)
-                session = peer.session
-                assert session is not None
-                await self._check_priority(peer, session, body_intent)
-                body, chosen = await self._with_intent_id(peer, session, body_intent, chosen)
+                session, body, chosen = await self._attempt(peer, body_intent, chosen)
                 req = session.prepare_intent(body)
                 started = self._clock()
                 yielded = False

@@ -235,32 +235,53 @@ return v[1]
 # KEYS: session hash, session zset[, rate counter]
 # ARGV: now, sequence, request_hash, rate_limit ('' = not counted), rate_ttl_ms, session_id
 # Returns {kind, last[, reply]}: 0 GONE, 1 NEW, 2 REPLAY, 3 IN_PROGRESS, 4 STALE, 5 RATE_LIMITED
-_BEGIN_REQUEST = """
-local v = redis.call('HMGET', KEYS[1], 'e', 'l', 'h')
-if not v[1] then return {0, '0'} end
-if tonumber(v[1]) <= tonumber(ARGV[1]) then
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], ARGV[6])
-  return {0, '0'}
+# begin_checks: every check of a request against its session and rate counter; its answer
+# when the request does not run, else false, the rate count read and the session's last
+# sequence. begin_writes: what NEW records, after every check of the script has passed.
+_BEGIN_STEPS = """
+local function begin_checks()
+  local v = redis.call('HMGET', KEYS[1], 'e', 'l', 'h')
+  if not v[1] then return {0, '0'} end
+  if tonumber(v[1]) <= tonumber(ARGV[1]) then
+    redis.call('DEL', KEYS[1])
+    redis.call('ZREM', KEYS[2], ARGV[6])
+    return {0, '0'}
+  end
+  local last = tonumber(v[2])
+  local seq = tonumber(ARGV[2])
+  if seq == last and last > 0 and v[3] == ARGV[3] then
+    local y = redis.call('HGET', KEYS[1], 'y')
+    if y then return {2, v[2], y} end
+    return {3, v[2]}
+  end
+  if seq <= last then return {4, v[2]} end
+  local count = 0
+  if ARGV[4] ~= '' then
+    count = tonumber(redis.call('GET', KEYS[3]) or '0')
+    if count >= tonumber(ARGV[4]) then return {5, v[2]} end
+  end
+  return false, count, v[2]
 end
-local last = tonumber(v[2])
-local seq = tonumber(ARGV[2])
-if seq == last and last > 0 and v[3] == ARGV[3] then
-  local y = redis.call('HGET', KEYS[1], 'y')
-  if y then return {2, v[2], y} end
-  return {3, v[2]}
+
+local function begin_writes(count)
+  if ARGV[4] ~= '' then
+    redis.call('INCR', KEYS[3])
+    if count == 0 then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
+  end
+  redis.call('HSET', KEYS[1], 'l', ARGV[2], 'h', ARGV[3])
+  redis.call('HDEL', KEYS[1], 'y')
 end
-if seq <= last then return {4, v[2]} end
-if ARGV[4] ~= '' then
-  local count = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if count >= tonumber(ARGV[4]) then return {5, v[2]} end
-  redis.call('INCR', KEYS[3])
-  if count == 0 then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
-end
-redis.call('HSET', KEYS[1], 'l', ARGV[2], 'h', ARGV[3])
-redis.call('HDEL', KEYS[1], 'y')
+"""
+
+_BEGIN_REQUEST = (
+    _BEGIN_STEPS
+    + """
+local answer, count = begin_checks()
+if answer then return answer end
+begin_writes(count)
 return {1, ARGV[2]}
 """
+)
 
 # KEYS: session hash.  ARGV: sequence, reply
 _FINISH_REQUEST = """
@@ -450,55 +471,33 @@ local function seen_claim(key, all, now, iid, hash)
 end
 """
 
-# _BEGIN_REQUEST and, when it would answer NEW, the claim, as one script. Every check
-# (the claim's and the per-DID bound's included) comes before the first write, so a FULL
-# claim consumes nothing, as a rate-limited request does.
+# The guarded _BEGIN_REQUEST and, when it would answer NEW, the claim, as one script. Every
+# check (the claim's and the per-DID bound's included) comes before begin_writes, the first
+# write, so a FULL claim consumes nothing, as a rate-limited request does.
 # KEYS: session hash, session zset, rate counter (or the session hash when not counted),
-#       claim hash, the DID's claim zset
-# ARGV: 1-6 as _BEGIN_REQUEST, 7 intent_id, 8 intent hash, 9 running_until, 10 expires_at,
-#       11 claim ttl_ms, 12 max claims per DID
-# Returns _BEGIN_REQUEST's answer when not NEW; {1, last, claim kind[, answer]} when NEW;
-# {6, last, earliest expiry of the DID's claims} when the bound is reached.
+#       claim hash, the DID's claim zset, the DID's revocation hash
+# ARGV: 1-6 as _BEGIN_REQUEST, 7 client DID (_REVOCATION_GUARD), 8 intent_id, 9 intent hash,
+#       10 running_until, 11 expires_at, 12 claim ttl_ms, 13 max claims per DID
+# Returns _BEGIN_REQUEST's answer (or the guard's) when not NEW; {1, last, claim kind[,
+# answer]} when NEW; {7, last, earliest expiry of the DID's claims} when the bound is reached.
 _BEGIN_INTENT = (
     _EXTEND
     + _SEEN_CLAIM
     + _REVOCATION_GUARD
+    + _BEGIN_STEPS
     + """
 local now = tonumber(ARGV[1])
-local v = redis.call('HMGET', KEYS[1], 'e', 'l', 'h')
-if not v[1] then return {0, '0'} end
-if tonumber(v[1]) <= now then
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], ARGV[6])
-  return {0, '0'}
-end
-local last = tonumber(v[2])
-local seq = tonumber(ARGV[2])
-if seq == last and last > 0 and v[3] == ARGV[3] then
-  local y = redis.call('HGET', KEYS[1], 'y')
-  if y then return {2, v[2], y} end
-  return {3, v[2]}
-end
-if seq <= last then return {4, v[2]} end
-local count = 0
-if ARGV[4] ~= '' then
-  count = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if count >= tonumber(ARGV[4]) then return {5, v[2]} end
-end
+local answer, count, last = begin_checks()
+if answer then return answer end
 local c = seen_claim(KEYS[4], KEYS[5], now, ARGV[8], ARGV[9])
 if c[1] == -1 then
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ARGV[1])
   if redis.call('ZCARD', KEYS[5]) >= tonumber(ARGV[13]) then
     local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-    return {7, v[2], first[2]}
+    return {7, last, first[2]}
   end
 end
-if ARGV[4] ~= '' then
-  redis.call('INCR', KEYS[3])
-  if count == 0 then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
-end
-redis.call('HSET', KEYS[1], 'l', ARGV[2], 'h', ARGV[3])
-redis.call('HDEL', KEYS[1], 'y')
+begin_writes(count)
 if c[1] ~= -1 then
   if c[2] then return {1, ARGV[2], c[1], c[2]} end
   return {1, ARGV[2], c[1]}
