@@ -1358,6 +1358,43 @@ class RedisStore:
         self._cache_put(session)
         return session
 
+    def _begin_parts(
+        self,
+        session_id: str,
+        client_did: str,
+        sequence: int,
+        request_hash: str,
+        rate_limit: int | None,
+        rate_period: int,
+        now: float,
+    ) -> tuple[list[str], list[Any], int, int]:
+        """The KEYS 1-3 and ARGV 1-7 of the guarded begin scripts, the rate window's start, now.
+
+        KEYS: the session hash, the session zset, the rate counter (the session hash again
+        when the request is not counted); ARGV: now, sequence, request hash, limit ('' when
+        not counted), the counter's ttl_ms, session id, client DID (_REVOCATION_GUARD).
+        """
+        session_key = self._k_session(session_id)
+        keys = [session_key, self._k_sessions(), session_key]
+        limit = ""
+        rate_ttl = 0
+        t = int(now)
+        start = t - t % rate_period if rate_limit is not None else 0
+        if rate_limit is not None:
+            keys[2] = self._k_rate(client_did, rate_period, start)
+            limit = str(rate_limit)
+            rate_ttl = _ttl_ms(start + rate_period, now)
+        args = [
+            _num(now),
+            str(sequence),
+            _request_hash_bytes(request_hash),
+            limit,
+            rate_ttl,
+            session_id,
+            client_did,
+        ]
+        return keys, args, start, t
+
     async def begin_request(
         self,
         session_id: str,
@@ -1377,29 +1414,10 @@ class RedisStore:
             return await self._spread_begin(
                 session_id, client_did, sequence, request_hash, rate_limit, rate_period, now
             )
-        keys = [self._k_session(session_id), self._k_sessions()]
-        limit = ""
-        rate_ttl = 0
-        t = int(now)
-        start = t - t % rate_period if rate_limit is not None else 0
-        if rate_limit is not None:
-            keys.append(self._k_rate(client_did, rate_period, start))
-            limit = str(rate_limit)
-            rate_ttl = _ttl_ms(start + rate_period, now)
-        keys.append(self._k_revoked(client_did))
-        call: _Call = (
-            self._begin_request_guarded,
-            keys,
-            [
-                _num(now),
-                str(sequence),
-                _request_hash_bytes(request_hash),
-                limit,
-                rate_ttl,
-                session_id,
-                client_did,
-            ],
+        keys, args, start, t = self._begin_parts(
+            session_id, client_did, sequence, request_hash, rate_limit, rate_period, now
         )
+        call: _Call = (self._begin_request_guarded, [*keys, self._k_revoked(client_did)], args)
         (out,), confirmed = await self._run([call], wait=True)
         try:
             return self._begin_from(out, session_id, start, rate_period, t, confirmed)
@@ -1524,40 +1542,23 @@ class RedisStore:
         """
         if self._spread:
             raise Unavailable("this store does not remember intent ids on a spread cluster layout")
-        session_key = self._k_session(session_id)
-        keys = [session_key, self._k_sessions(), session_key]
-        limit = ""
-        rate_ttl = 0
-        t = int(now)
-        start = t - t % rate_period if rate_limit is not None else 0
-        if rate_limit is not None:
-            keys[2] = self._k_rate(client_did, rate_period, start)
-            limit = str(rate_limit)
-            rate_ttl = _ttl_ms(start + rate_period, now)
+        keys, args, start, t = self._begin_parts(
+            session_id, client_did, sequence, request_hash, rate_limit, rate_period, now
+        )
         keys += [
             self._k_intent(client_did, claim.intent_id),
             self._k_intents(client_did),
             self._k_revoked(client_did),
         ]
-        call: _Call = (
-            self._begin_intent,
-            keys,
-            [
-                _num(now),
-                str(sequence),
-                _request_hash_bytes(request_hash),
-                limit,
-                rate_ttl,
-                session_id,
-                client_did,
-                claim.intent_id,
-                _request_hash_bytes(claim.intent_hash),
-                claim.running_until,
-                claim.expires_at,
-                _ttl_ms(claim.expires_at, now),
-                claim.max_per_did,
-            ],
-        )
+        args += [
+            claim.intent_id,
+            _request_hash_bytes(claim.intent_hash),
+            claim.running_until,
+            claim.expires_at,
+            _ttl_ms(claim.expires_at, now),
+            claim.max_per_did,
+        ]
+        call: _Call = (self._begin_intent, keys, args)
         (out,), confirmed = await self._run([call], wait=True)
         code = int(out[0])
         if code == 7:  # the DID's claims are at their bound: nothing consumed
