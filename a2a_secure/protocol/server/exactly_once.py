@@ -150,9 +150,17 @@ class ExactlyOnce:
             raise InvalidParams(f"intent: unexpected member {INTENT_ID!r}")
 
     def prepare(
-        self, session: SessionRecord, intent: Intent, wants_stream: bool, now: float
+        self,
+        session: SessionRecord,
+        intent: Intent,
+        intent_obj: Mapping[str, Any],
+        wants_stream: bool,
+        now: float,
     ) -> Pending | None:
-        """The claim this request will make, or None (a refused intent claims nothing)."""
+        """The claim this request will make, or None (a refused intent claims nothing).
+
+        ``intent_obj`` is the intent as signed (step 5 compared it with the payload's).
+        """
         assert intent.intent_id is not None
         if not session.policy.allows(intent.goal) or not self._config.dispatcher.has(intent.goal):
             return None
@@ -161,9 +169,7 @@ class ExactlyOnce:
         end = max(now, session.expires_at) if wants_stream else now
         timeout = self._config.limits.max_handler_timeout_ms / 1000
         running_until = math.ceil(end + timeout) + RUNNING_MARGIN
-        return Pending(
-            session.client_did, intent.intent_id, encoding.hash_of(intent.to_dict()), running_until
-        )
+        return Pending(session.client_did, intent.intent_id, encoding.hash_of(intent_obj), running_until)
 
     async def begin(
         self,

@@ -143,10 +143,11 @@ class IntentProcessor:
                 "sequence": params_seq,
             }
             signed: RequestPayload | ClosePayload
+            intent_obj: dict[str, Any] | None = None
             if intent is None:
                 signed = ClosePayload.parse(payload, expected=expected)
             else:
-                expected["intent"] = intent.to_dict()
+                expected["intent"] = intent_obj = intent.to_dict()
                 signed = RequestPayload.parse(payload, expected=expected)
             sequence, ts = signed.sequence, signed.timestamp
         except A2AError as exc:
@@ -166,8 +167,8 @@ class IntentProcessor:
                 raise Unavailable("too many intents are waiting to run", retry_after=1)
             # Steps 7-8, one atomic check-and-update (with an intent_id, and its claim).
             once: Pending | None = None
-            if intent is not None and intent.intent_id is not None:
-                once = self._exactly_once.prepare(session, intent, wants_stream, now)
+            if intent is not None and intent_obj is not None and intent.intent_id is not None:
+                once = self._exactly_once.prepare(session, intent, intent_obj, wants_stream, now)
             if once is None:
                 begin = await cfg.store.begin_request(
                     session_id,
