@@ -327,10 +327,11 @@ async def test_old_primary_frozen_then_resumed_with_wait_replicas(sentinels: Loc
             assert not any(t.done() for t in tasks), [t.result() for t in tasks if t.done()]
             if all(any((x.answered_at or 0) > recovered_at for x in mine) for mine in sent):
                 break
-        served = {
-            i: min(x.answered_at for x in mine if (x.answered_at or 0) > recovered_at)
-            for i, mine in enumerate(sent)
-        }
+        # When each client was first served after the old primary rejoined (fails if one was not).
+        served = [
+            min(x.answered_at for x in mine if x.answered_at and x.answered_at > recovered_at)
+            for mine in sent
+        ]
         state["stop"] = True
         await asyncio.gather(*tasks)
 
