@@ -74,6 +74,7 @@ class LocalCluster:
         for _ in range(self.count):
             self.ports.append(cluster_port({q for p in self.ports for q in (p, p + 10000)}))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.frozen: set[int] = set()  # stopped (SIGSTOP): not queried until thawed
 
     @property
     def url(self) -> str:
@@ -156,7 +157,8 @@ class LocalCluster:
         self.wait_ok(deadline - time.monotonic())
 
     def live_ports(self) -> list[int]:
-        return [p for p, proc in self.procs.items() if proc.poll() is None]
+        """The nodes running and not frozen."""
+        return [p for p, proc in self.procs.items() if proc.poll() is None and p not in self.frozen]
 
     def wait_ok(self, timeout: float = 30.0) -> None:
         """Until every live node says ``cluster_state:ok`` and they agree on the primaries."""
@@ -218,6 +220,16 @@ class LocalCluster:
                 fields = dict(kv.split("=", 1) for kv in line.split(":", 1)[1].split(","))
                 return int(fields["port"])
         raise AssertionError(f"{primary} has no replica: {text}")
+
+    def freeze(self, port: int) -> None:
+        """SIGSTOP one node: it keeps its connections and answers nothing."""
+        self.frozen.add(port)
+        os.kill(self.procs[port].pid, signal.SIGSTOP)
+
+    def thaw(self, port: int) -> None:
+        """SIGCONT a frozen node: it goes on where it stopped, until gossip tells it otherwise."""
+        os.kill(self.procs[port].pid, signal.SIGCONT)
+        self.frozen.discard(port)
 
     def kill(self, port: int) -> None:
         """SIGKILL one node."""

@@ -16,6 +16,7 @@ tests that only read and write; a test that kills the primary starts its own.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import time
@@ -25,6 +26,8 @@ from typing import Any
 
 import pytest
 import redis as redis_sync
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from redis_helpers import OwnedRedis, free_port, redis_server_binary, skip_or_fail
 
 SERVICE = "a2a"
@@ -40,9 +43,14 @@ def start_sentinel(conf: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _query(port: int, command: Callable[[redis_sync.Redis], Any]) -> Any:
-    """``command`` on a client of the server at ``port``; None when it does not answer."""
-    client = redis_sync.Redis(port=port, socket_timeout=1.0, socket_connect_timeout=1.0)
+def _query(port: int, command: Callable[[redis_sync.Redis], Any], timeout: float = 1.0) -> Any:
+    """``command`` on a client of the server at ``port``; None when it does not answer.
+
+    Without retries: a frozen server (SIGSTOP) costs one ``timeout``, not one per retry.
+    """
+    client = redis_sync.Redis(
+        port=port, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
+    )
     try:
         return command(client)
     except (redis_sync.ConnectionError, redis_sync.TimeoutError, redis_sync.ResponseError):
@@ -127,8 +135,8 @@ class LocalSentinel:
         view = _query(port, lambda c: c.sentinel_master(SERVICE))
         return view if isinstance(view, dict) else {}
 
-    def primary(self) -> int | None:
-        """The port of the primary every live sentinel names now, if they agree and it says so."""
+    def named(self) -> int | None:
+        """The port of the primary every live sentinel names now, if they agree."""
         named: set[int] = set()
         for port, proc in zip(self.sentinel_ports, self.sentinel_procs, strict=True):
             if proc.poll() is not None:
@@ -137,10 +145,12 @@ class LocalSentinel:
             if not isinstance(addr, tuple | list) or len(addr) != 2:
                 return None
             named.add(int(addr[1]))
-        if len(named) != 1:
-            return None
-        (port,) = named
-        return port if self.info(port).get("role") == "master" else None
+        return named.pop() if len(named) == 1 else None
+
+    def primary(self) -> int | None:
+        """The port of the primary every live sentinel names now, if they agree and it says so."""
+        port = self.named()
+        return port if port is not None and self.info(port).get("role") == "master" else None
 
     def url_of(self, port: int) -> str:
         """``redis://`` for one server, to read or clean it directly."""
@@ -150,17 +160,48 @@ class LocalSentinel:
         """SIGKILL one redis-server (the primary or the replica)."""
         self.servers[port].kill()
 
+    def freeze(self, port: int) -> None:
+        """SIGSTOP one redis-server: it keeps its connections and answers nothing."""
+        proc = self.servers[port].proc
+        assert proc is not None and proc.poll() is None
+        os.kill(proc.pid, signal.SIGSTOP)
+
+    def thaw(self, port: int) -> None:
+        """SIGCONT a frozen redis-server: it goes on where it stopped, still sure of its role."""
+        proc = self.servers[port].proc
+        assert proc is not None
+        os.kill(proc.pid, signal.SIGCONT)
+
     def wait_failover(self, old: int, timeout: float = 20.0) -> int:
-        """Until every sentinel names a primary other than ``old`` that says it is one: its port."""
+        """Until every sentinel names a primary other than ``old`` that says it is one: its port.
+
+        ``old`` itself is never queried: it may be frozen.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            now = self.primary()
-            if now is not None and now != old:
+            now = self.named()
+            if now is not None and now != old and self.info(now).get("role") == "master":
                 return now
             time.sleep(0.05)
         raise AssertionError(
             f"no failover from {old} in {timeout:.0f} s: "
             f"{[self.sentinel_view(p) for p in self.sentinel_ports]} (logs in {self.workdir})"
+        )
+
+    def wait_replica_of(self, port: int, primary: int, timeout: float = 30.0) -> None:
+        """Until ``port`` is a replica of ``primary`` with its link up (a demoted primary synced)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = self.info(port)
+            if (
+                info.get("role") == "slave"
+                and info.get("master_port") == str(primary)
+                and info.get("master_link_status") == "up"
+            ):
+                return
+            time.sleep(0.05)
+        raise AssertionError(
+            f"{port} did not become a replica of {primary} in {timeout:.0f} s: {self.info(port)}"
         )
 
     def stop(self) -> None:

@@ -78,6 +78,16 @@ def marks_counts(marks: OwnedRedis) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    yield from _setup(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def frozen_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    """A cluster and workers of their own, for the test that freezes a primary."""
+    yield from _setup(tmp_path_factory)
+
+
+def _setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     tmp = tmp_path_factory.mktemp("failover")
     (tmp / "cluster").mkdir()
     (tmp / "marks").mkdir()
@@ -242,3 +252,45 @@ async def test_failover_under_load(setup: Setup) -> None:
             functools.partial(marks_counts, setup.marks),
         )
         print(f"cluster failover: {report}")
+
+
+async def test_frozen_primary_resumed_after_the_failover(frozen_setup: Setup) -> None:
+    """SIGSTOP a primary until its replica takes over, then SIGCONT it.
+
+    The old primary comes back sure that it still serves its slots; gossip tells it at once
+    that a newer epoch owns them, and it follows the promoted replica (cluster-node-timeout
+    1 s: the failover takes about 2 s). The same run and checks as for a kill: no marker
+    runs twice, 503 + Retry-After during the outage, service again for every client, and
+    both processes agree on every session afterwards.
+    """
+    setup = frozen_setup
+
+    async def freeze_the_first_sessions_primary(sessions: list[ClientSession]) -> None:
+        victim_slot = key_slot(f"{setup.prefix}{{s:{sessions[0].session_id}}}".encode())
+        victim = setup.cluster.primary_of_slot(victim_slot)
+        setup.cluster.freeze(victim)
+        try:
+            # The others still say "ok" until they mark it failed: wait for its slots to move.
+            deadline = time.monotonic() + 20
+            while True:
+                with contextlib.suppress(AssertionError):  # no primary for a moment
+                    if setup.cluster.primary_of_slot(victim_slot) != victim:
+                        break
+                assert time.monotonic() < deadline, "the frozen primary's replica did not take over"
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(setup.cluster.wait_ok, 20.0)
+        finally:
+            setup.cluster.thaw(victim)
+        # Back as a replica of the node that took its slots, in sync.
+        await asyncio.to_thread(setup.cluster.wait_ok, 20.0)
+        assert victim not in setup.cluster.primaries()
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        report = await failover_under_load(
+            http,
+            setup.urls,
+            setup.server.did,
+            freeze_the_first_sessions_primary,
+            functools.partial(marks_counts, setup.marks),
+        )
+        print(f"cluster frozen primary: {report}")

@@ -12,6 +12,15 @@ Three deployments, three URL forms:
   or ``rediss+sentinel://…`` (TLS to the primary). The hosts are the sentinels; the
   password, if any, is the primary's (``?sentinel_password=…`` for the sentinels').
 
+Behind Sentinel, redis-py asks the sentinels for the primary only when it opens a
+connection: a pooled connection stays with the server it was opened to. A primary that was
+frozen (or cut off) while Sentinel promoted its replica still believes it is the primary
+when it comes back, until the sentinels demote it (about 10 s later), and a worker that was
+idle meanwhile would go on using it: a request the new primary answered would be new there,
+and run again. So the primary's address is asked again before a connection is used when
+:data:`SENTINEL_CHECK_INTERVAL` has passed since the last time, and a connection to another
+server than the one named is closed and opened again to the one named.
+
 Every client is built WITHOUT command retries: re-sending a script after a timeout whose
 first attempt did run would turn a new request into a retry of itself (see
 :mod:`a2a_secure.store.redis`). On a cluster, redirections (``MOVED``, ``ASK``) and
@@ -22,10 +31,18 @@ run the command.
 from __future__ import annotations
 
 import enum
+import logging
+import time
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["Deployment", "client_from_url", "close_client", "deployment_of"]
+__all__ = ["SENTINEL_CHECK_INTERVAL", "Deployment", "client_from_url", "close_client", "deployment_of"]
+
+_log = logging.getLogger("a2a_secure.store.redis")
+
+# Seconds: behind Sentinel, how long a pooled connection is used before the sentinels are
+# asked again which server is the primary (see the module documentation).
+SENTINEL_CHECK_INTERVAL = 1.0
 
 
 class Deployment(enum.Enum):
@@ -113,6 +130,37 @@ def _maint_off() -> dict[str, Any]:
     return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
 
+def _checked_sentinel_pool() -> type:
+    """A ``SentinelConnectionPool`` that does not keep using a primary the sentinels left."""
+    from redis.asyncio.sentinel import SentinelConnectionPool  # noqa: PLC0415 - optional extra
+
+    class CheckedSentinelPool(SentinelConnectionPool):
+        _next_check = 0.0
+
+        async def ensure_connection(self, connection: Any) -> None:
+            now = time.monotonic()
+            if now >= self._next_check:
+                self._next_check = now + SENTINEL_CHECK_INTERVAL
+                try:
+                    # Asks the sentinels; when the primary moved, the idle connections are
+                    # closed (redis-py's own get_master_address does that).
+                    await self.get_master_address()  # type: ignore[no-untyped-call]
+                except Exception as exc:  # no sentinel answers: keep the connection in hand
+                    _log.warning("no sentinel named the primary: %s: %s", type(exc).__name__, str(exc)[:200])
+            address = self.master_address
+            if (
+                connection.is_connected
+                and address is not None
+                and (connection.host, connection.port) != tuple(address)
+            ):
+                # Opened to the old primary (in use when the address changed): opened again,
+                # to the primary the sentinels name now.
+                await connection.disconnect()
+            await super().ensure_connection(connection)
+
+    return CheckedSentinelPool
+
+
 def client_from_url(url: str, *, socket_timeout: float) -> tuple[Any, Deployment]:
     """A redis-py asyncio client for ``url`` (bytes replies, no command retries)."""
     deployment = deployment_of(url)
@@ -174,6 +222,7 @@ def client_from_url(url: str, *, socket_timeout: float) -> tuple[Any, Deployment
         db=db,
         ssl=tls,
         retry=_no_retry(),
+        connection_pool_class=_checked_sentinel_pool(),
         **timeouts,
     )
     return primary, deployment
