@@ -217,14 +217,19 @@ def _positional_arity(fn: Handler) -> int:
 
 
 def _as_async(fn: Handler) -> Callable[[Any, Any], Awaitable[Any]]:
-    """``fn(data)`` or ``fn(data, context)``, sync (run in a worker thread) or async."""
+    """``fn(data)`` or ``fn(data, context)``, sync (run in a worker thread) or async.
+
+    An async ``fn`` is called directly (or through a plain function dropping the context):
+    no coroutine of our own between the runner and the handler.
+    """
     wants_context = _positional_arity(fn) >= 2
-    is_async = inspect.iscoroutinefunction(fn)
+    if inspect.iscoroutinefunction(fn):
+        if wants_context:
+            return fn
+        return lambda inputs, context: fn(inputs)
 
     async def call(inputs: Any, context: Any) -> Any:
         args = (inputs, context) if wants_context else (inputs,)
-        if is_async:
-            return await fn(*args)
         return await anyio.to_thread.run_sync(lambda: fn(*args))
 
     return call
@@ -482,7 +487,7 @@ class AgentServer(IntentDispatcher):
 
     async def run(self, goal: str, inputs: Any, context: IntentContext) -> Any:
         """See :meth:`IntentDispatcher.run`; a ``NeedsApproval`` answer is stored for approval."""
-        result = await super().run(goal, inputs, context)
+        result = await self._handlers[goal](inputs, context)  # IntentDispatcher.run, one frame less
         if isinstance(result, NeedsApproval):
             return await self.approvals.create(
                 result,

@@ -31,6 +31,7 @@ from a2abench.a2asdk import (
     open_a2a_pair,
     wrk_a2a_pair,
 )
+from a2abench.beyond import beyond_the_floor
 from a2abench.common import CONCURRENCY, FULL, JSON_HEADERS, QUICK, WRK_THREADS, Settings
 from a2abench.echo import PLAIN_BODY, PLAIN_POOL_NAME, _plain_app
 from a2abench.floor import FLOOR_NAME, floor_app, start_floor, wrk_floor
@@ -260,6 +261,7 @@ def run_core_breakdown(bench: Bench) -> None:
     """One intent's server work without HTTP: envelope, core, reply (µs, in this process)."""
     core = bench.runner.run(_core_breakdown(1000 if bench.args.quick else 4000))
     bench.results["core"] = core
+    bench.results["beyond_floor"] = bench.runner.run(beyond_the_floor(1000 if bench.args.quick else 4000))
     bodies = bench.results.setdefault("bodies", {})
     bodies["signed_request_bytes"] = core.pop("request_bytes")
     bodies["signed_response_bytes"] = core.pop("response_bytes")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from a2abench.a2asdk import print_session_cost
+from a2abench.beyond import table as beyond_table
 from a2abench.common import _f
 from a2abench.runner import paired_ratio
 
@@ -222,6 +223,8 @@ def print_report(out: dict[str, Any]) -> None:
         print("-" * len(hdr))
         for label, signed_us, plain_us in rows:
             print(f"{label:<56} {_f(signed_us, '.1f'):>8} {_f(plain_us, '.1f'):>8}")
+    if out.get("beyond_floor"):
+        print("\n".join(beyond_table(out["beyond_floor"])))
     print()
     mem, rmem = out.get("memory", {}), out.get("redis_memory", {})
     print("memory per open session:")

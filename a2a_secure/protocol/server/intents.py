@@ -16,7 +16,7 @@ the :class:`ServerConfig`, and ends sessions (§6.3) there and in the
 
 from __future__ import annotations
 
-import contextlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from a2a_secure.errors import (
@@ -56,6 +56,8 @@ if TYPE_CHECKING:  # the rooms that wait on the event loop are handed in, not im
     from a2a_secure.protocol.server.streams import StreamPump
 
 __all__ = ["IntentProcessor", "parse_intent"]
+
+_log = logging.getLogger(__name__)
 
 
 def parse_intent(value: Any) -> dict[str, Any]:
@@ -205,7 +207,7 @@ class IntentProcessor:
                 reply = await self._close(session, sequence, req_hash)
             else:
                 assert intent is not None
-                reply = await self._run_intent(session, sequence, req_hash, intent, audit)
+                reply = await self._run_intent(session, sequence, req_hash, intent, wants_stream, audit)
         except A2AError as exc:
             reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
         except Exception:
@@ -213,8 +215,10 @@ class IntentProcessor:
         if not is_close and reply.stored is not None:  # a stream stores its events itself
             # The intent ran: its answer goes out even if the store cannot keep it (a shared
             # store down). A byte-identical retry then finds no stored answer and gets 503.
-            with contextlib.suppress(Exception):
+            try:  # (not contextlib.suppress, which costs a context manager on every intent)
                 await cfg.store.finish_request(session_id, sequence, reply.stored)
+            except Exception as exc:
+                _log.warning("answer to sequence %d not stored: %s", sequence, type(exc).__name__)
             if once is not None:
                 await self._exactly_once.finish(session_id, sequence, reply.stored)
         return reply
@@ -237,6 +241,7 @@ class IntentProcessor:
         sequence: int,
         req_hash: str,
         intent: Intent,
+        wants_stream: bool,
         audit: AuditFields,
     ) -> Reply:
         dispatcher = self._config.dispatcher
@@ -267,7 +272,7 @@ class IntentProcessor:
         inputs = intent.inputs
         if intent.stream is False and dispatcher.is_always_streamed(goal):
             raise InvalidParams(f"intent {goal[:64]!r} is always streamed; stream: false is not allowed")
-        if self._wants_stream(intent):
+        if wants_stream:
             return await self._streams.start(
                 session, sequence, req_hash, goal, inputs, context, timeout_ms, audit
             )
