@@ -99,8 +99,9 @@ class IntentStore(Store, Protocol):
 
 
 def supports_intent_ids(store: object) -> bool:
-    """Whether ``store`` can remember intent ids (a custom store may not, nor a RedisStore
-    whose keys are spread over a cluster: it says so with ``supports_intent_ids``)."""
+    """Whether ``store`` can remember intent ids: it has the three methods, and does not
+    say otherwise with a ``supports_intent_ids`` attribute that is not True (a store that
+    cannot make the claim atomic with the sequence in some configuration)."""
     return getattr(store, "supports_intent_ids", True) is True and all(
         callable(getattr(store, name, None)) for name in ("begin_intent", "get_claim", "finish_intent")
     )
