@@ -10,11 +10,14 @@ and the race where a waiting request sees a claim given back.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import redis as redis_sync
 from cluster_helpers import LocalCluster, delete_prefix
 from redis.crc import key_slot
 from test_store_cluster import open_n
@@ -252,3 +255,34 @@ async def test_a_request_waiting_on_a_claim_given_back_sees_it_gone(cstore: Redi
     assert await kind_of(cstore) is ClaimKind.UNKNOWN
     b, c = await begin(cstore, s2, 2)
     assert b.kind is BeginKind.NEW and c.kind is ClaimKind.NEW
+
+
+async def test_wait_replicas_refuses_an_unconfirmed_claim(redis_cluster: LocalCluster) -> None:
+    prefix = f"a2a-test:{uuid.uuid4().hex}:"
+    store = RedisStore(redis_cluster.url, prefix=prefix, wait_replicas=1, wait_timeout_ms=300)
+    try:
+        (rec,) = await open_n(store, 1)
+        key = store._k_intent(CLIENT.did, X)
+        primary = redis_cluster.primary_of_slot(key_slot(key.encode()))
+        replica = redis_cluster.replica_of(primary)
+        # The replica of the DID's slot is frozen: the claim is not confirmed, so the
+        # request is refused before its intent runs, and gives back all it wrote.
+        os.kill(redis_cluster.procs[replica].pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(Unavailable):
+                await begin(store, rec.session_id, 1)
+        finally:
+            os.kill(redis_cluster.procs[replica].pid, signal.SIGCONT)
+        assert await kind_of(store) is ClaimKind.UNKNOWN
+        assert await rate_count(store) == 0
+        b, c = await begin(store, rec.session_id, 1)  # the sequence was given back too
+        assert b.kind is BeginKind.NEW and c.kind is ClaimKind.NEW
+        r = redis_sync.Redis(port=replica, socket_timeout=2.0)
+        try:
+            r.execute_command("READONLY")
+            assert r.hget(key, "h") == bytes.fromhex(H1[7:])  # on the replica when begin returned
+        finally:
+            r.close()
+    finally:
+        await store.aclose()
+        delete_prefix(redis_cluster.url, prefix)
