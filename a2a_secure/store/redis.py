@@ -48,11 +48,12 @@ every answer before ``finish_request`` returns.
 
 **Cluster and Sentinel.** ``redis+cluster://host:port[,host:port…]`` (or a
 ``redis.asyncio.cluster.RedisCluster`` client) spreads the state over the cluster: every
-script touches one key, each key carries the hash tag of its session, client DID, pending
+script touches one slot, each key carries the hash tag of its session, client DID, pending
 handshake or source address, and the global bounds are sharded; the layout, the order of
 the scripts of an operation that spans slots, and what a failure between them leaves are
 in :mod:`a2a_secure.store.redis_cluster`. An intent is still one round trip (its session's
-script and its DID's rate window go in one pipeline, to two nodes in parallel when needed).
+script and its DID's rate window, with the claim of its ``intent_id`` if it has one, go in
+one pipeline, to two nodes in parallel when needed).
 A prefix with its own hash tag (``"{a2a}:"``) keeps the older layout: every key in that one
 slot. ``redis+sentinel://host:port[,host:port…]/service`` follows the primary that Sentinel
 names. The URL forms are in :mod:`a2a_secure.store.redis_connect`. A cluster that is down
