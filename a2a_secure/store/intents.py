@@ -4,7 +4,9 @@ A request that carries an ``intent_id`` is, besides §6.1 steps 7-8, a *claim* o
 (client DID, intent_id): the first request with that id runs, every later one (on any
 session, at any worker) gets that run's answer, or waits for it, and never runs the intent
 again. The claim is made in the same atomic step as the sequence check and the rate count
-(:meth:`IntentStore.begin_intent`), so a shared store answers it in the same round trip.
+(:meth:`IntentStore.begin_intent`), so a shared store answers it in the same round trip. (A
+RedisStore spread over a cluster makes it as two single-slot scripts in that round trip,
+and gives back what a request that does not run took: see redis_cluster.py.)
 
 A claim lives ``retention`` seconds (``ServerLimits.intent_id_retention``) whatever happens
 to the session that made it, and holds:
