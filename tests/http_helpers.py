@@ -27,6 +27,7 @@ from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedR
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import IntentContext, ServerLimits
 from a2a_secure.server.app import AgentServer
+from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.testing import serve_app
 
@@ -60,7 +61,7 @@ def build_server(
     *,
     policy: Policy | None = None,
     limits: ServerLimits | None = None,
-    store: MemoryStore | None = None,
+    store: Store | None = None,
     clock: Callable[[], float] = time.time,
     calls: Counter[str] | None = None,
     audit: AuditLog | None = None,

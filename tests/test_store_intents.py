@@ -1,7 +1,9 @@
 """Contract of the intent-id store methods (a2a_secure/store/intents.py), for every store.
 
-The same tests run on ``MemoryStore`` and ``RedisStore`` (``store_factory`` of
-test_store_contract.py): the claim is decided in the same atomic step as the sequence and
+The same tests run on ``MemoryStore`` and ``RedisStore`` on one Redis, behind Sentinel and
+spread over a Redis Cluster (``store_factory`` of test_store_contract.py; on the cluster the
+claim is made by the DID's script in the same round trip as the session's, with
+compensations: test_store_cluster_claims.py): the claim is decided in the same atomic step as the sequence and
 the rate limit, a FULL claim consumes nothing, an expired claim is forgotten, a running one
 turns LOST past its bound, and an answer is kept only for the claim's own intent hash.
 """
@@ -14,10 +16,8 @@ import pytest
 from test_store_contract import BIG, CLIENT, T0, StoreFactory, store_factory  # noqa: F401
 from test_store_contract import opened as open_session
 
-from a2a_secure.errors import Unavailable
 from a2a_secure.store.base import BeginKind, StoredReply
 from a2a_secure.store.intents import ClaimKind, ClaimRequest, IntentStore, supports_intent_ids
-from a2a_secure.store.redis import RedisStore
 
 H1 = "sha256:" + "1" * 64
 H2 = "sha256:" + "2" * 64
@@ -36,11 +36,6 @@ SID = ""
 async def opened(store_factory: StoreFactory) -> Any:  # noqa: F811
     global SID
     store = await store_factory()
-    if getattr(store, "supports_intent_ids", True) is False:
-        # A cluster with its keys spread over slots: the claim cannot share the sequence's
-        # atomic step, so the store says no (test_a_spread_cluster_store_declares_no_intent_ids).
-        # The same cluster with one hash tag for the prefix keeps everything in one slot.
-        store = RedisStore(client=store.client, prefix="{" + store.prefix + "}")
     assert supports_intent_ids(store) and isinstance(store, IntentStore)
     SID = (await open_session(store, 1, lifetime=10_000)).session_id
     return store
@@ -184,21 +179,3 @@ async def test_answers_round_trip(store_factory: StoreFactory, events: bool) -> 
     await sent(store)
     _, c = await begin(store, 2, claim())
     assert c.kind is ClaimKind.DONE and c.reply == reply
-
-
-async def test_a_spread_cluster_store_declares_no_intent_ids(redis_cluster: Any) -> None:
-    """On a cluster whose keys spread over slots the store refuses to remember intent ids, and
-    a server on it does not declare the extension (so no client sends intent_id to it)."""
-    from a2a_secure.protocol.server.common import ServerLimits
-    from a2a_secure.protocol.server.exactly_once import server_extensions
-
-    store = RedisStore(redis_cluster.url, prefix="a2a-test:spread:")  # writes nothing
-    try:
-        assert not supports_intent_ids(store)
-        assert "intent_id" not in server_extensions(ServerLimits(), store)
-        with pytest.raises(Unavailable):
-            await store.begin_intent(
-                "s" * 43, CLIENT, 1, H1, rate_limit=None, rate_period=60, now=T0, claim=claim()
-            )
-    finally:
-        await store.aclose()

@@ -4,7 +4,9 @@ A request that carries an ``intent_id`` is, besides §6.1 steps 7-8, a *claim* o
 (client DID, intent_id): the first request with that id runs, every later one (on any
 session, at any worker) gets that run's answer, or waits for it, and never runs the intent
 again. The claim is made in the same atomic step as the sequence check and the rate count
-(:meth:`IntentStore.begin_intent`), so a shared store answers it in the same round trip.
+(:meth:`IntentStore.begin_intent`), so a shared store answers it in the same round trip. (A
+RedisStore spread over a cluster makes it as two single-slot scripts in that round trip,
+and gives back what a request that does not run took: see redis_cluster.py.)
 
 A claim lives ``retention`` seconds (``ServerLimits.intent_id_retention``) whatever happens
 to the session that made it, and holds:
@@ -99,8 +101,9 @@ class IntentStore(Store, Protocol):
 
 
 def supports_intent_ids(store: object) -> bool:
-    """Whether ``store`` can remember intent ids (a custom store may not, nor a RedisStore
-    whose keys are spread over a cluster: it says so with ``supports_intent_ids``)."""
+    """Whether ``store`` can remember intent ids: it has the three methods, and does not
+    say otherwise with a ``supports_intent_ids`` attribute that is not True (a store that
+    cannot make the claim atomic with the sequence in some configuration)."""
     return getattr(store, "supports_intent_ids", True) is True and all(
         callable(getattr(store, name, None)) for name in ("begin_intent", "get_claim", "finish_intent")
     )

@@ -48,11 +48,12 @@ every answer before ``finish_request`` returns.
 
 **Cluster and Sentinel.** ``redis+cluster://host:port[,host:port…]`` (or a
 ``redis.asyncio.cluster.RedisCluster`` client) spreads the state over the cluster: every
-script touches one key, each key carries the hash tag of its session, client DID, pending
+script touches one slot, each key carries the hash tag of its session, client DID, pending
 handshake or source address, and the global bounds are sharded; the layout, the order of
 the scripts of an operation that spans slots, and what a failure between them leaves are
 in :mod:`a2a_secure.store.redis_cluster`. An intent is still one round trip (its session's
-script and its DID's rate window go in one pipeline, to two nodes in parallel when needed).
+script and its DID's rate window, with the claim of its ``intent_id`` if it has one, go in
+one pipeline, to two nodes in parallel when needed).
 A prefix with its own hash tag (``"{a2a}:"``) keeps the older layout: every key in that one
 slot. ``redis+sentinel://host:port[,host:port…]/service`` follows the primary that Sentinel
 names. The URL forms are in :mod:`a2a_secure.store.redis_connect`. A cluster that is down
@@ -73,6 +74,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -81,6 +83,7 @@ from typing import TYPE_CHECKING, Any
 from a2a_secure.errors import Unavailable
 from a2a_secure.identity import encoding
 from a2a_secure.policy import Policy
+from a2a_secure.store import redis_claims as rcl
 from a2a_secure.store import redis_cluster as rc
 from a2a_secure.store.actions import Decision, DecisionKind, PendingAction
 from a2a_secure.store.base import (
@@ -448,28 +451,7 @@ def _action_from(record: bytes, state: bytes, by: bytes, at: bytes) -> PendingAc
 
 
 # -- intent ids (store/intents.py) --------------------------------------------------------------
-# A claim is one hash ``i:<did>:<intent_id>``: ``h`` the intent hash (32 raw bytes), ``u``
-# running_until, ``e`` expires_at, ``y`` the answer once the run reported it. The DID's
-# claims sit in the sorted set ``ia:<did>`` scored by expires_at (the per-DID bound, exact
-# as the session bound is). A claim is LOST when ``u <= now`` and it has no answer.
-
-# The claim's state for a request with intent hash ARGV[h]: {kind[, answer]}, kind as in
-# _CLAIM_KINDS; an expired claim is deleted and reads as none (-1).
-_SEEN_CLAIM = """
-local function seen_claim(key, all, now, iid, hash)
-  local c = redis.call('HMGET', key, 'h', 'u', 'e', 'y')
-  if not c[1] then return {-1} end
-  if tonumber(c[3]) <= now then
-    redis.call('DEL', key)
-    redis.call('ZREM', all, iid)
-    return {-1}
-  end
-  if c[1] ~= hash then return {4} end
-  if c[4] then return {1, c[4]} end
-  if tonumber(c[2]) <= now then return {3} end
-  return {2}
-end
-"""
+# The claim layout and the scripts shared with the spread cluster are in redis_claims.py.
 
 # The guarded _BEGIN_REQUEST and, when it would answer NEW, the claim, as one script. Every
 # check (the claim's and the per-DID bound's included) comes before begin_writes, the first
@@ -482,7 +464,7 @@ end
 # answer]} when NEW; {7, last, earliest expiry of the DID's claims} when the bound is reached.
 _BEGIN_INTENT = (
     _EXTEND
-    + _SEEN_CLAIM
+    + rcl.SEEN_CLAIM
     + _REVOCATION_GUARD
     + _BEGIN_STEPS
     + """
@@ -510,33 +492,6 @@ extend(KEYS[5], ttl)
 return {1, ARGV[2], 0}
 """
 )
-
-# KEYS: claim hash, the DID's claim zset.  ARGV: now, intent_id, intent hash
-_GET_CLAIM = (
-    _SEEN_CLAIM
-    + """
-return seen_claim(KEYS[1], KEYS[2], tonumber(ARGV[1]), ARGV[2], ARGV[3])
-"""
-)
-
-# KEYS: claim hash.  ARGV: intent hash, answer
-_FINISH_INTENT = """
-local c = redis.call('HMGET', KEYS[1], 'h', 'y')
-if c[1] and c[1] == ARGV[1] and not c[2] then
-  redis.call('HSET', KEYS[1], 'y', ARGV[2])
-  return 1
-end
-return 0
-"""
-
-_CLAIM_KINDS = {
-    -1: ClaimKind.UNKNOWN,
-    0: ClaimKind.NEW,
-    1: ClaimKind.DONE,
-    2: ClaimKind.RUNNING,
-    3: ClaimKind.LOST,
-    4: ClaimKind.CONFLICT,
-}
 
 _KINDS = {
     0: BeginKind.GONE,
@@ -732,8 +687,8 @@ class RedisStore:
         self._finish_request = client.register_script(_FINISH_REQUEST)
         self._close_session = client.register_script(_CLOSE_SESSION)
         self._begin_intent = client.register_script(_BEGIN_INTENT)
-        self._get_claim = client.register_script(_GET_CLAIM)
-        self._finish_intent = client.register_script(_FINISH_INTENT)
+        self._get_claim = client.register_script(rcl.GET_CLAIM)
+        self._finish_intent = client.register_script(rcl.FINISH_INTENT)
         self._add_action = client.register_script(_ADD_ACTION)
         self._get_action = client.register_script(_GET_ACTION)
         self._decide_action = client.register_script(_DECIDE_ACTION)
@@ -751,6 +706,8 @@ class RedisStore:
         self._c_unrate = client.register_script(rc.UNRATE)
         self._c_finish = client.register_script(rc.FINISH)
         self._c_close_session = client.register_script(rc.CLOSE_SESSION)
+        self._c_claim = client.register_script(rcl.CLAIM)
+        self._c_unclaim = client.register_script(rcl.UNCLAIM)
         self._scripts_in_use = (
             [
                 self._c_reserve,
@@ -768,6 +725,8 @@ class RedisStore:
                 self._c_finish,
                 self._c_close_session,
                 self._c_revoked,
+                self._c_claim,
+                self._c_unclaim,
             ]
             if self._spread
             else [
@@ -780,6 +739,7 @@ class RedisStore:
                 self._begin_request_guarded,
                 self._finish_request,
                 self._close_session,
+                self._begin_intent,
             ]
         ) + [
             self._add_action,
@@ -787,13 +747,13 @@ class RedisStore:
             self._decide_action,
             self._add_revocation,
             self._remove_revocation,
+            self._get_claim,
+            self._finish_intent,
         ]
         self._loaded = False
         self._loading: asyncio.Future[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
         self._last_refresh = -math.inf
-        if not self._spread:  # the intent_id extension: one Redis only (see begin_intent)
-            self._scripts_in_use += [self._begin_intent, self._get_claim, self._finish_intent]
         self._cache_ttl = session_cache_ttl
         self._cache_size = session_cache_size
         self._cache: OrderedDict[str, tuple[float, SessionRecord]] = OrderedDict()
@@ -890,9 +850,14 @@ class RedisStore:
         return [self._k_action(action_id), self._k_actions_of(caller_did), self._k_actions()]
 
     def _k_intent(self, client_did: str, intent_id: str) -> str:
+        # A claim and its DID's bound: in the DID's slot on a cluster, with its rate window.
+        if self._spread:
+            return f"{self._k_did_tag(client_did)}i:{intent_id}"
         return f"{self.prefix}i:{client_did}:{intent_id}"
 
     def _k_intents(self, client_did: str) -> str:
+        if self._spread:
+            return f"{self._k_did_tag(client_did)}ia"
         return f"{self.prefix}ia:{client_did}"
 
     # -- the one place that talks to Redis ----------------------------------------------------------
@@ -1411,9 +1376,10 @@ class RedisStore:
         On a cluster, two single-slot scripts in one round trip (redis_cluster.py).
         """
         if self._spread:
-            return await self._spread_begin(
+            begin, _ = await self._spread_begin(
                 session_id, client_did, sequence, request_hash, rate_limit, rate_period, now
             )
+            return begin
         keys, args, start, t = self._begin_parts(
             session_id, client_did, sequence, request_hash, rate_limit, rate_period, now
         )
@@ -1433,66 +1399,99 @@ class RedisStore:
         rate_limit: int | None,
         rate_period: int,
         now: float,
-    ) -> Begin:
-        # The session's script and the DID's rate window in one round trip, then the
-        # decision table of redis_cluster.py.
+        claim: ClaimRequest | None = None,
+    ) -> tuple[Begin, Claim | None]:
+        # The session's script and the DID's (its rate window, and the claim of an intent_id)
+        # in one round trip, then the decision tables of redis_cluster.py.
         skey = self._k_session(session_id)
         hashed = _request_hash_bytes(request_hash)
         counted = rate_limit is not None
         # Keep the previous state when the request may have to be given back.
-        keep = "1" if counted or self._wait_replicas else ""
+        keep = "1" if counted or claim is not None or self._wait_replicas else ""
         calls: list[_Call] = [(self._c_begin, [skey], [_num(now), str(sequence), hashed, keep])]
         t = int(now)
         start = t - t % rate_period if counted else 0
-        if rate_limit is not None:
-            rkey = self._k_rate(client_did, rate_period, start)
-            calls.append((self._c_rate, [rkey], [str(rate_limit), _ttl_ms(start + rate_period, now)]))
+        rkey = self._k_rate(client_did, rate_period, start) if counted else ""
+        limit, rate_ttl = (str(rate_limit), _ttl_ms(start + rate_period, now)) if counted else ("", 0)
+        if claim is not None:
+            ikeys = [self._k_intent(client_did, claim.intent_id), self._k_intents(client_did)]
+            # Random per request: its UNCLAIM can never delete a claim another request made.
+            owner = secrets.token_bytes(16)
+            ihash = _request_hash_bytes(claim.intent_hash)
+            args = [_num(now), limit, rate_ttl, claim.intent_id, ihash, claim.running_until]
+            args += [claim.expires_at, _ttl_ms(claim.expires_at, now), claim.max_per_did, owner]
+            calls.append((self._c_claim, [*ikeys, rkey or ikeys[0]], args))
+        elif counted:
+            calls.append((self._c_rate, [rkey], [limit, rate_ttl]))
         calls.append((self._c_revoked, [self._k_revoked(client_did)], []))
         out, confirmed = await self._run(calls, strict=False, wait=True)
-        seq_out = out[0]
-        rate_out = out[1] if counted else 1
-        revoked_out = out[-1]
+        seq_out, revoked_out = out[0], out[-1]
+        # What the DID's script did, and the compensations that give it back (``undo``).
         undo: list[_Call] = []
-        if rate_out == 1 and counted:
-            undo.append((self._c_unrate, [rkey], []))
+        did_error: Exception | None = None
+        over = False
+        full: Claim | None = None
+        got: Claim | None = None
+        if len(calls) == 3:
+            did_out = out[1]
+            unrate: _Call = (self._c_unrate, [rkey], [])
+            if isinstance(did_out, Exception):
+                did_error = did_out
+                if claim is not None:  # it may have made the claim: this request will not run
+                    undo.append((self._c_unclaim, ikeys, [claim.intent_id, ihash, owner]))
+            elif claim is None:
+                over = did_out != 1
+                undo += [] if over else [unrate]
+            elif int(did_out[0]) == 5:
+                over = True
+            elif int(did_out[0]) == 7:
+                retry = max(1, math.ceil(float(did_out[1]) - now))
+                full = Claim(ClaimKind.FULL, retry_after=retry)
+            else:
+                got = self._claim_from(did_out)
+                undo += [unrate] if counted else []
+                if got.kind is ClaimKind.NEW:
+                    undo.append((self._c_unclaim, ikeys, [claim.intent_id, ihash, owner]))
         if isinstance(seq_out, Exception):
             if undo:
                 await self._quietly(undo)
             raise await self._unavailable(seq_out)
         kind = _KINDS[int(seq_out[0])]
         last = int(seq_out[1])
+        if kind is BeginKind.NEW:
+            undo.append((self._c_unbegin, [skey], [str(sequence), hashed]))
         if kind is not BeginKind.GONE and (
             isinstance(revoked_out, Exception) or await self._revoked_fields(revoked_out, session_id, now)
         ):
             # A revoked session consumes nothing and ends; an unknown answer fails closed.
-            if kind is BeginKind.NEW:
-                undo.append((self._c_unbegin, [skey], [str(sequence), hashed]))
             if undo:
                 await self._quietly(undo)
             if isinstance(revoked_out, Exception):
                 raise await self._unavailable(revoked_out)
             await self.close_session(session_id)
-            return Begin(BeginKind.REVOKED)
+            return Begin(BeginKind.REVOKED), None
         if kind is BeginKind.NEW:
-            if rate_out == 1 and confirmed:
-                return Begin(kind, last)
-            # Over the limit, the limit unknown, or not replicated: consume nothing.
-            undo = [] if rate_out != 1 else undo
-            undo.append((self._c_unbegin, [skey], [str(sequence), hashed]))
+            if did_error is None and not over and full is None and confirmed:
+                return Begin(kind, last), got
+            # Over the limit or the bound, the DID's side unknown, or not replicated:
+            # consume nothing, count nothing, claim nothing.
             await self._quietly(undo)
-            if isinstance(rate_out, Exception):
-                raise await self._unavailable(rate_out)
+            if did_error is not None:
+                raise await self._unavailable(did_error)
             if not confirmed:
                 raise await self._unavailable(_NotReplicated(self._wait_replicas))
-            return Begin(BeginKind.RATE_LIMITED, int(seq_out[2]), retry_after=max(1, start + rate_period - t))
+            if full is not None:
+                return Begin(BeginKind.RATE_LIMITED, int(seq_out[2]), retry_after=full.retry_after), full
+            retry = max(1, start + rate_period - t)
+            return Begin(BeginKind.RATE_LIMITED, int(seq_out[2]), retry_after=retry), None
         if undo:
             await self._quietly(undo)
         if kind is BeginKind.GONE:
             self._cache.pop(session_id, None)
-            return Begin(BeginKind.GONE)
+            return Begin(BeginKind.GONE), None
         if kind is BeginKind.REPLAY:
-            return Begin(kind, last, StoredReply.from_dict(encoding.loads(seq_out[2])))
-        return Begin(kind, last)
+            return Begin(kind, last, StoredReply.from_dict(encoding.loads(seq_out[2]))), None
+        return Begin(kind, last), None
 
     async def finish_request(self, session_id: str, sequence: int, reply: StoredReply) -> None:
         """See :meth:`Store.finish_request`; sent with the next command (``finish_linger``)."""
@@ -1513,16 +1512,6 @@ class RedisStore:
                 self._flush_timer = loop.call_later(self._finish_linger, self._flush_later)
 
     # -- intent ids (store/intents.py) -------------------------------------------------------------
-    @property
-    def supports_intent_ids(self) -> bool:
-        """Whether this store remembers intent ids: on one Redis (or one hash-tagged slot).
-
-        On a spread cluster layout the session, the DID's rate window and its claims are in
-        different slots, and the claim cannot be made in the same atomic step as the sequence;
-        the server then does not declare the extension (SECURITY.md, "Exactly once").
-        """
-        return not self._spread
-
     async def begin_intent(
         self,
         session_id: str,
@@ -1539,9 +1528,13 @@ class RedisStore:
 
         The script is the guarded begin (revocations, sequence, rate) and, when it would
         answer NEW, the claim of (client DID, intent_id), with every check before any write.
+        On a spread cluster, the session's script and the DID's (rate and claim) in one
+        round trip, and compensations when the two disagree (redis_cluster.py).
         """
         if self._spread:
-            raise Unavailable("this store does not remember intent ids on a spread cluster layout")
+            return await self._spread_begin(
+                session_id, client_did, sequence, request_hash, rate_limit, rate_period, now, claim
+            )
         keys, args, start, t = self._begin_parts(
             session_id, client_did, sequence, request_hash, rate_limit, rate_period, now
         )
@@ -1598,7 +1591,7 @@ class RedisStore:
 
     @staticmethod
     def _claim_from(out: Any) -> Claim:
-        kind = _CLAIM_KINDS[int(out[0])]
+        kind = rcl.CLAIM_KINDS[int(out[0])]
         if kind is ClaimKind.DONE:
             return Claim(kind, StoredReply.from_dict(encoding.loads(out[1])))
         return Claim(kind)

@@ -2,8 +2,9 @@
 
 On one Redis (and Sentinel) every check-and-update is one script over several keys. A
 cluster runs a script only when all its keys hash to one slot, and one hash tag for every
-key (``{a2a}:``) would put the whole state on one node. Here every script touches ONE key,
-and keys carry their own hash tag, so the state spreads over the cluster:
+key (``{a2a}:``) would put the whole state on one node. Here every script touches ONE slot
+(one key, or for a client DID's claim and rate window a few keys under the DID's tag), and
+keys carry their own hash tag, so the state spreads over the cluster:
 
 =====================  ==========================================  ===========================
 key                    holds                                       slot of
@@ -13,8 +14,9 @@ key                    holds                                       slot of
                        (and, while a counted request runs, the
                        previous ones: ``pl``/``ph``/``py``)
 ``P{d:<did>}:r:…``     rate window of a client DID                 the DID (``_k_did_tag``)
-``P{d:<did>}:…``       later per-DID state (remembered             the DID
-                       ``intent_id``, revocation)
+``P{d:<did>}:i:<id>``  claim of an ``intent_id``                   the DID
+``P{d:<did>}:ia``      the DID's claims, scored by expiry          the DID
+``P{d:<did>}:rv``      the DID's revocation entries                the DID
 ``P{p:<nonce_b>}``     pending handshake hash                      the handshake
 ``P{ps:<source>}``     per-source bound: sorted set of nonces      the source address
                        scored by their ``expires_at``
@@ -60,6 +62,52 @@ under the limit). Then:
 * a compensation (``UNBEGIN``, ``UNRATE``) that fails leaves a count that lapses at the end
   of its window, or a consumed sequence (as above). Every failure errs towards refusing:
   never a second run of an intent, never more than the limit.
+
+**Intent with an ``intent_id`` (§12.5): the same round trip.** The claim of (client DID,
+intent_id) lives in the DID's slot, so ``RATE`` is replaced by ``CLAIM`` (redis_claims.py),
+one script that counts the rate AND claims, every check before any write: over the limit,
+or no claim yet and the DID at its bound (FULL), writes nothing. A claim made NEW records an
+owner token, 16 random bytes drawn for this request; ``UNCLAIM`` deletes a claim only when
+it has that token, the same intent hash and no answer. Then, for the session's answer and
+the claim's (the revocation read as for any intent: a revoked session undoes every write
+below and ends):
+
+=====================  =======================  ============================================
+session (``BEGIN``)    DID (``CLAIM``)          outcome
+=====================  =======================  ============================================
+NEW                    NEW                      run (the common case: one round trip)
+NEW                    DONE, RUNNING, LOST,     as on one Redis: the sequence stays consumed,
+                       CONFLICT                 the rate counted, the server answers from
+                                                the claim
+NEW                    over the limit           ``UNBEGIN``: RATE_LIMITED, no claim
+NEW                    FULL                     ``UNBEGIN``: RATE_LIMITED with the FULL claim,
+                                                nothing consumed or counted
+not NEW (replay, in    anything                 the session's answer; ``UNCLAIM`` if the
+progress, stale,                                claim was made NEW, ``UNRATE`` if counted
+gone)
+failed                 NEW / counted            503; ``UNCLAIM``, ``UNRATE``
+NEW                    failed                   503; ``UNBEGIN``, ``UNCLAIM`` (the count, if
+                                                any, lapses with its window)
+NEW, not confirmed by  anything                 503; ``UNBEGIN``, ``UNCLAIM``, ``UNRATE``
+``wait_replicas``
+=====================  =======================  ============================================
+
+Why a claim made NEW is given back whenever this request does not run (its session side
+unknown included), rather than left to lapse: the claim is only a promise that this request
+runs the intent, and only this request can decide to run it, after reading both answers.
+When it decides not to, no run ever used the claim, so deleting it cannot let the intent
+run twice; and the owner token, unique to the request, makes sure the delete can only hit
+that claim, never one that a byte-identical retry (the same session and sequence) or
+another request made after it and is running. Left in place, the claim would tell every
+resend "still running" until its bound and then "outcome unknown" for the whole retention
+window, about an intent that never ran. If ``UNCLAIM`` fails (or reaches Redis before the
+``CLAIM`` whose reply was lost), the claim stays RUNNING and lapses to LOST: the safe side.
+
+The one visible effect of the give-back: a request B of the same DID and id, on another
+session, that saw the claim RUNNING in between and waits for its answer, finds it gone
+(UNKNOWN) and is answered 504 -32049 "outcome unknown", as for any claim gone while waited
+for (PROTOCOL.md §12.5). The intent has not run; B's sequence is consumed with that answer,
+and the client's resend (a new sequence, the same id) makes a fresh claim and runs it once.
 
 While a counted-and-refunded request is in flight, a concurrent request of the same DID at
 the edge of its limit may be refused: the limit is never exceeded, it may bite early.
@@ -130,7 +178,8 @@ def shard_limit(limit: int, shards: int, index: int) -> int:
 
 
 # Conventions as in redis.py: ``now`` is ARGV, checks come before the first write, and no
-# script stops half-way. Each script has exactly one key.
+# script stops half-way. Each script here has exactly one key (the claim scripts of a DID,
+# in redis_claims.py, have the DID's keys).
 
 # KEYS: bound zset.  ARGV: now, limit, member, score (expires_at), ttl_ms
 # 1 reserved, 0 full, 2 the member is already there (a live entry holds it: not counted again)
