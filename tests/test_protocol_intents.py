@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from typing import Any
 
 import pytest
@@ -845,3 +846,37 @@ async def test_an_answer_kept_whole_by_an_older_version_is_still_replayed(
     again = await send(w, req)
     assert again.http_status == 200 and again.result == reply.result
     sess.verify_result(req, again.result)
+
+
+async def test_an_unexpected_failure_is_logged_without_its_text(
+    w: World, sess: ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The operator learns what failed and where; the log never quotes the exception's text,
+    # which may hold an intent's inputs or a secret.
+    caplog.set_level(logging.ERROR, logger="a2a_secure.server")
+    req = sess.prepare_intent({"goal": "boom", "inputs": {"token": "INPUT-SECRET"}})
+    await rejected(w, sess, req, -32603, 500, signed=True, unchanged=False)
+    records = [r for r in caplog.records if r.name == "a2a_secure.server"]
+    assert len(records) == 1
+    text = records[0].getMessage()
+    assert "an intent handler failed: RuntimeError at " in text
+    assert "protocol_helpers.py:" in text and "in _boom" in text
+    assert "hunter2" not in text and "SECRET" not in text and "INPUT-SECRET" not in caplog.text
+    assert records[0].exc_info is None  # no traceback text either
+
+
+async def test_a_bug_in_the_core_answers_500_and_is_logged(
+    w: World, sess: ClientSession, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.ERROR, logger="a2a_secure.server")
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("SECRET-key-material")
+
+    monkeypatch.setattr(w.store, "get_session", broken)
+    reply = await w.call("intent", sess.prepare_intent(ECHO).params)
+    assert reply.http_status == 500 and reply.error is not None and reply.error["code"] == -32603
+    assert "SECRET" not in repr(reply.error)
+    (record,) = [r for r in caplog.records if r.name == "a2a_secure.server"]
+    assert "internal error in 'intent': KeyError at " in record.getMessage()
+    assert "in broken" in record.getMessage() and "SECRET" not in caplog.text

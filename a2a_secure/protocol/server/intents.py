@@ -41,7 +41,7 @@ from a2a_secure.protocol.models import (
 )
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY
 from a2a_secure.protocol.server.auditing import AuditFields
-from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, stale
+from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, log_unexpected, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.server.dispatcher import IntentContext
 from a2a_secure.protocol.server.replies import SignedReplies
@@ -57,7 +57,7 @@ if TYPE_CHECKING:  # the rooms that wait on the event loop are handed in, not im
 
 __all__ = ["IntentProcessor", "parse_intent"]
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("a2a_secure.server")
 
 
 def parse_intent(value: Any) -> dict[str, Any]:
@@ -210,7 +210,8 @@ class IntentProcessor:
                 reply = await self._run_intent(session, sequence, req_hash, intent, wants_stream, audit)
         except A2AError as exc:
             reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
-        except Exception:
+        except Exception as exc:
+            log_unexpected(_log, "internal error after the sequence was consumed", exc)
             reply = self._signed_error(InternalError(), session_id, sequence, req_hash, int(self._clock()))
         if not is_close and reply.stored is not None:  # a stream stores its events itself
             # The intent ran: its answer goes out even if the store cannot keep it (a shared

@@ -12,6 +12,7 @@ members of it); each room owns its own part (see the package docstring).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -32,6 +33,7 @@ from a2a_secure.protocol.server.common import (
     Reply,
     ServerConfig,
     ServerLimits,
+    log_unexpected,
 )
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
@@ -46,6 +48,8 @@ from a2a_secure.protocol.server.streams import StreamPump
 from a2a_secure.store.base import Store
 
 __all__ = ["ServerProtocol"]
+
+_log = logging.getLogger("a2a_secure.server")
 
 
 class ServerProtocol:
@@ -215,7 +219,8 @@ class ServerProtocol:
                 raise MethodNotFound(f"unknown method {method[:64]!r}")
         except A2AError as exc:
             reply = unsigned_error(exc)
-        except Exception:  # a bug must not leak a stack trace or kill the server
+        except Exception as exc:  # a bug must not leak a stack trace or kill the server
+            log_unexpected(_log, f"internal error in {method[:32]!r}", exc)
             reply = unsigned_error(InternalError())
         if not audit.deferred:
             self._write_audit(audit, reply)

@@ -17,17 +17,20 @@ streamed answers with the same error mapping and result check.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Generator
 from typing import Any
 
 from a2a_secure.errors import A2AError, IntentTimeout, InternalError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.priority import INTERRUPTED_MESSAGE
-from a2a_secure.protocol.server.common import ServerConfig
+from a2a_secure.protocol.server.common import ServerConfig, log_unexpected
 from a2a_secure.protocol.server.dispatcher import IntentContext
 from a2a_secure.protocol.server.gate import IntentGate
 
 __all__ = ["IntentRunner", "check_result", "handler_error"]
+
+_log = logging.getLogger("a2a_secure.server")
 
 
 def handler_error(exc: BaseException, timeout_ms: int) -> A2AError:
@@ -38,6 +41,7 @@ def handler_error(exc: BaseException, timeout_ms: int) -> A2AError:
         return InvalidParams(exc.message[:200])
     if isinstance(exc, A2AError):
         return exc
+    log_unexpected(_log, "an intent handler failed", exc)
     return InternalError("the intent handler failed")
 
 
