@@ -279,6 +279,20 @@ def delete_prefix(url: str, prefix: str) -> int:
         client.close()
 
 
+def keys_per_primary(cluster: LocalCluster, prefix: str) -> dict[int, int]:
+    """How many keys under ``prefix`` each live primary holds, by port (in slot order)."""
+    import redis
+
+    counts = {}
+    for port in cluster.primaries():
+        r = redis.Redis(port=port, socket_timeout=5.0)
+        try:
+            counts[port] = sum(1 for _ in r.scan_iter(match=prefix + "*", count=1000))
+        finally:
+            r.close()
+    return counts
+
+
 # -- an A2A_SECURE_APP target for server subprocesses ------------------------------------------------
 MARKS_URL_ENV = "A2A_TEST_MARKS_URL"
 MARKS_KEY_ENV = "A2A_TEST_MARKS_KEY"

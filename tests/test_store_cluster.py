@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import redis as redis_sync
-from cluster_helpers import LocalCluster, delete_prefix
+from cluster_helpers import LocalCluster, delete_prefix, keys_per_primary
 from redis.crc import key_slot
 from redis_helpers import OwnedRedis, free_port
 from sentinel_helpers import start_sentinel
@@ -57,17 +57,6 @@ async def open_n(store: RedisStore, n: int, *, first: int = 1, batch: int = 200)
     for start in range(first, first + n, batch):
         out += await asyncio.gather(*(one(i) for i in range(start, min(first + n, start + batch))))
     return out
-
-
-def keys_per_primary(cluster: LocalCluster, prefix: str) -> dict[int, int]:
-    counts = {}
-    for port in cluster.primaries():
-        r = redis_sync.Redis(port=port, socket_timeout=5.0)
-        try:
-            counts[port] = sum(1 for _ in r.scan_iter(match=prefix + "*", count=1000))
-        finally:
-            r.close()
-    return counts
 
 
 # -- layout ------------------------------------------------------------------------------------------

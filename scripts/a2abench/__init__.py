@@ -35,20 +35,29 @@ log off); their CPU time is read from ``/proc/<pid>/stat``.
    (``used_memory`` delta), idle and after one intent (the stored reply);
 7. Redis: network round trips per intent (INFO stats ``total_reads_processed``) and commands
    per intent (INFO commandstats), and capacity with ``a2a-secure serve
-   --redis-url`` at 1 and 2 workers.
+   --redis-url`` at 1 and 2 workers;
+   7b. Redis Cluster: 2 workers on a local 3-primary cluster (3 replicas; ``--redis-url
+   redis+cluster://...``) in the same rounds as the 2 workers on one Redis, intents/s and
+   server CPU per intent and their ratios; then the keys per primary after
+   ``--cluster-sessions`` sessions opened through ``RedisStore`` (default 100 000, about 100 s
+   on 2 cores; ``--quick`` 10 000), and their largest deviation from the mean (target: 10 %).
+   Needs ``redis-server`` and ``redis-cli``; ``--no-cluster`` skips it.
 
 Plus an in-process breakdown of one intent (envelope parse, protocol core, reply encoding),
 and with ``--profile`` a cProfile of the signed server under wrk.
 
 The code: ``runner`` (processes, CPU accounting, client loops, wrk, rounds and paired
 ratios), one module per case family (``echo``, ``signed``, ``floor``, ``a2asdk``,
-``memory``, ``redis_cases``), ``report`` (targets and tables) and ``main`` (the run).
+``memory``, ``redis_cases``, ``cluster_cases``), ``report`` (targets and tables) and
+``main`` (the run).
 
     python scripts/bench.py [--quick] [--rounds N] [--json bench-results.json]
                             [--a2a-python /path/to/python] [--profile] [--no-redis] [--no-wrk]
+                            [--no-cluster] [--cluster-sessions N]
 
-The default run takes about three minutes on 2 cores, ``--quick`` under 40 s. wrk
-replays bodies with ``scripts/wrk/replay.lua``; a latency plot is written beside the JSON
-when matplotlib is importable. Rates move with whatever else the machine runs (the header
-says how many cores other processes used meanwhile): compare ratios from one run.
+The default run takes about six minutes on 2 cores (100 s of it opening the cluster's
+sessions), ``--quick`` about a minute. wrk replays bodies with ``scripts/wrk/replay.lua``;
+a latency plot is written beside the JSON when matplotlib is importable. Rates move with
+whatever else the machine runs (the header says how many cores other processes used
+meanwhile): compare ratios from one run.
 """

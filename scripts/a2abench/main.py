@@ -32,6 +32,7 @@ from a2abench.a2asdk import (
     wrk_a2a_pair,
 )
 from a2abench.beyond import beyond_the_floor
+from a2abench.cluster_cases import cluster_ratios, cluster_row
 from a2abench.common import CONCURRENCY, FULL, JSON_HEADERS, QUICK, WRK_THREADS, Settings
 from a2abench.echo import PLAIN_BODY, PLAIN_POOL_NAME, _plain_app
 from a2abench.floor import FLOOR_NAME, floor_app, start_floor, wrk_floor
@@ -291,12 +292,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description=a2abench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--rounds", type=int, help="rounds per case (median reported); default 3, --quick 1")
-    p.add_argument("--quick", action="store_true", help="short run (under 40 s)")
+    p.add_argument("--quick", action="store_true", help="short run (about a minute)")
     p.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
     p.add_argument("--a2a-python", metavar="PY", help="an interpreter with a2a-sdk[http-server] for case 3")
     p.add_argument("--profile", action="store_true", help="also cProfile the signed server under wrk")
     p.add_argument("--no-redis", action="store_true", help="skip the Redis cases")
     p.add_argument("--no-wrk", action="store_true", help="skip the wrk cases")
+    p.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster case")
+    p.add_argument(
+        "--cluster-sessions",
+        type=int,
+        metavar="N",
+        help="sessions opened on the Redis Cluster before counting its keys per primary;"
+        " default 100000 (about 100 s on 2 cores), --quick 10000",
+    )
     p.add_argument("--serve", choices=sorted(SERVERS), help=argparse.SUPPRESS)
     p.add_argument("--probe-memory", type=int, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -317,7 +326,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(probe_memory(args.probe_memory)))
         return 0
     base = QUICK if args.quick else FULL
-    settings = Settings(**{**base.__dict__, "rounds": args.rounds or base.rounds})
+    settings = Settings(
+        **{
+            **base.__dict__,
+            "rounds": args.rounds or base.rounds,
+            "cluster_sessions": args.cluster_sessions or base.cluster_sessions,
+        }
+    )
     started = time.monotonic()
     busy0, own0 = machine_busy(), own_cpu()
     with _workdir() as workdir:
@@ -327,12 +342,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench.log("in-process breakdown")
             run_core_breakdown(bench)
             run_memory(bench)
-            run_redis(bench)
+            with cluster_row(bench) as cluster:
+                run_redis(bench, beside=cluster)
+                if cluster is not None:
+                    cluster.spread(settings.cluster_sessions)
         finally:
             bench.close()
     cases = {k: c.summary() for k, c in bench.cases.items()}
     out: dict[str, Any] = {"meta": _meta(args, settings), "cases": cases, **bench.results}
     out["a2a_session_cost"] = a2a_session_cost(bench.cases)
+    if "skipped" not in out.get("cluster", {"skipped": ""}):
+        cluster_ratios(cases, out["cluster"])
     out["targets"] = build_targets(cases, bench.results)
     elapsed = time.monotonic() - started
     out["meta"]["seconds"] = round(elapsed, 1)

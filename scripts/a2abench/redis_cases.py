@@ -14,7 +14,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from a2abench.common import CONCURRENCY, HOST, INTENT, median
 from a2abench.memory import _fake_pending, _fake_reply
@@ -115,39 +115,56 @@ def top_level_calls(stats: dict[str, Any], inner: set[str]) -> dict[str, int]:
     return out
 
 
+class SessionFiller:
+    """Opens sessions in a store as a server does (add the pending handshake, prove, open).
+
+    Each session has its own client DID and fresh ids (``_fake_pending``); ``batch`` store
+    calls run at once.
+    """
+
+    def __init__(self, store: Any, *, batch: int = 32) -> None:
+        from a2a_secure.identity.keys import Identity
+        from a2a_secure.protocol.policy import Policy
+
+        self.store = store
+        self.batch = batch
+        self.policy = Policy.build(rate_limit=10**9, rate_period=3600, session_timeout=3600)
+        self.server_did = Identity.generate("bench-server").did
+        self.now = int(time.time())
+
+    async def open_one(self, i: int) -> tuple[str, str]:
+        """Session ``i``: its (session id, client DID)."""
+        big, now = 10**9, self.now
+        pending, record = _fake_pending(i, self.policy, self.server_did, now)
+        await self.store.add_pending(pending, max_per_source=big, max_total=big, now=now)
+        await self.store.mark_proven(pending.nonce_b, record.client_kid, now)
+        result = await self.store.open_session(pending.nonce_b, record, max_sessions=big, now=now)
+        if result.value != "opened":
+            raise RuntimeError(f"open_session: {result}")
+        return record.session_id, record.client_did
+
+    async def fill(self, start: int, count: int) -> list[tuple[str, str]]:
+        """Sessions ``start`` .. ``start + count - 1``."""
+        ids: list[tuple[str, str]] = []
+        end = start + count
+        for b in range(start, end, self.batch):
+            ids += await asyncio.gather(*(self.open_one(i) for i in range(b, min(end, b + self.batch))))
+        return ids
+
+
 async def _redis_memory(redis: RedisProc, n: int, warm: int) -> dict[str, Any]:
     from a2a_secure.identity import encoding
-    from a2a_secure.identity.keys import Identity
-    from a2a_secure.protocol.policy import Policy
     from a2a_secure.store.redis import RedisStore
 
     redis.client.flushall()
     store = RedisStore(redis.url, prefix="bench:")
-    policy = Policy.build(rate_limit=10**9, rate_period=3600, session_timeout=3600)
-    server_did = Identity.generate("bench-server").did
-    now = int(time.time())
-    big = 10**9
-    batch = 32
-
-    async def open_one(i: int) -> tuple[str, str]:
-        pending, record = _fake_pending(i, policy, server_did, now)
-        await store.add_pending(pending, max_per_source=big, max_total=big, now=now)
-        await store.mark_proven(pending.nonce_b, record.client_kid, now)
-        result = await store.open_session(pending.nonce_b, record, max_sessions=big, now=now)
-        if result.value != "opened":
-            raise RuntimeError(f"open_session: {result}")
-        return record.session_id, record.client_did
+    filler = SessionFiller(store)
+    fill, now, batch = filler.fill, filler.now, filler.batch
 
     async def intent_one(i: int, sid: str, did: str) -> None:
         rh = encoding.hash_bytes(os.urandom(16))
         await store.begin_request(sid, did, 1, rh, rate_limit=1000, rate_period=3600, now=now)
         await store.finish_request(sid, 1, _fake_reply(i))
-
-    async def fill(start: int, count: int) -> list[tuple[str, str]]:
-        ids: list[tuple[str, str]] = []
-        for b in range(start, start + count, batch):
-            ids += await asyncio.gather(*(open_one(i) for i in range(b, min(start + count, b + batch))))
-        return ids
 
     def mem() -> tuple[int, int]:
         info = redis.client.info("memory")
@@ -198,7 +215,17 @@ async def _redis_memory(redis: RedisProc, n: int, warm: int) -> dict[str, Any]:
         redis.client.flushall()
 
 
-def run_redis(bench: Bench) -> None:
+class Beside(Protocol):
+    """A server measured in the rounds of the 2-worker one, back to back with it."""
+
+    def serve(self, key_file: Path, policy: Path, server_did: str) -> None:
+        """Start, with the 2-worker server's key and policy (before its first round)."""
+
+    def round(self) -> None:
+        """One round, right after the 2-worker server's."""
+
+
+def run_redis(bench: Bench, beside: Beside | None = None) -> None:
     why = redis_unavailable(bench)
     if why:
         bench.results["redis"] = {"skipped": why}
@@ -216,7 +243,7 @@ def run_redis(bench: Bench) -> None:
     except Exception as exc:
         bench.results["redis"] = {"skipped": f"skipped: a2a_secure.server.run unavailable ({exc})"}
         return
-    run_redis_serve(bench)
+    run_redis_serve(bench, beside)
 
 
 def redis_unavailable(bench: Bench) -> str:
@@ -231,7 +258,7 @@ def redis_unavailable(bench: Bench) -> str:
     return ""
 
 
-def run_redis_serve(bench: Bench) -> None:
+def run_redis_serve(bench: Bench, beside: Beside | None = None) -> None:
     from a2a_secure.client.http import A2AClient
     from a2a_secure.identity.keys import Identity
 
@@ -281,6 +308,9 @@ def run_redis_serve(bench: Bench) -> None:
                 "commands_per_intent": sum(calls.values()) / n,
                 "top_level_commands": {k: v / n for k, v in calls.items()},
             }
+            with_beside = beside if workers == 2 else None
+            if with_beside is not None:
+                with_beside.serve(key_file, policy, identity.did)
             if bench.have_wrk:
                 sessions = run(open_sessions(identity.did, proc.url, bench.s.wrk_sessions))
                 guess = 4000.0
@@ -306,6 +336,8 @@ def run_redis_serve(bench: Bench) -> None:
                         c = top_level_calls(redis.client.info("commandstats"), inner)
                         wrk_rt.append(reads / res.answered)
                         wrk_cmds.append(sum(c.values()) / res.answered)
+                    if with_beside is not None:
+                        with_beside.round()
                 out[label]["wrk_round_trips_per_request"] = median(wrk_rt)
                 out[label]["wrk_commands_per_request"] = median(wrk_cmds)
             else:
@@ -315,6 +347,8 @@ def run_redis_serve(bench: Bench) -> None:
                 case.note = "wrk not on PATH: Python clients, client-bound"
                 for _ in range(bench.s.rounds):
                     case.loops.append(run(drive(clients.calls(), bench.s.e2e_seconds, proc)))
+                    if with_beside is not None:
+                        with_beside.round()
                 run(clients.aclose())
         except Exception as exc:
             out.setdefault(label, {})["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"

@@ -7,6 +7,7 @@ from typing import Any
 
 from a2abench.a2asdk import print_session_cost
 from a2abench.beyond import table as beyond_table
+from a2abench.cluster_cases import print_cluster
 from a2abench.common import _f
 from a2abench.runner import paired_ratio
 
@@ -18,6 +19,7 @@ TARGETS = {
     "memory_bytes_per_session": 2048,
     "redis_bytes_per_session": 1024,
     "redis_round_trips_per_intent": 1.0,
+    "cluster_keys_spread_pct": 10.0,
 }
 
 
@@ -88,6 +90,18 @@ def build_targets(cases: dict[str, dict[str, Any]], results: dict[str, Any]) -> 
         "<=",
         "commands: " + ", ".join(f"{k} {v:.2f}" for k, v in one_worker_commands.items()),
     )
+    cluster = results.get("cluster", {})
+    spread = cluster.get("spread", {})
+    add(
+        "keys per node, spread from the mean (%)",
+        spread.get("max_deviation_pct"),
+        TARGETS["cluster_keys_spread_pct"],
+        "<=",
+        f"Redis Cluster, {spread['sessions']} sessions: "
+        + " ".join(str(c) for c in spread["keys_per_primary"].values())
+        if "keys_per_primary" in spread
+        else cluster.get("skipped") or spread.get("error", "not measured"),
+    )
     return targets
 
 
@@ -121,6 +135,7 @@ def print_report(out: dict[str, Any]) -> None:
         "a2a_secured_seq",
         "e2e_redis_1w",
         "e2e_redis_2w",
+        "e2e_cluster_2w",
     ):
         c = cases.get(key)
         if c is None:
@@ -154,6 +169,7 @@ def print_report(out: dict[str, Any]) -> None:
         "wrk_a2a_secured",
         "wrk_redis_1w",
         "wrk_redis_2w",
+        "wrk_cluster_2w",
     ):
         c = cases.get(key)
         if c is None:
@@ -277,6 +293,7 @@ def print_report(out: dict[str, Any]) -> None:
     elif redis:
         print()
         print(f"Redis: {redis['skipped']}")
+    print_cluster(out)
     prof = out.get("profile")
     if prof:
         print()

@@ -173,12 +173,18 @@ def spawn_child(
     return Starting(kind, proc, log)
 
 
-def start_cli_server(workdir: Path, key_file: Path, policy: Path, *, workers: int, redis_url: str) -> Proc:
-    """``a2a-secure serve --workers N --redis-url URL`` on a free port, once /health answers."""
+def start_cli_server(
+    workdir: Path, key_file: Path, policy: Path, *, workers: int, redis_url: str, name: str = ""
+) -> Proc:
+    """``a2a-secure serve --workers N --redis-url URL`` on a free port, once /health answers.
+
+    ``name`` names its log and ``Proc`` (``serve-Nw`` by default).
+    """
     import httpx
 
     port = free_port()
-    log = workdir / f"serve-{workers}w.log"
+    name = name or f"serve-{workers}w"
+    log = workdir / f"{name}.log"
     cmd = [
         sys.executable,
         "-m",
@@ -208,7 +214,7 @@ def start_cli_server(workdir: Path, key_file: Path, policy: Path, *, workers: in
             healthy = httpx.get(url + "/health", timeout=1).status_code == 200
             # Every worker must be up before timing: wait until the tree has them all.
             if healthy and (workers == 1 or _descendants(proc.pid) >= workers):
-                return Proc(f"serve-{workers}w", proc, url, log)
+                return Proc(name, proc, url, log)
         time.sleep(0.1)
     if proc.poll() is None:
         proc.kill()
