@@ -205,8 +205,14 @@ async def test_wait_replicas_on_one_redis_with_a_replica(tmp_path: Path) -> None
             while r.info("replication").get("master_link_status") != "up":
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
+            # Room for a loaded machine: a replica that answers late is not the case under test.
             store = RedisStore(
-                primary.url, prefix="w:", wait_replicas=1, wait_timeout_ms=500, finish_linger=None
+                primary.url,
+                prefix="w:",
+                wait_replicas=1,
+                wait_timeout_ms=3000,
+                socket_timeout=5.0,
+                finish_linger=None,
             )
             try:
                 (rec,) = await open_n(store, 1)

@@ -259,7 +259,9 @@ async def test_a_request_waiting_on_a_claim_given_back_sees_it_gone(cstore: Redi
 
 async def test_wait_replicas_refuses_an_unconfirmed_claim(redis_cluster: LocalCluster) -> None:
     prefix = f"a2a-test:{uuid.uuid4().hex}:"
-    store = RedisStore(redis_cluster.url, prefix=prefix, wait_replicas=1, wait_timeout_ms=300)
+    store = RedisStore(
+        redis_cluster.url, prefix=prefix, wait_replicas=1, wait_timeout_ms=2000, socket_timeout=5.0
+    )
     try:
         (rec,) = await open_n(store, 1)
         key = store._k_intent(CLIENT.did, X)
