@@ -210,7 +210,7 @@ def register_desk(server: AgentServer) -> None:
 
     client = redis_asyncio.Redis.from_url(
         os.environ[RUNS_URL_ENV],
-        socket_timeout=2.0,
+        socket_timeout=30.0,  # a loaded machine: a handler's count must not fail the run
         maint_notifications_config=MaintNotificationsConfig(enabled=False),
     )
     key = os.environ[RUNS_KEY_ENV]
