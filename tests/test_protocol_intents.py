@@ -209,6 +209,40 @@ async def test_retry_while_running_gives_up_after_the_wait(w: World, sess: Clien
     assert r3.result == r1.result
 
 
+async def test_retry_waiting_through_a_store_that_lost_the_original(w: World, sess: ClientSession) -> None:
+    # A failover to a replica the original's begin had not reached: the waiting retry's
+    # look-up finds the sequence free and takes it again (same hash). It must keep waiting
+    # for the original's answer, not run the intent nor tell the client it was refused.
+    gate, started, runs = asyncio.Event(), asyncio.Event(), []
+
+    async def slow(inputs: Any, ctx: IntentContext) -> Any:
+        runs.append(ctx.sequence)
+        started.set()
+        await gate.wait()
+        return {"done": True}
+
+    w.handlers.dispatcher.add("slow", slow)
+    req = sess.prepare_intent({"goal": "slow", "inputs": {}})
+    original = asyncio.create_task(send(w, req))
+    await started.wait()
+    state = w.store._seq[sess.session_id]
+    lost_to = req.sequence - 1
+    retry = asyncio.create_task(send(w, req))
+    for _ in range(5):
+        await asyncio.sleep(0.02)  # the retry is waiting, polling the store
+    assert not retry.done()
+    state.last, state.request_hash = lost_to, ""  # the failover: the begin is gone
+    for _ in range(5):
+        await asyncio.sleep(0.02)
+    assert not retry.done() and state.last == req.sequence  # taken again by the poll
+    gate.set()
+    r1, r2 = await original, await retry
+    assert r2.error is None, r2.error
+    assert r1.result == r2.result
+    sess.verify_result(req, r2.result)
+    assert runs == [req.sequence]
+
+
 # -- step 1: shapes (-32602), nothing changes ----------------------------------------------------
 def _mutated(params: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
     out = copy.deepcopy(params)

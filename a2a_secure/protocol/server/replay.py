@@ -71,6 +71,14 @@ class Replayer:
             )
             if begin.kind is BeginKind.REPLAY:
                 stored = begin.reply
+            elif begin.kind is BeginKind.NEW:
+                # The store lost the original's begin (a failover to a replica it had not
+                # reached) and this look-up took the sequence again, with the same request
+                # hash. Nothing runs here: the original is running (or ran) elsewhere, and
+                # its answer, when it comes, is kept for this sequence, where this wait and
+                # later retries find it. Refusing would tell the client its intent did not
+                # run when it may have.
+                continue
             elif begin.kind is not BeginKind.IN_PROGRESS:
                 raise SequenceError(f"sequence {sequence} is no longer the last accepted")
         if stored.events is not None:
