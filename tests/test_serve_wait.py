@@ -284,7 +284,7 @@ async def test_wait_for_a_replica_that_exists_runs_the_intent_once(
         while not in_sync(replica.url):
             assert time.monotonic() < deadline, "the replica did not sync"
             await asyncio.sleep(0.05)
-        wait = ["--redis-wait-replicas", "1", "--redis-wait-timeout-ms", "500"]
+        wait = ["--redis-wait-replicas", "1", "--redis-wait-timeout-ms", "800"]  # a loaded machine
         with serving(key_file, tmp_path, primary.url, redis_prefix, redis_url, *wait) as (url, _):
             async with httpx.AsyncClient(timeout=10) as http:
                 sess = await handshake(http, [url], client_identity("replica"), SERVER.did)
