@@ -264,11 +264,37 @@ def _build_serve(subparsers: Subparsers) -> None:
         help="shared store for sessions and sequences: redis://host:port/db, "
         "redis+cluster://host:port[,host:port], redis+sentinel://host:port[,host:port]/service",
     )
+    parser.add_argument("--redis-prefix", metavar="P", help="key prefix in Redis (default a2a:)")
+    parser.add_argument(
+        "--redis-wait-replicas",
+        type=_wait_arg("redis_wait_replicas"),
+        metavar="N",
+        help="run a new intent only once N replicas acknowledged its sequence (Redis WAIT), "
+        "else answer 503; default 0 (off). See SECURITY.md, 'Replication is asynchronous'",
+    )
+    parser.add_argument(
+        "--redis-wait-timeout-ms",
+        type=_wait_arg("redis_wait_timeout_ms"),
+        metavar="MS",
+        help="how long WAIT waits for the replicas, 1-800 ms (default 100)",
+    )
     parser.set_defaults(handler=_serve)
 
 
+def _wait_arg(name: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        from a2a_secure.server.run import wait_setting  # noqa: PLC0415 - server extra
+
+        try:
+            return wait_setting(name, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
 def _serve(args: argparse.Namespace) -> int:
-    from a2a_secure.server.run import serve  # noqa: PLC0415 - server extra
+    from a2a_secure.server.run import ServeUsageError, serve  # noqa: PLC0415 - server extra
 
     try:
         serve(
@@ -277,12 +303,18 @@ def _serve(args: argparse.Namespace) -> int:
             port=args.port,
             workers=args.workers,
             redis_url=args.redis_url,
+            redis_prefix=args.redis_prefix,
+            redis_wait_replicas=args.redis_wait_replicas,
+            redis_wait_timeout_ms=args.redis_wait_timeout_ms,
             policy_path=args.policy,
             audit_log=args.audit_log,
             app=args.app,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
         )
+    except ServeUsageError as exc:  # arguments that do not go together: a usage error
+        _fail(str(exc))
+        return 2
     except ValueError as exc:
         _fail(str(exc))
         return 1

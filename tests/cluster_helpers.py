@@ -180,6 +180,16 @@ class LocalCluster:
                 return False
         return True
 
+    def wait_replica_in_sync(self, port: int, timeout: float = 20.0) -> None:
+        """Until node ``port`` is a replica whose link to its primary is up (synced)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self._cli(port, "info", "replication")
+            if "role:slave" in text and "master_link_status:up" in text:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"node {port} is not a replica in sync after {timeout:.0f} s")
+
     def primaries(self) -> list[int]:
         """The ports of the live primaries, in slot order."""
         nodes = []

@@ -8,6 +8,10 @@ clients send intents to both processes in turn; the primary that serves the firs
 session is killed mid-run. Each request that gets 503 is retried byte for byte for a while,
 then given up (the client has seen an error) and the client moves to the next sequence.
 The same run, against Sentinel, is in test_sentinel_failover.py.
+
+A primary frozen (SIGSTOP) until its replica takes over, then resumed, is run twice: with
+the workers' defaults, and with ``A2A_SECURE_REDIS_WAIT_REPLICAS=1`` (Redis ``WAIT``, as
+``a2a-secure serve --redis-wait-replicas 1`` sets it).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import contextlib
 import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,8 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.client import ClientSession
 
 CLIENTS = 6
+WAIT_ONE = {"A2A_SECURE_REDIS_WAIT_REPLICAS": "1", "A2A_SECURE_REDIS_WAIT_TIMEOUT_MS": "100"}
+PROBE = "probe-"  # markers of the wait_replicas test's own requests, outside the load
 
 
 @dataclass
@@ -48,11 +54,12 @@ class Setup:
 
 @contextlib.contextmanager
 def marking_workers(
-    tmp: Path, store_url: str, prefix: str, marks: OwnedRedis
+    tmp: Path, store_url: str, prefix: str, marks: OwnedRedis, store_env: Mapping[str, str] | None = None
 ) -> Iterator[tuple[list[str], Identity]]:
     """Two uvicorn processes serving one identity on the store at ``store_url``: (URLs, identity).
 
-    Their ``echo`` counts each execution of a marker in ``marks`` (hash ``marks``).
+    Their ``echo`` counts each execution of a marker in ``marks`` (hash ``marks``);
+    ``store_env`` adds settings of their store (``A2A_SECURE_REDIS_WAIT_REPLICAS``…).
     """
     server = Identity.generate("failover-server")
     with serve_workers(
@@ -62,7 +69,7 @@ def marking_workers(
         store_url=store_url,
         prefix=prefix,
         app="cluster_helpers:register_marking",
-        extra_env={MARKS_URL_ENV: marks.url, MARKS_KEY_ENV: "marks"},
+        extra_env={MARKS_URL_ENV: marks.url, MARKS_KEY_ENV: "marks", **(store_env or {})},
     ) as (urls, _procs):
         yield urls, server
 
@@ -87,7 +94,15 @@ def frozen_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     yield from _setup(tmp_path_factory)
 
 
-def _setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+@pytest.fixture(scope="module")
+def frozen_wait_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    """As ``frozen_setup``, with workers that WAIT for one replica (wait_replicas=1)."""
+    yield from _setup(tmp_path_factory, WAIT_ONE)
+
+
+def _setup(
+    tmp_path_factory: pytest.TempPathFactory, store_env: Mapping[str, str] | None = None
+) -> Iterator[Setup]:
     tmp = tmp_path_factory.mktemp("failover")
     (tmp / "cluster").mkdir()
     (tmp / "marks").mkdir()
@@ -97,7 +112,7 @@ def _setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         cluster.start()
         marks.start()
         prefix = f"fo:{uuid.uuid4().hex[:8]}:"
-        with marking_workers(tmp, cluster.url, prefix, marks) as (urls, server):
+        with marking_workers(tmp, cluster.url, prefix, marks, store_env) as (urls, server):
             yield Setup(urls, server, cluster, marks, prefix)
     finally:
         marks.kill()
@@ -266,24 +281,7 @@ async def test_frozen_primary_resumed_after_the_failover(frozen_setup: Setup) ->
     setup = frozen_setup
 
     async def freeze_the_first_sessions_primary(sessions: list[ClientSession]) -> None:
-        victim_slot = key_slot(f"{setup.prefix}{{s:{sessions[0].session_id}}}".encode())
-        victim = setup.cluster.primary_of_slot(victim_slot)
-        setup.cluster.freeze(victim)
-        try:
-            # The others still say "ok" until they mark it failed: wait for its slots to move.
-            deadline = time.monotonic() + 20
-            while True:
-                with contextlib.suppress(AssertionError):  # no primary for a moment
-                    if setup.cluster.primary_of_slot(victim_slot) != victim:
-                        break
-                assert time.monotonic() < deadline, "the frozen primary's replica did not take over"
-                await asyncio.sleep(0.05)
-            await asyncio.to_thread(setup.cluster.wait_ok, 20.0)
-        finally:
-            setup.cluster.thaw(victim)
-        # Back as a replica of the node that took its slots, in sync.
-        await asyncio.to_thread(setup.cluster.wait_ok, 20.0)
-        assert victim not in setup.cluster.primaries()
+        await freeze_until_failed_over(setup, session_slot(setup, sessions[0]))
 
     async with httpx.AsyncClient(timeout=10) as http:
         report = await failover_under_load(
@@ -294,3 +292,106 @@ async def test_frozen_primary_resumed_after_the_failover(frozen_setup: Setup) ->
             functools.partial(marks_counts, setup.marks),
         )
         print(f"cluster frozen primary: {report}")
+
+
+def session_slot(setup: Setup, sess: ClientSession) -> int:
+    """The slot of the session's key (its sequence state) in the cluster."""
+    return key_slot(f"{setup.prefix}{{s:{sess.session_id}}}".encode())
+
+
+async def freeze_until_failed_over(
+    setup: Setup, slot: int, while_frozen: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """SIGSTOP the primary of ``slot`` until its replica serves it, run ``while_frozen``, SIGCONT.
+
+    Returns once the old primary is back as a replica of the node that took its slots, in sync.
+    """
+    victim = setup.cluster.primary_of_slot(slot)
+    setup.cluster.freeze(victim)
+    try:
+        # The others still say "ok" until they mark it failed: wait for its slots to move.
+        deadline = time.monotonic() + 20
+        while True:
+            with contextlib.suppress(AssertionError):  # no primary for a moment
+                if setup.cluster.primary_of_slot(slot) != victim:
+                    break
+            assert time.monotonic() < deadline, "the frozen primary's replica did not take over"
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(setup.cluster.wait_ok, 20.0)
+        if while_frozen is not None:
+            await while_frozen()
+    finally:
+        setup.cluster.thaw(victim)
+    # cluster_state is "ok" again at once: wait for the old primary to be a replica, synced.
+    await asyncio.to_thread(setup.cluster.wait_replica_in_sync, victim, 20.0)
+    await asyncio.to_thread(setup.cluster.wait_ok, 20.0)
+    assert victim not in setup.cluster.primaries()
+
+
+async def test_frozen_primary_with_wait_replicas(frozen_wait_setup: Setup) -> None:
+    """The frozen-primary run with workers started with ``A2A_SECURE_REDIS_WAIT_REPLICAS=1``.
+
+    Each primary has one replica, so the promoted replica has none until the old primary,
+    thawed, has synced from it. SECURITY.md ("Replication is asynchronous"): an intent runs
+    only once a replica holds its consumed sequence, so in that window a request to the
+    victim's slots is refused with 503 + Retry-After before it runs, and on a cluster its
+    sequence is given back: the same bytes sent again once a replica is back run, once.
+    Checked with a probe session of its own on the victim's slots, besides the load's checks
+    (no marker runs twice, 503 then service again for every client, both workers agree).
+    """
+    setup = frozen_wait_setup
+    a, b = setup.urls
+    async with httpx.AsyncClient(timeout=10) as http:
+
+        async def freeze_with_a_probe(sessions: list[ClientSession]) -> None:
+            slot = session_slot(setup, sessions[0])
+            victim = setup.cluster.primary_of_slot(slot)
+            for i in range(50):  # a session whose sequence state is on the victim
+                probe = await handshake(http, [a], client_identity(f"probe{i}"), setup.server.did)
+                if setup.cluster.primary_of_slot(session_slot(setup, probe)) == victim:
+                    break
+            else:
+                raise AssertionError("no probe session on the victim's slots")
+            before = probe.prepare_intent({"goal": "echo", "inputs": {"marker": f"{PROBE}before"}})
+            resp = await send(http, a, before)  # a replica acknowledges: it runs
+            assert resp.status_code == 200, resp.text
+            refused = probe.prepare_intent({"goal": "echo", "inputs": {"marker": f"{PROBE}refused"}})
+            refusals = 0
+
+            async def probe_while_the_promoted_replica_has_none() -> None:
+                nonlocal refusals
+                # The replica took over; the old primary is still frozen. For 1.5 s, on
+                # both workers, the same request bytes: never run, always 503.
+                deadline = time.monotonic() + 1.5
+                while time.monotonic() < deadline:
+                    for url in (a, b):
+                        resp = await send(http, url, refused)
+                        assert error_of(resp) == (503, -32048), resp.text
+                        assert int(resp.headers["Retry-After"]) >= 1
+                        refusals += 1
+                    await asyncio.sleep(0.1)
+
+            await freeze_until_failed_over(setup, slot, probe_while_the_promoted_replica_has_none)
+            assert refusals > 0
+            probed = marks_counts(setup.marks)
+            assert probed.get(f"{PROBE}before") == 1 and f"{PROBE}refused" not in probed, probed
+            # The old primary is a replica again: the same bytes run now (a worker may
+            # still answer 503 for a moment, until it has read the new slot map), once.
+            deadline = time.monotonic() + 5
+            while (resp := await send(http, b, refused)).status_code != 200:
+                assert error_of(resp) == (503, -32048), resp.text
+                assert time.monotonic() < deadline, "the refused request never ran"
+                await asyncio.sleep(0.1)
+            assert probe.verify_result(refused, resp.json()["result"]).result == {"marker": f"{PROBE}refused"}
+            again = await send(http, a, refused)
+            assert again.status_code == 200 and again.json()["result"] == resp.json()["result"]
+            assert marks_counts(setup.marks).get(f"{PROBE}refused") == 1
+
+        def load_counts() -> dict[str, int]:
+            return {m: n for m, n in marks_counts(setup.marks).items() if not m.startswith(PROBE)}
+
+        report = await failover_under_load(
+            http, setup.urls, setup.server.did, freeze_with_a_probe, load_counts
+        )
+        print(f"cluster frozen primary, wait_replicas=1: {report}")
+    assert all(n == 1 for n in marks_counts(setup.marks).values())

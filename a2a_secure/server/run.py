@@ -18,6 +18,14 @@ Environment variables read by :func:`app_from_env`:
                             ``redis+cluster://`` and ``redis+sentinel://`` as well
                             (:mod:`a2a_secure.store.redis_connect`)
 ``A2A_SECURE_REDIS_PREFIX`` key prefix in Redis (default ``a2a:``)
+``A2A_SECURE_REDIS_WAIT_REPLICAS``   ``wait_replicas`` of the ``RedisStore``: an integer from 0
+                            (off, the default) to 1000; with N > 0 a new request runs only
+                            once N replicas acknowledged its sequence (``WAIT``), else 503
+                            (SECURITY.md, "Replication is asynchronous"). Needs
+                            ``A2A_SECURE_REDIS_URL``
+``A2A_SECURE_REDIS_WAIT_TIMEOUT_MS`` how long ``WAIT`` waits for them, 1 to 800 ms (default
+                            100); below the 1 s each Redis round trip is given. Needs
+                            ``A2A_SECURE_REDIS_WAIT_REPLICAS``
 ``A2A_SECURE_AUDIT_LOG``    path of the hash-chained JSON Lines audit log (shared by workers)
 ``A2A_SECURE_REVOCATIONS``  a revocation file (``a2a-secure revoke --file``), checked besides
                             the revocations kept in the store (``a2a-secure revoke --redis-url``)
@@ -35,6 +43,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -52,19 +61,52 @@ from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.store.revocation import FileRevocations, Revocations
 
-__all__ = ["ENV", "WORKERS_NEED_REDIS", "app_from_env", "build_server", "serve"]
+__all__ = [
+    "ENV",
+    "WAIT_BOUNDS",
+    "WORKERS_NEED_REDIS",
+    "ServeUsageError",
+    "app_from_env",
+    "build_server",
+    "serve",
+    "wait_setting",
+]
 
 ENV = {
     "key_file": "A2A_SECURE_KEY_FILE",
     "policy": "A2A_SECURE_POLICY",
     "redis_url": "A2A_SECURE_REDIS_URL",
     "redis_prefix": "A2A_SECURE_REDIS_PREFIX",
+    "redis_wait_replicas": "A2A_SECURE_REDIS_WAIT_REPLICAS",
+    "redis_wait_timeout_ms": "A2A_SECURE_REDIS_WAIT_TIMEOUT_MS",
     "audit_log": "A2A_SECURE_AUDIT_LOG",
     "app": "A2A_SECURE_APP",
     "revocations": "A2A_SECURE_REVOCATIONS",
 }
 FACTORY = "a2a_secure.server.run:app_from_env"
 WORKERS_NEED_REDIS = "--workers > 1 needs --redis-url: sessions would not be shared between workers"
+
+# Lowest and highest value of the RedisStore's WAIT settings that serve accepts. The store
+# gives each round trip 1 s (its socket timeout): a WAIT longer than that would end in a
+# timeout (the connection dropped) instead of a reply saying how many replicas acknowledged,
+# and 0 ms would make Redis wait without end.
+WAIT_BOUNDS = {"redis_wait_replicas": (0, 1000), "redis_wait_timeout_ms": (1, 800)}
+
+
+class ServeUsageError(ValueError):
+    """Arguments of :func:`serve` that cannot be used together or as given (exit code 2)."""
+
+
+def wait_setting(name: str, text: str) -> int:
+    """The value of the WAIT setting ``name`` (a key of :data:`WAIT_BOUNDS`) written ``text``.
+
+    Raises ``ValueError("must be an integer from LOW to HIGH, not 'TEXT'")``: plain decimal
+    digits only, so that "1.5", "-1", "+1" or " 1" are refused rather than read as something.
+    """
+    low, high = WAIT_BOUNDS[name]
+    if not re.fullmatch(r"[0-9]{1,6}", text) or not low <= int(text) <= high:
+        raise ValueError(f"must be an integer from {low} to {high}, not {text!r}")
+    return int(text)
 
 
 # Members of a policy file that configure this server, not the negotiated policy (§12.3).
@@ -187,6 +229,21 @@ def build_server(
     return server
 
 
+def _wait_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """The ``wait_replicas``/``wait_timeout_ms`` of the RedisStore set in ``env``, checked."""
+    options: dict[str, Any] = {}
+    for name in ("redis_wait_replicas", "redis_wait_timeout_ms"):
+        text = env.get(ENV[name])
+        if text:
+            try:
+                options[name.removeprefix("redis_")] = wait_setting(name, text)
+            except ValueError as exc:
+                raise ValueError(f"{ENV[name]} {exc}") from None
+    if "wait_timeout_ms" in options and "wait_replicas" not in options:
+        raise ValueError(f"{ENV['redis_wait_timeout_ms']} needs {ENV['redis_wait_replicas']}")
+    return options
+
+
 def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     """A FastAPI app configured by the ``A2A_SECURE_*`` environment variables.
 
@@ -209,8 +266,11 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     if redis_url:
         from a2a_secure.store.redis import RedisStore  # noqa: PLC0415 - redis extra
 
-        store = RedisStore(redis_url, prefix=env.get(ENV["redis_prefix"]) or "a2a:")
+        store = RedisStore(redis_url, prefix=env.get(ENV["redis_prefix"]) or "a2a:", **_wait_from_env(env))
     else:
+        for name in ("redis_wait_replicas", "redis_wait_timeout_ms"):
+            if env.get(ENV[name]):  # the operator asked for replication: do not run without it
+                raise ValueError(f"{ENV[name]} needs {ENV['redis_url']}")
         store = MemoryStore()
 
     auditor: Any = None
@@ -263,19 +323,36 @@ def serve(
     tls_key: str | os.PathLike[str] | None = None,
     redis_prefix: str | None = None,
     log_level: str = "info",
+    redis_wait_replicas: int | None = None,
+    redis_wait_timeout_ms: int | None = None,
 ) -> None:
     """Run the agent under uvicorn with ``workers`` processes (blocks until stopped).
 
-    Raises ``ValueError`` before starting anything when ``workers > 1`` without
-    ``redis_url`` (:data:`WORKERS_NEED_REDIS`), when only one of ``tls_cert``/``tls_key`` is
-    given, or when the key file, policy or app cannot be used.
+    ``redis_wait_replicas`` and ``redis_wait_timeout_ms`` are the ``wait_replicas`` and
+    ``wait_timeout_ms`` of the :class:`~a2a_secure.store.redis.RedisStore` (None: its
+    defaults, no ``WAIT``), within :data:`WAIT_BOUNDS`.
+
+    Raises :class:`ServeUsageError` before starting anything when the arguments cannot be
+    used: ``workers > 1`` without ``redis_url`` (:data:`WORKERS_NEED_REDIS`), a Redis option
+    without ``redis_url``, a WAIT setting out of bounds, a timeout without replicas, only one
+    of ``tls_cert``/``tls_key``; ``ValueError`` when the key file, policy or app cannot be used.
     """
     if workers < 1:
-        raise ValueError("--workers must be at least 1")
+        raise ServeUsageError("--workers must be at least 1")
     if workers > 1 and not redis_url:
-        raise ValueError(WORKERS_NEED_REDIS)
+        raise ServeUsageError(WORKERS_NEED_REDIS)
     if (tls_cert is None) != (tls_key is None):
-        raise ValueError("--tls-cert and --tls-key go together")
+        raise ServeUsageError("--tls-cert and --tls-key go together")
+    wait = {"redis_wait_replicas": redis_wait_replicas, "redis_wait_timeout_ms": redis_wait_timeout_ms}
+    for name, value in {"redis_prefix": redis_prefix, **wait}.items():
+        if value is not None and not redis_url:
+            raise ServeUsageError(f"--{name.replace('_', '-')} needs --redis-url")
+    for name, value in wait.items():
+        low, high = WAIT_BOUNDS[name]
+        if value is not None and (type(value) is not int or not low <= value <= high):
+            raise ServeUsageError(f"--{name.replace('_', '-')} must be an integer from {low} to {high}")
+    if redis_wait_timeout_ms is not None and redis_wait_replicas is None:
+        raise ServeUsageError("--redis-wait-timeout-ms needs --redis-wait-replicas")
     import uvicorn  # noqa: PLC0415 - server extra
 
     settings = {
@@ -285,6 +362,7 @@ def serve(
         "redis_prefix": redis_prefix,
         "audit_log": os.path.abspath(audit_log) if audit_log else None,
         "app": app,
+        **{name: None if value is None else str(value) for name, value in wait.items()},
     }
     for name, value in settings.items():
         if value:
