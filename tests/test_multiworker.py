@@ -27,7 +27,7 @@ import httpx
 import pytest
 import redis as redis_sync
 from redis_helpers import COUNTER_KEY_ENV, COUNTER_URL_ENV, OwnedRedis, free_port
-from worker_helpers import TESTS_DIR, serve_workers, wait_healthy
+from worker_helpers import TESTS_DIR, serve_workers, stop_group, wait_healthy
 
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
@@ -394,7 +394,6 @@ def _run_python(code: str, log: Path) -> subprocess.Popen[bytes]:
 
 async def test_serve_with_two_uvicorn_workers(cluster: Cluster, tmp_path: Path) -> None:
     """``serve(workers=2, redis_url=...)`` end to end: one port, two worker processes."""
-    import signal
 
     key_file = tmp_path / "k.key"
     RUN_SERVER_ID.save(key_file)
@@ -425,13 +424,7 @@ async def test_serve_with_two_uvicorn_workers(cluster: Cluster, tmp_path: Path) 
         assert len(pids) == 2, pids  # both workers served the one session
         assert proc.pid not in pids
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        stop_group(proc)
 
 
 async def test_revoked_did_session_is_refused_on_the_other_worker_at_once(cluster: Cluster) -> None:

@@ -161,7 +161,8 @@ async def test_retry_of_a_stored_error_answer(w: World, sess: ClientSession) -> 
     assert w.handlers.count("boom") == 1
 
 
-async def test_retry_while_the_original_still_runs(w: World, sess: ClientSession) -> None:
+def _slow(w: World) -> tuple[asyncio.Event, asyncio.Event, list[int]]:
+    """Serve ``slow``: it records its sequence, sets ``started``, and waits for ``gate``."""
     gate, started, runs = asyncio.Event(), asyncio.Event(), []
 
     async def slow(inputs: Any, ctx: IntentContext) -> Any:
@@ -171,6 +172,11 @@ async def test_retry_while_the_original_still_runs(w: World, sess: ClientSession
         return {"done": True}
 
     w.handlers.dispatcher.add("slow", slow)
+    return gate, started, runs
+
+
+async def test_retry_while_the_original_still_runs(w: World, sess: ClientSession) -> None:
+    gate, started, runs = _slow(w)
     req = sess.prepare_intent({"goal": "slow", "inputs": {}})
     original = asyncio.create_task(send(w, req))
     await started.wait()
@@ -184,14 +190,7 @@ async def test_retry_while_the_original_still_runs(w: World, sess: ClientSession
 
 
 async def test_retry_while_running_gives_up_after_the_wait(w: World, sess: ClientSession) -> None:
-    gate, started = asyncio.Event(), asyncio.Event()
-
-    async def slow(inputs: Any, ctx: IntentContext) -> Any:
-        started.set()
-        await gate.wait()
-        return {"done": True}
-
-    w.handlers.dispatcher.add("slow", slow)
+    gate, started, _runs = _slow(w)
     req = sess.prepare_intent({"goal": "slow", "inputs": {}})
     original = asyncio.create_task(send(w, req))
     await started.wait()
@@ -213,15 +212,7 @@ async def test_retry_waiting_through_a_store_that_lost_the_original(w: World, se
     # A failover to a replica the original's begin had not reached: the waiting retry's
     # look-up finds the sequence free and takes it again (same hash). It must keep waiting
     # for the original's answer, not run the intent nor tell the client it was refused.
-    gate, started, runs = asyncio.Event(), asyncio.Event(), []
-
-    async def slow(inputs: Any, ctx: IntentContext) -> Any:
-        runs.append(ctx.sequence)
-        started.set()
-        await gate.wait()
-        return {"done": True}
-
-    w.handlers.dispatcher.add("slow", slow)
+    gate, started, runs = _slow(w)
     req = sess.prepare_intent({"goal": "slow", "inputs": {}})
     original = asyncio.create_task(send(w, req))
     await started.wait()

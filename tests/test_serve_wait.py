@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ import pytest
 import redis as redis_sync
 from redis_helpers import COUNTER_KEY_ENV, COUNTER_URL_ENV, OwnedRedis, free_port, redis_prefix, redis_url  # noqa: F401
 from test_multiworker import client_identity, error_of, handshake, send
-from worker_helpers import TESTS_DIR, start_worker, wait_healthy
+from worker_helpers import TESTS_DIR, start_worker, stop_group, wait_healthy
 
 from a2a_secure.identity.keys import Identity
 from a2a_secure.server.run import app_from_env
@@ -191,13 +190,7 @@ def serving(
         wait_healthy(url, proc, log, SERVER.did)
         yield url, log
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        stop_group(proc)
 
 
 def executions(counter_url: str, prefix: str) -> int:

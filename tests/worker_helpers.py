@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -75,6 +76,18 @@ def stop_worker(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(5)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait(5)
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate the process group ``proc`` leads (``start_new_session=True``): a server and
+    the workers it started; killed if it has not exited within 10 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from a2abench.common import HOST
 from a2abench.floor import Floor
 from a2abench.runner import _asgi_post, _per_call
-from a2abench.signed import intent_body, open_in_process
+from a2abench.signed import echo_server, intent_body, open_in_process
 
 # (key, label, shared with the floor)
 STEPS: tuple[tuple[str, str, bool], ...] = (
@@ -80,19 +80,12 @@ async def beyond_the_floor(n: int) -> dict[str, Any]:
     from a2a_secure.protocol import messages as m
     from a2a_secure.protocol.jsonrpc import encode_result, parse_request
     from a2a_secure.protocol.models import IntentRequest, RequestPayload
-    from a2a_secure.protocol.policy import Policy
     from a2a_secure.protocol.server.dispatcher import IntentContext
     from a2a_secure.protocol.validate import ct_equal, is_fresh
-    from a2a_secure.server.app import AgentServer
     from a2a_secure.store.base import StoredReply
 
-    server_id = Identity.generate("bench-server")
-    server = AgentServer(server_id, Policy.build(rate_limit=10**9, session_timeout=3600))
-
-    @server.intent("echo")
-    async def echo(inputs: Any) -> Any:
-        return inputs
-
+    server = echo_server()
+    server_id = server.identity
     protocol = server.protocol
     config = protocol._config
     intents = protocol._intents
@@ -135,15 +128,6 @@ async def beyond_the_floor(n: int) -> dict[str, Any]:
     }
     guard = config.key_guard
     runner = intents._run.__self__  # the IntentRunner the core uses
-    context = IntentContext(
-        caller_did=record.client_did,
-        session_id=record.session_id,
-        sequence=req.sequence,
-        goal=intent.goal,
-        domain=intent.domain,
-        constraints=intent.constraints_dict,
-        client_agent_id=record.client_agent_id,
-    )
     replies = intents._success_reply.__self__
     req_hash = m.request_hash(token)
     result = dict(intent.inputs)
@@ -205,6 +189,7 @@ async def beyond_the_floor(n: int) -> dict[str, Any]:
     def verify_step() -> object:
         return jws_verify(token, pk, typ=m.Typ.REQUEST, kid=kid, decoded=decoded)
 
+    context = dispatch_step()
     verify_alone = _best(lambda: nacl.bindings.crypto_sign_open(signature + signing_input, pk), k)
     sign_alone = _best(lambda: server_id.sign(signing_input), k)
     decode = _best(lambda: jws_decode_unverified(token), k)

@@ -179,6 +179,23 @@ def profile_signed(bench: Bench, seed: bytes, server_did: str) -> None:
     }
 
 
+def echo_server() -> Any:
+    """An in-process ``AgentServer`` serving ``echo`` (result = inputs), rate limit out of reach."""
+    from a2a_secure.identity.keys import Identity
+    from a2a_secure.protocol.policy import Policy
+    from a2a_secure.server.app import AgentServer
+
+    server = AgentServer(
+        Identity.generate("bench-server"), Policy.build(rate_limit=10**9, session_timeout=3600)
+    )
+
+    @server.intent("echo")
+    async def echo(inputs: Any) -> Any:
+        return inputs
+
+    return server
+
+
 async def _core_breakdown(n: int) -> dict[str, Any]:
     """Where one signed intent's server time goes, in this process (CPU µs per call).
 
@@ -192,17 +209,10 @@ async def _core_breakdown(n: int) -> dict[str, Any]:
     from a2a_secure.identity.keys import Identity
     from a2a_secure.protocol import messages as m
     from a2a_secure.protocol.jsonrpc import encode_result, parse_request
-    from a2a_secure.protocol.policy import Policy
     from a2a_secure.protocol.validate import check_payload_matches
-    from a2a_secure.server.app import AgentServer
 
-    server_id = Identity.generate("bench-server")
-    server = AgentServer(server_id, Policy.build(rate_limit=10**9, session_timeout=3600))
-
-    @server.intent("echo")
-    async def echo(inputs: Any) -> Any:
-        return inputs
-
+    server = echo_server()
+    server_id = server.identity
     protocol = server.protocol
     resolved = await server.resolver.resolve(server_id.did)
     session = await open_in_process(protocol, Identity.generate("bench-client"), resolved)
