@@ -8,6 +8,7 @@ primaries, three replicas; tests/cluster_helpers.py) with a fresh key prefix eac
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import time
@@ -19,6 +20,8 @@ from typing import Any
 import pytest
 import redis as redis_sync
 from cluster_helpers import LocalCluster, delete_prefix
+from protocol_helpers import make_world
+from redis.asyncio.connection import AbstractConnection
 from redis.crc import key_slot
 from redis_helpers import OwnedRedis, free_port
 from sentinel_helpers import start_sentinel
@@ -159,6 +162,100 @@ async def test_rate_limited_on_the_cluster_consumes_nothing_and_keeps_the_answer
     # The refused request changed nothing: the retry of 1 still gets its answer.
     b = await cstore.begin_request(rec.session_id, CLIENT.did, 1, h1, rate_limit=1, rate_period=60, now=T0)
     assert b.kind is BeginKind.REPLAY and b.reply == StoredReply(200, {"one": 1})
+
+
+# -- a failure inside redis-py --------------------------------------------------------------------------
+def close_all_before_the_next_write(monkeypatch: pytest.MonkeyPatch, client: Any) -> list[object]:
+    """Make the next command meet what a failover does to redis-py's cluster client.
+
+    When a node answers ``CLUSTERDOWN``, the client closes every connection
+    (``RedisCluster.aclose``), including one that another call has just checked and is
+    about to write on. The next write here runs that very ``aclose`` first, so redis-py's
+    own ``_send_packed_command`` then writes on the connection it closed, as in the race:
+    an ``AttributeError`` (no writer), not a ``ConnectionError``. Returns the list the
+    connection it happened to is appended to.
+    """
+    real = AbstractConnection._send_packed_command
+    fired: list[object] = []
+
+    async def racing(self: AbstractConnection, command: Any) -> None:
+        if not fired:
+            fired.append(self)
+            await client.aclose()
+        await real(self, command)
+
+    monkeypatch.setattr(AbstractConnection, "_send_packed_command", racing)
+    return fired
+
+
+def unexpected_records(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The ERROR lines of the store: failures that were no Redis error."""
+    mine = [r for r in caplog.records if r.name == "a2a_secure.store.redis"]
+    return [r.getMessage() for r in mine if r.levelno == logging.ERROR]
+
+
+async def test_a_connection_closed_under_a_call_is_unavailable_and_consumes_nothing(
+    cstore: RedisStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="a2a_secure.store.redis")
+    (rec,) = await open_n(cstore, 1)
+    h1 = "sha256:" + "31" * 32
+    fired = close_all_before_the_next_write(monkeypatch, cstore.client)
+    with pytest.raises(Unavailable) as info:
+        await cstore.begin_request(rec.session_id, CLIENT.did, 1, h1, rate_limit=9, rate_period=60, now=T0)
+    assert fired and info.value.retry_after == 1
+    # Logged as what it is, a failure inside the client, by type and place, never its text.
+    (line,) = unexpected_records(caplog)
+    assert "AttributeError at connection.py:" in line and "in _send_packed_command" in line
+    assert "NoneType" not in line and CLIENT.did not in line
+    # The call did not reach Redis: once the client reconnects, the sequence is still new.
+    b = await cstore.begin_request(rec.session_id, CLIENT.did, 1, h1, rate_limit=9, rate_period=60, now=T0)
+    assert b.kind is BeginKind.NEW
+
+
+async def test_a_bug_of_the_store_is_not_taken_for_an_outage(
+    cstore: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Raised by the store's own code, never inside redis-py: it goes up as the bug it is
+    # (the server answers -32603 and logs it), it is not hidden behind a 503.
+    (rec,) = await open_n(cstore, 1)
+
+    async def broken() -> None:
+        raise KeyError("scripts")
+
+    monkeypatch.setattr(cstore, "_loaded", False)
+    monkeypatch.setattr(cstore, "_load_all", broken)
+    with pytest.raises(KeyError):
+        await cstore.begin_request(
+            rec.session_id, CLIENT.did, 1, "sha256:" + "32" * 32, rate_limit=9, rate_period=60, now=T0
+        )
+
+
+async def test_the_server_answers_503_and_runs_nothing_when_the_client_fails(
+    redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    w = make_world()
+    store = RedisStore(redis_cluster.url, prefix=f"a2a-test:{uuid.uuid4().hex}:")
+    w.server.store = store
+    try:
+        sess, _ = await w.open_session()
+        req = sess.prepare_intent({"goal": "echo", "inputs": {"n": 1}})
+        fired = close_all_before_the_next_write(monkeypatch, store.client)
+        r = await w.call("intent", req.params)
+        assert fired
+        assert (r.http_status, r.error and r.error["code"], r.retry_after) == (503, -32048, 1), r.error
+        assert w.handlers.count("echo") == 0
+        assert not [m for m in caplog.messages if m.startswith("internal error")]  # no -32603 anywhere
+        assert len(unexpected_records(caplog)) == 1
+        # The same request, byte for byte, once the client is whole again: it runs, once.
+        r = await w.call("intent", req.params)
+        assert r.http_status == 200, r.error
+        assert sess.verify_result(req, r.result)["result"]["echo"] == {"n": 1}
+        assert w.handlers.count("echo") == 1
+    finally:
+        await store.aclose()
+        delete_prefix(redis_cluster.url, store.prefix)
 
 
 # -- WAIT ------------------------------------------------------------------------------------------------
