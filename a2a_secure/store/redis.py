@@ -22,18 +22,20 @@ redis-py on ``NOSCRIPT`` after a Redis restart). Semantics are those of
 
 **Failures.** Any Redis error (connection refused or reset, timeout, loading, OOM, read-only
 replica, a script error) raises :class:`~a2a_secure.errors.Unavailable` (-32048, HTTP 503,
-``Retry-After: 1``), and so does any other exception raised inside redis-py (its cluster
-client can fail with an ``AttributeError`` while a cluster fails over): the outcome of that
-call is unknown, as after a lost connection, and it is logged at ERROR by type and place.
-An exception of this module's own code is a bug and goes up as one. A script either runs
-whole or not at all, so there is never a half-written state. After a connection error the pool's idle connections are dropped too,
-and redis-py connects afresh on the next call: the store works again as soon as Redis is
-back, without a restart (scripts are re-loaded on ``NOSCRIPT``). The client is built
-WITHOUT command retries on purpose: re-sending a script after a timeout whose first attempt
-did run would, for ``begin_request``, turn a new request into a retry of itself. The one
-ambiguous case left is a timeout on a ``begin_request`` that did run: its sequence is then
-consumed without an answer, its retries get 503 until the engine's replay wait ends, and the
-client must move on to a new sequence; the intent itself never runs twice.
+``Retry-After: 1``), and so does any other exception raised inside redis-py (while a
+cluster fails over, its cluster client can fail with an ``AttributeError``, or on uvloop a
+``RuntimeError``, on a connection it closed under the call): the outcome of that call is
+unknown, as after a lost connection, and it is logged at ERROR by type and place. An
+exception of this module's own code is a bug and goes up as one. A script either runs
+whole or not at all, so there is never a half-written state. After a connection error the
+pool's idle connections are dropped too, and redis-py connects afresh on the next call: the
+store works again as soon as Redis is back, without a restart (scripts are re-loaded on
+``NOSCRIPT``). The client is built WITHOUT command retries on purpose: re-sending a script
+after a timeout whose first attempt did run would, for ``begin_request``, turn a new
+request into a retry of itself. The one ambiguous case left is a timeout on a
+``begin_request`` that did run: its sequence is then consumed without an answer, its
+retries get 503 until the engine's replay wait ends, and the client must move on to a new
+sequence; the intent itself never runs twice.
 
 **Round trips per intent.** ``get_session`` is served from a small per-process cache of the
 session records (they never change once opened); ``begin_request``'s script re-checks that
