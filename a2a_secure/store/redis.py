@@ -390,11 +390,12 @@ def _store_failure(exc: BaseException) -> bool:
 
     A Redis error is one; so is any exception raised inside redis-py itself. Its cluster
     client is not free of races while a cluster fails over: when a node answers
-    ``CLUSTERDOWN`` it closes every connection, including those other calls are using at
-    that moment, and such a call then fails with an ``AttributeError`` on the closed
-    connection rather than a ``ConnectionError``. Whatever its type, the outcome of that
-    call is unknown, exactly as after a lost connection. An exception that never went
-    through redis-py is this module's own bug, and goes up as one.
+    ``CLUSTERDOWN`` it closes every connection (after a timeout, a node's idle ones),
+    including one another call has just taken and is about to write on; that call then
+    fails with an ``AttributeError`` (no writer any more) or, on uvloop, a ``RuntimeError``
+    (the transport is closed), not a ``ConnectionError``. Whatever its type, the outcome
+    of that call is unknown, exactly as after a lost connection. An exception that never
+    went through redis-py is this module's own bug, and goes up as one.
     """
     if isinstance(exc, _ERRORS):
         return True
@@ -946,7 +947,7 @@ class RedisStore:
         if len(self._unexpected_logged) >= 64:
             self._unexpected_logged.clear()
         self._unexpected_logged[kind] = now
-        log_unexpected(_log, "shared store client failed (answered 503)", exc)
+        log_unexpected(_log, "shared store call failed inside redis-py (taken as an outage)", exc)
 
     def _refresh_slots(self) -> None:
         """Read the cluster's slot map again, at most every 200 ms, one read at a time."""
