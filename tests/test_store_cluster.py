@@ -307,7 +307,10 @@ def test_a_compensation_that_meets_a_closed_connection_answers_503_and_runs_noth
 
 
 # -- WAIT ------------------------------------------------------------------------------------------------
-async def test_wait_replicas_puts_the_sequence_on_the_replica(redis_cluster: LocalCluster) -> None:
+async def test_wait_replicas_puts_the_sequence_on_the_replica(
+    redis_cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="a2a_secure.store.redis")
     prefix = f"a2a-test:{uuid.uuid4().hex}:"
     store = RedisStore(redis_cluster.url, prefix=prefix, wait_replicas=1, wait_timeout_ms=300)
     try:
@@ -326,6 +329,9 @@ async def test_wait_replicas_puts_the_sequence_on_the_replica(redis_cluster: Loc
                     rec.session_id, CLIENT.did, 1, h1, rate_limit=9, rate_period=60, now=T0
                 )
             assert 0.25 <= time.monotonic() - t < 0.9
+            # An outage like any other, logged as one, not as a failure inside the client.
+            assert not unexpected_records(caplog)
+            assert any("_NotReplicated" in m for m in caplog.messages)
         finally:
             os.kill(redis_cluster.procs[replica].pid, signal.SIGCONT)
         b = await store.begin_request(rec.session_id, CLIENT.did, 1, h1, rate_limit=9, rate_period=60, now=T0)

@@ -907,9 +907,10 @@ class RedisStore:
         from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: PLC0415
         from redis.exceptions import TimeoutError as RedisTimeoutError  # noqa: PLC0415
 
-        # Not a Redis error, but raised inside redis-py (see _store_failure): its client's
-        # state is in doubt as after a lost connection, and it is logged as a bug.
-        unexpected = not isinstance(exc, _ERRORS)
+        # Neither a Redis error nor the replicas' silence, so raised inside redis-py (see
+        # _store_failure): its client's state is in doubt as after a lost connection, and
+        # it is logged as a bug.
+        unexpected = not isinstance(exc, _ERRORS) and not isinstance(exc, _NotReplicated)
         if self._cluster:
             if unexpected or isinstance(
                 exc, RedisConnectionError | RedisTimeoutError | OSError | ClusterError | SlotNotCoveredError
