@@ -31,6 +31,9 @@ peer as they are.
 
 from __future__ import annotations
 
+import logging
+import os
+import traceback
 from typing import Any, ClassVar
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "UnsupportedMediaType",
     "UnsupportedVersion",
     "error_for_code",
+    "log_unexpected",
 ]
 
 
@@ -304,3 +308,18 @@ def error_for_code(code: int, message: str, data: dict[str, Any] | None = None) 
             retry = data["retry_after"]
         return Unavailable(message, retry_after=retry)
     return cls(message, data=data)
+
+
+def log_unexpected(log: logging.Logger, what: str, exc: BaseException) -> None:
+    """Log an exception nobody expected: its type and where it was raised, never its text.
+
+    The answer on the wire says only -32603 (or -32048 when it was the store's client that
+    failed); the operator needs to find the bug. The message is left out because it may
+    quote what the code was working on (an intent's inputs, a token), and so are the
+    locals: type names and ``file:line in function``.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)[-12:]
+    where = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in reversed(frames))
+    cause = exc.__cause__ or exc.__context__
+    during = f" (while handling {type(cause).__qualname__})" if cause is not None else ""
+    log.error("%s: %s%s at %s", what, type(exc).__qualname__, during, where or "?")

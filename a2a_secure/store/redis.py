@@ -22,15 +22,20 @@ redis-py on ``NOSCRIPT`` after a Redis restart). Semantics are those of
 
 **Failures.** Any Redis error (connection refused or reset, timeout, loading, OOM, read-only
 replica, a script error) raises :class:`~a2a_secure.errors.Unavailable` (-32048, HTTP 503,
-``Retry-After: 1``). A script either runs whole or not at all, so there is never a
-half-written state. After a connection error the pool's idle connections are dropped too,
-and redis-py connects afresh on the next call: the store works again as soon as Redis is
-back, without a restart (scripts are re-loaded on ``NOSCRIPT``). The client is built
-WITHOUT command retries on purpose: re-sending a script after a timeout whose first attempt
-did run would, for ``begin_request``, turn a new request into a retry of itself. The one
-ambiguous case left is a timeout on a ``begin_request`` that did run: its sequence is then
-consumed without an answer, its retries get 503 until the engine's replay wait ends, and the
-client must move on to a new sequence; the intent itself never runs twice.
+``Retry-After: 1``), and so does any other exception raised inside redis-py (while a
+cluster fails over, its cluster client can fail with an ``AttributeError``, or on uvloop a
+``RuntimeError``, on a connection it closed under the call): the outcome of that call is
+unknown, as after a lost connection, and it is logged at ERROR by type and place. An
+exception of this module's own code is a bug and goes up as one. A script either runs
+whole or not at all, so there is never a half-written state. After a connection error the
+pool's idle connections are dropped too, and redis-py connects afresh on the next call: the
+store works again as soon as Redis is back, without a restart (scripts are re-loaded on
+``NOSCRIPT``). The client is built WITHOUT command retries on purpose: re-sending a script
+after a timeout whose first attempt did run would, for ``begin_request``, turn a new
+request into a retry of itself. The one ambiguous case left is a timeout on a
+``begin_request`` that did run: its sequence is then consumed without an answer, its
+retries get 503 until the engine's replay wait ends, and the client must move on to a new
+sequence; the intent itself never runs twice.
 
 **Round trips per intent.** ``get_session`` is served from a small per-process cache of the
 session records (they never change once opened); ``begin_request``'s script re-checks that
@@ -74,13 +79,14 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from a2a_secure.errors import Unavailable
+from a2a_secure.errors import Unavailable, log_unexpected
 from a2a_secure.identity import encoding
 from a2a_secure.policy import Policy
 from a2a_secure.store import redis_claims as rcl
@@ -366,6 +372,40 @@ def _redis_errors() -> tuple[type[Exception], ...]:
 
 
 _ERRORS = _redis_errors()
+
+
+def _client_dir() -> str:
+    try:
+        import redis  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - the store cannot be built without redis
+        return "\0"
+    return os.path.dirname(os.path.abspath(redis.__file__)) + os.sep
+
+
+_CLIENT_DIR = _client_dir()
+
+
+def _store_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure of the store (503), rather than a bug of this module.
+
+    A Redis error is one; so is any exception raised inside redis-py itself. Its cluster
+    client is not free of races while a cluster fails over: when a node answers
+    ``CLUSTERDOWN`` it closes every connection (after a timeout, a node's idle ones),
+    including one another call has just taken and is about to write on; that call then
+    fails with an ``AttributeError`` (no writer any more) or, on uvloop, a ``RuntimeError``
+    (the transport is closed), not a ``ConnectionError``. Whatever its type, the outcome
+    of that call is unknown, exactly as after a lost connection. An exception that never
+    went through redis-py is this module's own bug, and goes up as one.
+    """
+    if isinstance(exc, _ERRORS):
+        return True
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(_CLIENT_DIR):
+            return True
+        tb = tb.tb_next
+    return False
+
 
 # (script, keys, args): one script call.
 _Call = tuple["AsyncScript", list[Any], list[Any]]
@@ -758,6 +798,7 @@ class RedisStore:
         self._cache_size = session_cache_size
         self._cache: OrderedDict[str, tuple[float, SessionRecord]] = OrderedDict()
         self._last_logged = -math.inf
+        self._unexpected_logged: dict[str, float] = {}
         # Answers not yet sent to Redis: key -> (the script that stores it, its arguments);
         # a session's answer (sequence, reply JSON) or an intent_id's (intent hash, JSON).
         self._finish_linger = finish_linger
@@ -866,25 +907,48 @@ class RedisStore:
         from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: PLC0415
         from redis.exceptions import TimeoutError as RedisTimeoutError  # noqa: PLC0415
 
+        # Neither a Redis error nor the replicas' silence, so raised inside redis-py (see
+        # _store_failure): its client's state is in doubt as after a lost connection, and
+        # it is logged as a bug.
+        unexpected = not isinstance(exc, _ERRORS) and not isinstance(exc, _NotReplicated)
         if self._cluster:
-            if isinstance(
+            if unexpected or isinstance(
                 exc, RedisConnectionError | RedisTimeoutError | OSError | ClusterError | SlotNotCoveredError
             ):
                 # A node is unreachable or the cluster is failing over: read the slot map
                 # again (in the background), so that the promoted replica is used as soon
                 # as it takes over. (ClusterDownError is a ClusterError.)
                 self._refresh_slots()
-        elif isinstance(exc, RedisConnectionError | OSError):
+        elif unexpected or isinstance(exc, RedisConnectionError | OSError):
             # The idle connections were most likely cut too (Redis restarted, network
             # change, Sentinel failover): drop them, so that the next call connects afresh
             # instead of failing once per stale pooled connection.
             with contextlib.suppress(Exception):
                 await self._r.connection_pool.disconnect(inuse_connections=False)
         now = time.monotonic()
-        if now - self._last_logged >= 10.0:
+        if unexpected:
+            self._log_unexpected(exc, now)
+        elif now - self._last_logged >= 10.0:
             self._last_logged = now
             _log.warning("shared store unavailable: %s: %s", type(exc).__name__, str(exc)[:200])
         return Unavailable("shared store unavailable", retry_after=1)
+
+    def _log_unexpected(self, exc: BaseException, now: float) -> None:
+        """Log (ERROR) a failure of redis-py that is no Redis error: once a kind and place per 10 s.
+
+        By type and ``file:line in function`` only: its text may quote a command's arguments.
+        """
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        place = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
+        kind = f"{type(exc).__qualname__} {place}"
+        if now - self._unexpected_logged.get(kind, -math.inf) < 10.0:
+            return
+        if len(self._unexpected_logged) >= 64:
+            self._unexpected_logged.clear()
+        self._unexpected_logged[kind] = now
+        log_unexpected(_log, "shared store call failed inside redis-py (taken as an outage)", exc)
 
     def _refresh_slots(self) -> None:
         """Read the cluster's slot map again, at most every 200 ms, one read at a time."""
@@ -918,7 +982,9 @@ class RedisStore:
         if not self._loaded:
             try:
                 await self._load_scripts()
-            except _ERRORS as exc:
+            except Exception as exc:
+                if not _store_failure(exc):
+                    raise
                 if strict:
                     raise await self._unavailable(exc) from exc
                 return [exc] * len(calls), not (wait and self._wait_replicas)
@@ -936,7 +1002,9 @@ class RedisStore:
                     self.round_trips += 1
                     self.commands += 1
                     return [await self._r.evalsha(script.sha, len(keys), *keys, *args)], True
-            except _ERRORS as exc:
+            except Exception as exc:
+                if not _store_failure(exc):
+                    raise
                 if strict:
                     raise await self._unavailable(exc) from exc
                 return [exc], True
@@ -1048,7 +1116,9 @@ class RedisStore:
             self.round_trips += 1
             self.commands += len(calls) + waits
             replies = list(await pipe.execute(raise_on_error=False))
-        except _ERRORS as exc:
+        except Exception as exc:
+            if not _store_failure(exc):
+                raise
             # Nothing is known of any call (some may have run): each one failed.
             return [exc] * len(calls), not waiting
         out, acks = replies[: len(calls)], replies[len(calls) :]
@@ -1057,7 +1127,9 @@ class RedisStore:
         if missing and reload:
             try:
                 await self._load_scripts()
-            except _ERRORS as exc:
+            except Exception as exc:
+                if not _store_failure(exc):
+                    raise
                 for i in missing:
                     out[i] = exc
                 return out, confirmed
@@ -1710,7 +1782,9 @@ class RedisStore:
         if added:
             try:
                 await self._r.sadd(self._k_revocations(), entry.target)
-            except _ERRORS as exc:  # the entry is in force; only --list would miss it
+            except Exception as exc:  # the entry is in force; only --list would miss it
+                if not _store_failure(exc):
+                    raise
                 raise await self._unavailable(exc) from exc
         return bool(added)
 
@@ -1720,7 +1794,9 @@ class RedisStore:
         removed = await self._script(self._remove_revocation, [self._k_revoked(probe.did)], [probe.field])
         try:
             await self._r.srem(self._k_revocations(), target)
-        except _ERRORS as exc:
+        except Exception as exc:
+            if not _store_failure(exc):
+                raise
             raise await self._unavailable(exc) from exc
         return bool(removed)
 
@@ -1728,7 +1804,9 @@ class RedisStore:
         """See :meth:`RevocationStore.find_revocation` (one HMGET)."""
         try:
             values = await self._r.hmget(self._k_revoked(did), [DID_FIELD, *kids])
-        except _ERRORS as exc:
+        except Exception as exc:
+            if not _store_failure(exc):
+                raise
             raise await self._unavailable(exc) from exc
         for value in values:
             if value is not None:
@@ -1745,7 +1823,9 @@ class RedisStore:
                 value = await self._r.hget(self._k_revoked(probe.did), probe.field)
                 if value is not None:
                     out.append(Revocation.from_dict(encoding.loads(value)))
-        except _ERRORS as exc:
+        except Exception as exc:
+            if not _store_failure(exc):
+                raise
             raise await self._unavailable(exc) from exc
         return out
 
@@ -1773,6 +1853,8 @@ class RedisStore:
             for key in (*pending_keys, *session_keys):
                 pipe.zcount(key, f"({t}", "+inf")
             out = [int(n) for n in await pipe.execute()]
-        except _ERRORS as exc:
+        except Exception as exc:
+            if not _store_failure(exc):
+                raise
             raise await self._unavailable(exc) from exc
         return {"pending": sum(out[: len(pending_keys)]), "sessions": sum(out[len(pending_keys) :])}

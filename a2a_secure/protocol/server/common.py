@@ -9,14 +9,11 @@ is configured with; the rooms share it and own no copy of it. No state lives her
 
 from __future__ import annotations
 
-import logging
-import os
-import traceback
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from a2a_secure.errors import StaleTimestamp
+from a2a_secure.errors import StaleTimestamp, log_unexpected
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.protocol.keyguard import KeyGuard
@@ -146,17 +143,3 @@ def endpoint_of(method: str) -> Literal["handshake", "intent"] | None:
 def stale(what: str, ts: int, now: float) -> StaleTimestamp:
     """The -32045 error for a ``what`` timestamp outside the window of §9."""
     return StaleTimestamp(f"{what} timestamp {ts} is not within 300 s of {int(now)}")
-
-
-def log_unexpected(log: logging.Logger, what: str, exc: BaseException) -> None:
-    """Log an exception nobody expected: its type and where it was raised, never its text.
-
-    The answer on the wire says only -32603; the operator needs to find the bug. The
-    message is left out because it may quote what the code was working on (an intent's
-    inputs, a token), and so are the locals: type names and ``file:line in function``.
-    """
-    frames = traceback.extract_tb(exc.__traceback__)[-12:]
-    where = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in reversed(frames))
-    cause = exc.__cause__ or exc.__context__
-    during = f" (while handling {type(cause).__qualname__})" if cause is not None else ""
-    log.error("%s: %s%s at %s", what, type(exc).__qualname__, during, where or "?")
