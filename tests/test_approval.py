@@ -489,3 +489,18 @@ async def test_cli_approve_prints_the_preview_and_the_outcome(tmp_path: Path) ->
         )
         assert code == 1 and "Traceback" not in err and err.startswith("a2a-secure: error:")
         assert w.calls["run:create_event"] == 1
+
+
+def test_an_action_id_never_starts_with_a_dash() -> None:
+    # A person types it after --action-id: a leading "-" would be read as an option.
+    from a2a_secure.identity import encoding
+    from a2a_secure.protocol.approval import ACTION_ID_BYTES, new_action_id
+
+    ids = set()
+    for first in range(256):
+        rest = bytes(range(1, ACTION_ID_BYTES))
+        action_id = new_action_id(lambda n, first=first, rest=rest: bytes([first]) + rest[: n - 1])
+        assert not action_id.startswith("-"), first
+        assert len(encoding.b64u_decode(action_id)) == ACTION_ID_BYTES
+        ids.add(action_id)
+    assert len(ids) == 256 - 4  # only the four first bytes that encode "-" meet another id

@@ -65,6 +65,7 @@ __all__ = [
     "TOOL_APPROVE",
     "TOOL_PENDING",
     "approver_dids",
+    "new_action_id",
 ]
 
 TOOL_APPROVE = "tool.approve"
@@ -177,6 +178,20 @@ class _Step:
     started: float
 
 
+def new_action_id(random_bytes: Callable[[int], bytes]) -> str:
+    """A fresh action id: base64url of ``ACTION_ID_BYTES`` random bytes, never starting with "-".
+
+    A person types it after ``--action-id``, and a command line takes a word that starts with
+    "-" for an option (one id in 64 would have). The first character is moved off "-" by
+    flipping one bit of the first byte: about 0.02 bit of the 128 is lost, and no redraw can
+    loop on a bad random source.
+    """
+    raw = bytearray(random_bytes(ACTION_ID_BYTES))
+    if raw[0] >> 2 == 62:  # the 6-bit value of "-"
+        raw[0] ^= 0x80
+    return encoding.b64u_encode(bytes(raw))
+
+
 class ApprovalEngine:
     """Stores actions that need approval and runs each approved one once.
 
@@ -287,7 +302,7 @@ class ApprovalEngine:
         now_i = int(now)
         expires_at = now_i + self.settings.ttl
         action = PendingAction(
-            action_id=encoding.b64u_encode(self._random(ACTION_ID_BYTES)),
+            action_id=new_action_id(self._random),
             action=name,
             goal=goal,
             caller_did=caller_did,
