@@ -218,3 +218,47 @@ async def test_an_unreachable_card_is_no_extension_and_is_not_fetched_per_handsh
                 res = await client.request(server.identity.did, {"goal": "record", "inputs": {}})
                 assert res.intent_id is None
         assert hits["card"] == 1
+
+
+async def test_a_full_did_gets_its_intents_through_without_an_id(caplog: pytest.LogCaptureFixture) -> None:
+    # The server keeps 3 ids per DID. A client that picks its ids itself must not stop
+    # working at the 4th intent: the refusal ran nothing, so the intent goes again without
+    # an id (base-protocol semantics), and the next ones skip the id for a while.
+    caplog.set_level(logging.WARNING, logger="a2a_secure.client")
+    server = recording_server(ServerLimits(max_intent_ids_per_did=3))
+    async with serve_app(server.app()) as url, A2AClient(identity("busy")) as client:
+        await client.handshake(server.identity.did, url)
+        results = [
+            await client.request(server.identity.did, {"goal": "record", "inputs": {"n": n}})
+            for n in range(6)
+        ]
+        streamed = [
+            r async for r in client.stream(server.identity.did, {"goal": "record", "inputs": {"n": 6}})
+        ]
+    assert [r.result["inputs"]["n"] for r in results] == list(range(6))
+    assert all(r.intent_id is not None for r in results[:3])
+    assert all(r.intent_id is None for r in results[3:])
+    assert streamed[-1]["inputs"] == {"n": 6}
+    # Each intent ran once: the refused attempt ran nothing.
+    assert len(server.seen) == 7  # type: ignore[attr-defined]
+    assert server.seen[3:] == [None] * 4  # type: ignore[attr-defined]
+    assert "keeps no more intent_ids" in caplog.text
+
+
+async def test_a_full_did_refuses_an_id_the_caller_chose_or_required() -> None:
+    server = recording_server(ServerLimits(max_intent_ids_per_did=1))
+    async with (
+        serve_app(server.app()) as url,
+        A2AClient(identity("strict"), exactly_once=True) as strict,
+        A2AClient(identity("chooser")) as chooser,
+    ):
+        for client in (strict, chooser):
+            await client.handshake(server.identity.did, url)
+            await client.request(server.identity.did, {"goal": "record", "inputs": {}})
+        with pytest.raises(A2AError) as refused:
+            await strict.request(server.identity.did, {"goal": "record", "inputs": {}})
+        assert refused.value.code == -32048 and refused.value.signed
+        with pytest.raises(A2AError) as refused:
+            await chooser.request(server.identity.did, {"goal": "record", "inputs": {}}, intent_id="C" * 22)
+        assert refused.value.code == -32048 and "intent_ids remembered" in refused.value.message
+    assert len(server.seen) == 2  # type: ignore[attr-defined]

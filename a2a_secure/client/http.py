@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import ipaddress
 import itertools
+import logging
 import os
 import random
 import socket
@@ -45,7 +46,7 @@ from a2a_secure.protocol.client import (
     PreparedRequest,
     StreamEvent,
 )
-from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, new_intent_id
+from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, is_ids_full, new_intent_id
 from a2a_secure.protocol.jsonrpc import encode_request
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
@@ -55,7 +56,11 @@ from a2a_secure.protocol.validate import json_equal
 
 __all__ = ["A2AClient", "RetryPolicy", "check_endpoint"]
 
+_log = logging.getLogger("a2a_secure.client")
+
 MAX_TIMEOUT = 30.0
+# Seconds: the longest a client goes without its own intent_ids after a full DID's refusal.
+IDS_FULL_PAUSE = 60.0
 
 
 def _is_loopback(host: str) -> bool:
@@ -261,6 +266,9 @@ class _Peer:
         self.session: ClientSession | None = None
         # The extensions the server of ``session`` declares in its authenticated card.
         self.extensions: frozenset[str] = frozenset()
+        # Until then (monotonic), intents this client names no id for go without one: the
+        # server refused a new id because this DID holds as many as it keeps (§12.5).
+        self.ids_full_until = 0.0
         self.lock = asyncio.Lock()
 
 
@@ -520,7 +528,7 @@ class A2AClient:
         refused rather than sent the intent without an id.
         """
         required = chosen is not None or self.exactly_once is True
-        if not required and self.exactly_once is False:
+        if not required and (self.exactly_once is False or time.monotonic() < peer.ids_full_until):
             return intent, None
         declared = INTENT_ID in peer.extensions
         if not declared and required:  # a failed card look-up is tried again when it matters
@@ -536,6 +544,26 @@ class A2AClient:
         if chosen is None:
             chosen = new_intent_id(os.urandom)
         return {**intent, INTENT_ID: chosen}, chosen
+
+    def _ids_full(self, peer: _Peer, exc: A2AError) -> bool:
+        """Whether ``exc`` refused an id this client picked because the DID holds too many.
+
+        With ``exactly_once=None`` the id is this client's own addition: the server refused
+        it before anything was consumed or run, so the intent goes again without one, and so
+        do the next ones for a while (the refusal's Retry-After, at most a minute), rather
+        than failing an intent the base protocol would carry. That intent is then not
+        remembered across sessions (logged). With ``exactly_once=True`` the refusal stands.
+        """
+        if self.exactly_once is not None or not is_ids_full(exc):
+            return False
+        pause = min(max(float(getattr(exc, "retry_after", 1) or 1), 1.0), IDS_FULL_PAUSE)
+        peer.ids_full_until = time.monotonic() + pause
+        _log.warning(
+            "%s keeps no more intent_ids for this client's DID: intents go without one for %.0f s",
+            peer.did[:128],
+            pause,
+        )
+        return True
 
     async def _check_priority(self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any]) -> None:
         """Refuse to ask for a priority of a server whose card does not declare it (§12.3).
@@ -653,11 +681,16 @@ class A2AClient:
         intent = with_priority(intent, priority)
         peer = self._peer(server_did, endpoint)
         chosen = self._given_intent_id(intent, intent_id)
+        own_id = chosen is None  # an id this client picks, not the caller's
         async with peer.lock:
             for attempt in (1, 2):
                 session, body, chosen = await self._attempt(peer, intent, chosen)
                 try:
                     return await self._send(peer, session, body)
+                except Unavailable as exc:
+                    if not (own_id and attempt == 1 and self._ids_full(peer, exc)):
+                        raise
+                    return await self._send(peer, session, intent)  # nothing ran: once more, no id
                 except SessionUnknown:
                     peer.session = None
                     if attempt == 2 or not self.resend_on_unknown_session:
@@ -740,6 +773,7 @@ class A2AClient:
         body_intent["constraints"] = {**dict(intent.get("constraints") or {}), "stream": True}
         peer = self._peer(server_did, endpoint)
         chosen = self._given_intent_id(intent, intent_id)
+        own_id = chosen is None  # an id this client picks, not the caller's
         async with peer.lock:
             for attempt in (1, 2):
                 session, body, chosen = await self._attempt(peer, body_intent, chosen)
@@ -752,6 +786,9 @@ class A2AClient:
                         yield item
                 except A2AError as exc:
                     self._record("intent", started, peer, error=exc, goal=req.goal, sequence=req.sequence)
+                    if own_id and attempt == 1 and not yielded and self._ids_full(peer, exc):
+                        chosen = None  # nothing ran: once more, without an id (see _ids_full)
+                        continue
                     resend = (
                         isinstance(exc, SessionUnknown)
                         and chosen is not None

@@ -9,10 +9,11 @@ answer of that intent, across sessions. The server's side is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, Final
 
-from a2a_secure.errors import A2AError, InvalidParams
+from a2a_secure.errors import A2AError, InvalidParams, Unavailable
 from a2a_secure.identity import encoding
 
 __all__ = [
@@ -21,6 +22,8 @@ __all__ = [
     "INTENT_ID_MAX_LEN",
     "INTENT_ID_MIN_LEN",
     "check_intent_id",
+    "ids_full_message",
+    "is_ids_full",
     "new_intent_id",
 ]
 
@@ -47,3 +50,25 @@ def check_intent_id(value: Any, error: type[A2AError] = InvalidParams) -> str:
 def new_intent_id(random_bytes: Callable[[int], bytes]) -> str:
     """A fresh ``intent_id``: 16 bytes of ``random_bytes(n)`` (a CSPRNG) in base64url."""
     return encoding.b64u_encode(random_bytes(16))
+
+
+_IDS_FULL = "this DID already has {} intent_ids remembered"
+_IDS_FULL_RE = re.compile(r"this DID already has \d+ intent_ids remembered")
+
+
+def ids_full_message(limit: int) -> str:
+    """The message of the 503 that refuses a new id when the DID holds ``limit`` of them."""
+    return _IDS_FULL.format(limit)
+
+
+def is_ids_full(exc: A2AError) -> bool:
+    """Whether ``exc`` is the server's signed refusal of a new id for a full DID.
+
+    That refusal consumes nothing and runs nothing (PROTOCOL.md §12.5), so a client that
+    chose no id itself may send the intent again without one.
+    """
+    return (
+        isinstance(exc, Unavailable)
+        and getattr(exc, "signed", False) is True
+        and _IDS_FULL_RE.fullmatch(exc.message) is not None
+    )

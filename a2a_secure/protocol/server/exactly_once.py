@@ -52,7 +52,7 @@ from a2a_secure.errors import (
     error_for_code,
 )
 from a2a_secure.identity import encoding
-from a2a_secure.protocol.intent_id import INTENT_ID
+from a2a_secure.protocol.intent_id import INTENT_ID, ids_full_message
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.store.base import Begin, SessionRecord, StoredReply
 from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest, IntentStore, supports_intent_ids
@@ -201,10 +201,7 @@ class ExactlyOnce:
             ),
         )
         if claim is not None and claim.kind is ClaimKind.FULL:
-            raise Unavailable(
-                f"this DID already has {limits.max_intent_ids_per_did} intent_ids remembered",
-                retry_after=claim.retry_after,
-            )
+            raise Unavailable(ids_full_message(limits.max_intent_ids_per_did), retry_after=claim.retry_after)
         pending.claim = claim
         if claim is not None and claim.kind is ClaimKind.NEW:
             self.running[(session.session_id, sequence)] = pending
