@@ -83,7 +83,7 @@ import os
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from a2a_secure.errors import Unavailable, log_unexpected
@@ -950,6 +950,17 @@ class RedisStore:
         self._unexpected_logged[kind] = now
         log_unexpected(_log, "shared store call failed inside redis-py (taken as an outage)", exc)
 
+    @contextlib.asynccontextmanager
+    async def _outage(self) -> AsyncIterator[None]:
+        """Around a direct client call: a failure of the store (see ``_store_failure``) raises
+        :class:`Unavailable`; anything else, a bug here, goes up as it is."""
+        try:
+            yield
+        except Exception as exc:
+            if not _store_failure(exc):
+                raise
+            raise await self._unavailable(exc) from exc
+
     def _refresh_slots(self) -> None:
         """Read the cluster's slot map again, at most every 200 ms, one read at a time."""
         now = time.monotonic()
@@ -1780,34 +1791,22 @@ class RedisStore:
         data = encoding.dumps(entry.to_dict())
         added = await self._script(self._add_revocation, [self._k_revoked(entry.did)], [entry.field, data])
         if added:
-            try:
+            async with self._outage():  # the entry is in force; only --list would miss it
                 await self._r.sadd(self._k_revocations(), entry.target)
-            except Exception as exc:  # the entry is in force; only --list would miss it
-                if not _store_failure(exc):
-                    raise
-                raise await self._unavailable(exc) from exc
         return bool(added)
 
     async def remove_revocation(self, target: str) -> bool:
         """See :meth:`RevocationStore.remove_revocation` (the entry, then the listing index)."""
         probe = Revocation(target)
         removed = await self._script(self._remove_revocation, [self._k_revoked(probe.did)], [probe.field])
-        try:
+        async with self._outage():
             await self._r.srem(self._k_revocations(), target)
-        except Exception as exc:
-            if not _store_failure(exc):
-                raise
-            raise await self._unavailable(exc) from exc
         return bool(removed)
 
     async def find_revocation(self, did: str, kids: Sequence[str]) -> Revocation | None:
         """See :meth:`RevocationStore.find_revocation` (one HMGET)."""
-        try:
+        async with self._outage():
             values = await self._r.hmget(self._k_revoked(did), [DID_FIELD, *kids])
-        except Exception as exc:
-            if not _store_failure(exc):
-                raise
-            raise await self._unavailable(exc) from exc
         for value in values:
             if value is not None:
                 return Revocation.from_dict(encoding.loads(value))
@@ -1816,17 +1815,13 @@ class RedisStore:
     async def list_revocations(self) -> list[Revocation]:
         """See :meth:`RevocationStore.list_revocations`."""
         out: list[Revocation] = []
-        try:
+        async with self._outage():
             targets = await self._r.smembers(self._k_revocations())
             for raw in sorted(targets):
                 probe = Revocation(raw.decode() if isinstance(raw, bytes) else raw)
                 value = await self._r.hget(self._k_revoked(probe.did), probe.field)
                 if value is not None:
                     out.append(Revocation.from_dict(encoding.loads(value)))
-        except Exception as exc:
-            if not _store_failure(exc):
-                raise
-            raise await self._unavailable(exc) from exc
         return out
 
     async def _revoked_fields(self, fields: Any, session_id: str, now: float) -> bool:
@@ -1848,13 +1843,9 @@ class RedisStore:
             session_keys = [self._k_session_shard(i) for i in range(rc.MAX_SHARDS)]
         else:
             pending_keys, session_keys = [self._k_pending_all()], [self._k_sessions()]
-        try:
+        async with self._outage():
             pipe = self._r.pipeline(transaction=False)
             for key in (*pending_keys, *session_keys):
                 pipe.zcount(key, f"({t}", "+inf")
             out = [int(n) for n in await pipe.execute()]
-        except Exception as exc:
-            if not _store_failure(exc):
-                raise
-            raise await self._unavailable(exc) from exc
         return {"pending": sum(out[: len(pending_keys)]), "sessions": sum(out[len(pending_keys) :])}
