@@ -188,17 +188,26 @@ class LocalSentinel:
             f"{[self.sentinel_view(p) for p in self.sentinel_ports]} (logs in {self.workdir})"
         )
 
-    def wait_replica_of(self, port: int, primary: int, timeout: float = 30.0) -> None:
-        """Until ``port`` is a replica of ``primary`` with its link up (a demoted primary synced)."""
+    def wait_replica_of(self, port: int, primary: int, timeout: float = 30.0) -> float:
+        """Until ``port`` is a replica of ``primary`` with its link up (a demoted primary synced).
+
+        Returns the last moment (``time.monotonic()``) it was seen not yet synced: stamped
+        before the look that saw it so, hence certainly before the sync. The moment this
+        returns is later by up to a poll and a thread hand-off, which is no bound on when
+        the sync happened.
+        """
         deadline = time.monotonic() + timeout
+        unsynced = time.monotonic()
         while time.monotonic() < deadline:
+            asked = time.monotonic()
             info = self.info(port)
             if (
                 info.get("role") == "slave"
                 and info.get("master_port") == str(primary)
                 and info.get("master_link_status") == "up"
             ):
-                return
+                return unsynced
+            unsynced = asked
             time.sleep(0.05)
         raise AssertionError(
             f"{port} did not become a replica of {primary} in {timeout:.0f} s: {self.info(port)}"

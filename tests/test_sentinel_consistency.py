@@ -320,7 +320,7 @@ async def test_old_primary_frozen_then_resumed_with_wait_replicas(sentinels: Loc
         finally:
             sentinels.thaw(old)
         assert sentinels.info(old).get("role") == "master"  # stale: it still says so
-        await asyncio.to_thread(sentinels.wait_replica_of, old, new, 30.0)
+        unsynced_until = await asyncio.to_thread(sentinels.wait_replica_of, old, new, 30.0)
         recovered_at = time.monotonic()
         for _ in range(100):  # every client served again, within 10 s
             await asyncio.sleep(0.1)
@@ -339,12 +339,13 @@ async def test_old_primary_frozen_then_resumed_with_wait_replicas(sentinels: Loc
         assert not runs.twice(), runs.twice()
         assert state["unavailable"] > 0
         # Nothing ran between the freeze and the old primary's demotion: nothing could be
-        # acknowledged (it had no replica left, nor had the promoted one).
+        # acknowledged (it had no replica left, nor had the promoted one). The window ends
+        # at the last moment it was seen unsynced, not when the poll noticed the sync.
         window = [
             x
             for mine in sent
             for x in mine
-            if x.answered_at and frozen_at + 1.5 < x.answered_at < recovered_at
+            if x.answered_at and frozen_at + 1.5 < x.answered_at < unsynced_until
         ]
         assert not window, [x.req.params["sequence"] for x in window]
 
