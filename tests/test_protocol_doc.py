@@ -554,3 +554,30 @@ def test_sections_cited_in_the_code_exist() -> None:
 def test_the_readme_and_security_point_to_the_document() -> None:
     assert "docs/PROTOCOL.md" in (REPO / "README.md").read_text(encoding="utf-8")
     assert "docs/PROTOCOL.md" in (REPO / "SECURITY.md").read_text(encoding="utf-8").split("\n\n")[1]
+
+
+# -- §12: the names a card's a2a_secure_extensions may hold ------------------------------------
+def test_the_extension_table_names_every_extension_the_code_declares_or_reads() -> None:
+    from a2a_secure.client.extensions import parse_extensions
+    from a2a_secure.protocol.intent_id import CARD_MEMBER, INTENT_ID
+    from a2a_secure.protocol.priority import EXTENSION as PRIORITY
+    from a2a_secure.protocol.server import ServerLimits
+    from a2a_secure.protocol.server.exactly_once import server_extensions
+    from a2a_secure.store.memory import MemoryStore
+
+    table = dict(re.findall(r"^\| `(\w+)` \| (§12\.\d) \|", _section("12"), re.MULTILINE))
+    assert table == {INTENT_ID: "§12.5", PRIORITY: "§12.3"}
+    # What a server of this implementation lists, with intent_id on and off, as the text says.
+    assert server_extensions(ServerLimits(), MemoryStore()) == ["intent_id", "priority"]
+    assert server_extensions(ServerLimits(intent_id_retention=0), MemoryStore()) == ["priority"]
+    assert '`["intent_id", "priority"]`' in _section("12")
+    assert value(DOCUMENTED, "agent-card")[CARD_MEMBER] == ["intent_id", "priority"]
+    # A client ignores a name it does not know: it is read, and never taken for one it knows.
+    assert parse_extensions({CARD_MEMBER: ["later-extension", PRIORITY]}) == {"later-extension", PRIORITY}
+
+
+def test_the_documented_card_is_the_one_the_challenge_signs() -> None:
+    card = value(DOCUMENTED, "agent-card")
+    assert http_of(DOCUMENTED, "agent-card") == 200
+    assert encoding.hash_of(card) == value(DOCUMENTED, "challenge")["result"]["manifest_hash"]
+    assert card["url"] == pe.server_card(pe.server_identity())["url"]

@@ -14,6 +14,7 @@ import contextlib
 import inspect
 import os
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from a2a_secure.identity.rotation import KeyRing
     from a2a_secure.store.revocation import Revocations
 
-__all__ = ["AgentServer", "create_app"]
+__all__ = ["AgentServer", "create_app", "public_url"]
 
 DEFAULT_MAX_BODY = 1024 * 1024
 _JSON_TYPES = frozenset(("application/json", "application/json;charset=utf-8"))
@@ -235,6 +236,19 @@ def _as_async(fn: Handler) -> Callable[[Any, Any], Awaitable[Any]]:
     return call
 
 
+def public_url(url: str) -> str:
+    """``url`` as the card's ``url`` (PROTOCOL.md §4): ``""``, or an absolute http(s) URL with
+    no query or fragment, its trailing ``/`` dropped; ValueError for anything else."""
+    if url == "":
+        return url
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError(
+            f"the agent's url must be an absolute http(s) URL, no query or fragment: {url[:200]!r}"
+        )
+    return url.rstrip("/")
+
+
 def _content_type_ok(value: str | None) -> bool:
     if value is None:
         return False
@@ -287,7 +301,7 @@ class AgentServer(IntentDispatcher):
         self.name = name or identity.agent_id
         self.description = description
         self.version = version
-        self.url = url
+        self.url = public_url(url)
         self.store: Store = store if store is not None else MemoryStore()
         self.resolver = resolver or DIDResolver()
         self.limits = limits or ServerLimits()
