@@ -8,7 +8,8 @@ right answer without a lookup table of its own::
     ├── ParseError                   -32700  400   not JSON / not I-JSON
     ├── InvalidRequest               -32600  400   envelope, id, batch
     │   ├── PayloadTooLarge          -32600  413
-    │   └── UnsupportedMediaType     -32600  415
+    │   ├── UnsupportedMediaType     -32600  415
+    │   └── HTTPMethodNotAllowed     -32600  405   an HTTP method the path does not serve
     ├── MethodNotFound               -32601  404   method or intent handler
     ├── InvalidParams                -32602  400   shapes, lengths, base64url, DID syntax
     ├── InternalError                -32603  500
@@ -41,6 +42,7 @@ __all__ = [
     "ActionNotPending",
     "AuthenticationFailed",
     "DIDResolutionError",
+    "HTTPMethodNotAllowed",
     "HandshakeUnknown",
     "IntentTimeout",
     "InternalError",
@@ -116,6 +118,13 @@ class UnsupportedMediaType(InvalidRequest):
 
     http_status = 415
     default_message = "Content-Type must be application/json"
+
+
+class HTTPMethodNotAllowed(InvalidRequest):
+    """The path exists but not for this HTTP method (a GET to ``/a2a/intent``, say)."""
+
+    http_status = 405
+    default_message = "HTTP method not allowed"
 
 
 class MethodNotFound(A2AError):
