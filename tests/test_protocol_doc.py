@@ -581,3 +581,42 @@ def test_the_documented_card_is_the_one_the_challenge_signs() -> None:
     assert http_of(DOCUMENTED, "agent-card") == 200
     assert encoding.hash_of(card) == value(DOCUMENTED, "challenge")["result"]["manifest_hash"]
     assert card["url"] == pe.server_card(pe.server_identity())["url"]
+
+
+# -- §1, §5.6, §9: rules a second implementation needs, checked against the code -----------------
+def test_the_did_examples_of_section_9_are_what_the_code_accepts() -> None:
+    from a2a_secure.identity.did import check_did_syntax
+
+    match = re.search(r"So (.*?) are DIDs;\n?\s*(.*?) are\s+not\.", _section("9"), re.DOTALL)
+    assert match is not None
+    valid, invalid = (re.findall(r"`([^`]+)`", part) for part in match.groups())
+    assert valid and invalid
+    for did in valid:
+        assert check_did_syntax(did.replace("…", "abc")) == did.replace("…", "abc")
+    for did in invalid:
+        with pytest.raises(InvalidParams):
+            check_did_syntax(did.replace("…", "abc"))
+
+
+def test_a_timestamp_exactly_300_s_off_is_still_fresh() -> None:
+    from a2a_secure.checks import is_fresh
+
+    assert "exactly 300 s off, in either direction, is still fresh; 301 s is not" in _section("1")
+    assert is_fresh(1000, 1300) and is_fresh(1300, 1000) and is_fresh(1000, 1300.99)
+    assert not is_fresh(1000, 1301) and not is_fresh(1301, 1000)
+
+
+@pytest.mark.parametrize(
+    "session_id",
+    [
+        "zASjY71qIwW82QI3XK44gj_EioObc8g7YJ8Zz4fAYHw=",
+        "zASjY71qIwW82QI3XK44gj_EioObc8g7YJ8Zz4fAYH",
+        "zASjY71qIwW82QI3XK44gj_EioObc8g7YJ8Zz4fAYHx",
+    ],
+    ids=["padded", "short", "non-canonical"],
+)
+def test_a_session_id_of_another_form_is_32602(session_id: str) -> None:
+    params = value(DOCUMENTED, "intent-request")["params"]
+    assert models.IntentRequest.parse(params).session_id == params["session_id"]
+    with pytest.raises(InvalidParams):
+        models.IntentRequest.parse({**params, "session_id": session_id})
