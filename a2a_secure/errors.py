@@ -17,6 +17,7 @@ right answer without a lookup table of its own::
     ├── HandshakeUnknown             -32041  401   unknown, expired, unproven or used handshake
     ├── PolicyViolation              -32042  403
     ├── SessionUnknown               -32043  401   unknown, expired or closed session
+    │   └── SessionClosed            -32043  401   (client side) this agent closed the session
     ├── SequenceError                -32044  409   replayed or out of order
     ├── StaleTimestamp               -32045  401
     ├── UnsupportedVersion           -32046  400
@@ -54,6 +55,7 @@ __all__ = [
     "PeerUnreachable",
     "PolicyViolation",
     "SequenceError",
+    "SessionClosed",
     "SessionUnknown",
     "StaleTimestamp",
     "Unavailable",
@@ -181,6 +183,16 @@ class SessionUnknown(A2AError):
     code = -32043
     http_status = 401
     default_message = "unknown, expired or closed session"
+
+
+class SessionClosed(SessionUnknown):
+    """An intent on a session this agent closed itself: open a new one.
+
+    Raised on the calling side only, never sent (``A2AAgent.send_intent`` after
+    ``close_session``), so that the caller learns why, not just that the id is unknown.
+    """
+
+    default_message = "session closed by this agent"
 
 
 class SequenceError(A2AError):
