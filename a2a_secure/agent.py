@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from a2a_secure import approval as _approval
 from a2a_secure.client.http import A2AClient, RetryPolicy, check_endpoint
-from a2a_secure.errors import A2AError, AuthenticationFailed, InvalidParams, PeerUnreachable
+from a2a_secure.errors import A2AError, AuthenticationFailed, InvalidParams, PeerUnreachable, SessionClosed
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import A2A_SERVICE_TYPE, check_did_syntax
 from a2a_secure.identity.keys import Identity
@@ -51,6 +51,7 @@ SERVICE_TYPE = A2A_SERVICE_TYPE
 _log = logging.getLogger(__name__)
 # How many names an error message lists before it says "and N more".
 _LISTED_NAMES = 10
+_CLOSED_REMEMBERED = 1024  # closed session ids remembered per agent (send_intent says "closed")
 
 
 class RegistryError(A2AError):
@@ -355,6 +356,9 @@ class A2AAgent:
         self._serve_tools = serve_tools
         self._server: AgentServer | None = None
         self._sessions: dict[str, ClientSession] = {}
+        # The ids of the sessions this agent closed (the latest few), so that a later
+        # send_intent says "closed" rather than "unknown".
+        self._closed: dict[str, None] = {}
 
     def __repr__(self) -> str:
         return f"A2AAgent(agent_id={self.agent_id!r}, did={self.identity.did!r})"
@@ -551,17 +555,26 @@ class A2AAgent:
     def _session(self, session_id: str) -> ClientSession:
         session = self._sessions.get(session_id)
         if session is None:
+            if session_id in self._closed:
+                raise SessionClosed("this agent closed that session; open a new one with handshake()")
             raise InvalidParams("unknown session id")
         return session
 
     async def send_intent(self, session_id: str, intent: Mapping[str, Any]) -> IntentResult:
-        """Send ``intent`` on the session ``session_id``; return the verified result object."""
+        """Send ``intent`` on the session ``session_id``; return the verified result object.
+
+        After :meth:`close_session` of that session: :class:`~a2a_secure.errors.SessionClosed`,
+        before anything is sent.
+        """
         return await self.client.send_intent(self._session(session_id), intent)
 
     async def close_session(self, session_id: str) -> None:
         """Close the session ``session_id`` with an authenticated close."""
         session = self._sessions.pop(session_id, None)
         if session is not None:
+            self._closed[session_id] = None
+            if len(self._closed) > _CLOSED_REMEMBERED:
+                del self._closed[next(iter(self._closed))]
             await self.client.close_session(session.server_did)
 
     # -- hosting ---------------------------------------------------------------------------

@@ -252,6 +252,12 @@ def _build_serve(subparsers: Subparsers) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--app", metavar="MODULE:ATTR", help="an AgentServer/A2AAgent, or a callable(server)")
+    parser.add_argument(
+        "--url",
+        metavar="URL",
+        help="the agent's public base URL, the card's 'url' (default: http[s]://HOST:PORT, "
+        "or empty for a wildcard --host)",
+    )
     parser.add_argument("--audit-log", metavar="FILE", help="hash-chained JSON Lines audit log")
     parser.add_argument("--tls-cert", metavar="FILE")
     parser.add_argument("--tls-key", metavar="FILE")
@@ -311,6 +317,7 @@ def _serve(args: argparse.Namespace) -> int:
             app=args.app,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
+            url=args.url,
         )
     except ServeUsageError as exc:  # arguments that do not go together: a usage error
         _fail(str(exc))

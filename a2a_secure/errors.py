@@ -8,7 +8,8 @@ right answer without a lookup table of its own::
     ├── ParseError                   -32700  400   not JSON / not I-JSON
     ├── InvalidRequest               -32600  400   envelope, id, batch
     │   ├── PayloadTooLarge          -32600  413
-    │   └── UnsupportedMediaType     -32600  415
+    │   ├── UnsupportedMediaType     -32600  415
+    │   └── HTTPMethodNotAllowed     -32600  405   an HTTP method the path does not serve
     ├── MethodNotFound               -32601  404   method or intent handler
     ├── InvalidParams                -32602  400   shapes, lengths, base64url, DID syntax
     ├── InternalError                -32603  500
@@ -16,6 +17,7 @@ right answer without a lookup table of its own::
     ├── HandshakeUnknown             -32041  401   unknown, expired, unproven or used handshake
     ├── PolicyViolation              -32042  403
     ├── SessionUnknown               -32043  401   unknown, expired or closed session
+    │   └── SessionClosed            -32043  401   (client side) this agent closed the session
     ├── SequenceError                -32044  409   replayed or out of order
     ├── StaleTimestamp               -32045  401
     ├── UnsupportedVersion           -32046  400
@@ -41,6 +43,7 @@ __all__ = [
     "ActionNotPending",
     "AuthenticationFailed",
     "DIDResolutionError",
+    "HTTPMethodNotAllowed",
     "HandshakeUnknown",
     "IntentTimeout",
     "InternalError",
@@ -52,6 +55,7 @@ __all__ = [
     "PeerUnreachable",
     "PolicyViolation",
     "SequenceError",
+    "SessionClosed",
     "SessionUnknown",
     "StaleTimestamp",
     "Unavailable",
@@ -118,6 +122,13 @@ class UnsupportedMediaType(InvalidRequest):
     default_message = "Content-Type must be application/json"
 
 
+class HTTPMethodNotAllowed(InvalidRequest):
+    """The path exists but not for this HTTP method (a GET to ``/a2a/intent``, say)."""
+
+    http_status = 405
+    default_message = "HTTP method not allowed"
+
+
 class MethodNotFound(A2AError):
     """The method is not served on this endpoint, or no handler serves the goal."""
 
@@ -172,6 +183,16 @@ class SessionUnknown(A2AError):
     code = -32043
     http_status = 401
     default_message = "unknown, expired or closed session"
+
+
+class SessionClosed(SessionUnknown):
+    """An intent on a session this agent closed itself: open a new one.
+
+    Raised on the calling side only, never sent (``A2AAgent.send_intent`` after
+    ``close_session``), so that the caller learns why, not just that the id is unknown.
+    """
+
+    default_message = "session closed by this agent"
 
 
 class SequenceError(A2AError):

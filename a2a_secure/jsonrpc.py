@@ -29,7 +29,12 @@ level of a (not streamed) *response*, so the optional members live there:
 
 - ``hints`` (a JSON object) and ``agent_card`` (the agent's card, a JSON object) are top-level
   members of a success response, beside ``result``: advisory and unsigned, a client must not
-  trust them more than any unsigned byte (the signed answer is ``result``).
+  trust them more than any unsigned byte (the signed answer is ``result``). Some gateways
+  put them under a top-level ``metadata`` object instead, as
+  ``metadata.context_hints`` and ``metadata.agent_card``: :func:`get_hints` and
+  :func:`get_agent_card` read that form too, when the top-level member is absent (a top-level
+  member, even a malformed one, is what the response says). The builders write the top-level
+  form only.
 - ``remaining`` (an integer >= 0: how many more parts follow) is a top-level member of a
   :func:`partial` response, whose ``result`` is one part.
 - ``metadata`` of a request is a top-level member of the request envelope. No PROTOCOL.md
@@ -359,20 +364,28 @@ def get_error(body: object) -> dict[str, Any] | None:
     return _error_object(body)
 
 
+# Where such a gateway puts each optional member, under the top-level ``metadata``.
+_IN_METADATA = {"hints": "context_hints", "agent_card": "agent_card"}
+
+
 def _optional_object(body: object, name: str) -> dict[str, Any] | None:
     if not is_success(body):
         return None
     value = _member(body, name)
+    if value is _MISSING:
+        value = _member(_member(body, "metadata"), _IN_METADATA[name])
     return value if type(value) is dict else None
 
 
 def get_hints(body: object) -> dict[str, Any] | None:
-    """The ``hints`` object of a success response, else ``None`` (see the module docstring)."""
+    """The ``hints`` object of a success response (or its ``metadata.context_hints``), else
+    ``None`` (see the module docstring)."""
     return _optional_object(body, "hints")
 
 
 def get_agent_card(body: object) -> dict[str, Any] | None:
-    """The ``agent_card`` object of a success response, else ``None``."""
+    """The ``agent_card`` object of a success response (or its ``metadata.agent_card``), else
+    ``None``."""
     return _optional_object(body, "agent_card")
 
 

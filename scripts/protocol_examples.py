@@ -290,6 +290,9 @@ async def generate() -> dict[str, Example]:
         random_bytes=client_random(),
     )
 
+    # §4: the card whose hash is the CHALLENGE's manifest_hash
+    run.add("agent-card", server_card(server_identity()), 200)
+
     # §5.1-§5.2
     clock.now = AT["hello"]
     hello = _request("hello", 1, hs.hello())

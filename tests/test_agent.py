@@ -23,7 +23,7 @@ from a2a_secure.agent import (
     RegistryEntry,
     RegistryError,
 )
-from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation
+from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, SessionClosed, SessionUnknown
 from a2a_secure.examples import summarizer, translator
 from a2a_secure.protocol.client import IntentResult
 from a2a_secure.protocol.policy import Policy
@@ -83,8 +83,11 @@ async def test_handshake_send_intent_close_session() -> None:
         assert store_of(host).counts()["sessions"] == 1
         await caller.close_session(session_id)
         assert store_of(host).counts()["sessions"] == 0
-        with pytest.raises(InvalidParams, match="unknown session id"):
+        with pytest.raises(SessionClosed, match="this agent closed that session") as closed:
             await caller.send_intent(session_id, TRANSLATE)
+        assert isinstance(closed.value, SessionUnknown) and not closed.value.signed
+        with pytest.raises(InvalidParams, match="unknown session id"):
+            await caller.send_intent("never-opened", TRANSLATE)
         await caller.close_session(session_id)  # closing twice is a no-op
         await caller.aclose()
 

@@ -338,6 +338,60 @@ async def test_tool_execute_refusals(w: Wire, inputs: dict[str, Any], status: in
     await refused(w, sess, "tool.execute", inputs, status, code, records=1)
 
 
+async def test_tool_list_and_execute_follow_the_served_goals_and_the_policy() -> None:
+    # PROTOCOL.md §12.2: listed = served and allowed; an undescribed goal has an empty
+    # description; execute checks the policy before the handler; a streaming goal answers the
+    # array of its partials.
+    from a2a_secure.client.http import A2AClient
+    from a2a_secure.errors import MethodNotFound
+    from a2a_secure.server.app import AgentServer
+    from a2a_secure.store.memory import MemoryStore
+    from a2a_secure.testing import serve_app
+
+    allowed = ["plain", "ghost", "ticks", "tool.list", "tool.execute"]
+    server = AgentServer(
+        Identity.generate("tools"), Policy.build(allowed=allowed), store=MemoryStore(), serve_tools=True
+    )
+    ran: list[str] = []
+
+    @server.intent("plain")
+    async def plain(inputs: Any) -> Any:
+        ran.append("plain")
+        return {"got": inputs}
+
+    @server.intent("hidden", description="served, not allowed")
+    async def hidden(inputs: Any) -> Any:  # pragma: no cover - the policy forbids it
+        ran.append("hidden")
+        return {}
+
+    async def ticks(inputs: Any, ctx: Any) -> AsyncIterator[Any]:
+        for i in range(inputs["n"]):
+            yield {"i": i}
+
+    server.add_stream("ticks", ticks)
+    async with serve_app(server.app()) as url, A2AClient(CALLER) as client:
+        did = server.identity.did
+
+        async def call(goal: str, **inputs: Any) -> Any:
+            return (await client.request(did, {"goal": goal, "inputs": inputs}, endpoint=url)).result
+
+        assert (await call("tool.list"))["tools"] == [
+            {"name": "plain", "description": "", "input_schema": {"type": "object"}},
+            {"name": "ticks", "description": "", "input_schema": {"type": "object"}},
+        ]  # "ghost" is allowed but served by nobody, "hidden" served but not allowed
+        assert await call("tool.execute", tool="plain", arguments={"a": 1}) == {"got": {"a": 1}}
+        assert await call("tool.execute", tool="ticks", arguments={"n": 3}) == [{"i": 0}, {"i": 1}, {"i": 2}]
+        for tool, error in (
+            ("nowhere", PolicyViolation),
+            ("hidden", PolicyViolation),
+            ("ghost", MethodNotFound),
+        ):
+            with pytest.raises(error) as caught:
+                await call("tool.execute", tool=tool, arguments={})
+            assert caught.value.signed
+    assert ran == ["plain"]
+
+
 async def test_the_session_policy_must_allow_the_tool_goals_themselves() -> None:
     async with start_desk(policy=Policy.build(allowed=["echo", "create_event"])) as w:
         caller = await w.open_session(CALLER)

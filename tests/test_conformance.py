@@ -1326,3 +1326,39 @@ async def test_s11_echo_returns_the_inputs_unchanged(stack: Stack) -> None:
         req = stack.prepare("echo", inputs)
         resp = await stack.send(req)
         assert stack.session.verify_result(req, resp.json()["result"]).result == inputs
+
+
+# -- §4: the card's url -------------------------------------------------------------------------
+async def test_s4_card_url_is_the_configured_public_base_url(tmp_path: Any) -> None:
+    from a2a_secure.server.run import app_from_env, default_url
+
+    key_file = tmp_path / "k.key"
+    identity("url").save(key_file)
+    env = {"A2A_SECURE_KEY_FILE": str(key_file), "A2A_SECURE_URL": "https://agent.example/base/"}
+    async with serve_app(app_from_env(env)) as url, httpx.AsyncClient(timeout=10) as http:
+        card = (await http.get(url + "/.well-known/agent-card.json", headers={"Host": "elsewhere"})).json()
+        # The configured URL (its trailing "/" dropped), whatever Host the request names.
+        assert card["url"] == "https://agent.example/base"
+    # `serve` without --url: the address it binds, none for a wildcard address.
+    assert default_url("127.0.0.1", 8000, tls=False) == "http://127.0.0.1:8000"
+    assert default_url("agent.example", 443, tls=True) == "https://agent.example:443"
+    assert default_url("::1", 8443, tls=True) == "https://[::1]:8443"
+    assert default_url("0.0.0.0", 8000, tls=False) == ""
+    assert default_url("::", 8000, tls=False) == ""
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "agent.example",
+        "ftp://agent.example",
+        "https://agent.example/?q=1",
+        "https://a.example/#f",
+        "https://",
+    ],
+)
+async def test_s4_card_url_of_another_form_is_refused(url: str) -> None:
+    from a2a_secure.server.app import AgentServer
+
+    with pytest.raises(ValueError, match="absolute http"):
+        AgentServer(identity("url"), Policy(), url=url)

@@ -185,6 +185,22 @@ async def test_invalid_request_is_400_32600(env: Env, case: tuple[bytes, Any]) -
     await unharmed(env, before)
 
 
+@pytest.mark.parametrize("path", ["/a2a/intent", "/a2a/handshake"])
+async def test_a_body_without_params_is_400_32602_under_its_id(env: Env, path: str) -> None:
+    # PROTOCOL.md §4, last row of the envelope table: the envelope is fine, its params absent.
+    before = env.store.counts()
+    method = "intent" if path == "/a2a/intent" else "hello"
+    body = encoding.dumps({"jsonrpc": "2.0", "method": method, "id": "np"})
+    error = expect_error(await env.post(path, body), 400, -32602, "np")
+    assert error["message"] == "params must be an object"
+    # Earlier rows win: an extra member, or a method of the other endpoint, without params.
+    extra = encoding.dumps({"jsonrpc": "2.0", "method": method, "id": "x", "more": 1})
+    expect_error(await env.post(path, extra), 400, -32600, "x")
+    other = encoding.dumps({"jsonrpc": "2.0", "method": "close" if method == "hello" else "proof", "id": "o"})
+    expect_error(await env.post(path, other), 404, -32601, "o")
+    await unharmed(env, before)
+
+
 async def test_ids_are_echoed_exactly(env: Env) -> None:
     # The longest string id, an empty string, zero and a negative integer are all valid ids.
     for rid in ("i" * 128, "", 0, -5, "é☃"):
@@ -235,6 +251,11 @@ async def test_body_of_exactly_1_mib_is_read(env: Env) -> None:
         "application/json; charset=latin-1",
         "text/json",
         "multipart/x",
+        'application/json; charset="latin-1"',
+        "application/json; charset=utf-8; charset=utf-8",
+        "application/json; profile=x",
+        'application/json; charset="utf-8',
+        "application/json charset=utf-8",
     ],
 )
 async def test_wrong_or_missing_content_type_is_415(env: Env, content_type: str | None) -> None:
@@ -249,7 +270,16 @@ async def test_wrong_or_missing_content_type_is_415(env: Env, content_type: str 
 
 
 @pytest.mark.parametrize(
-    "content_type", ["application/json; charset=utf-8", "application/json;charset=UTF-8", "Application/JSON"]
+    "content_type",
+    [
+        "application/json; charset=utf-8",
+        "application/json;charset=UTF-8",
+        "Application/JSON",
+        # RFC 9110: a parameter value may be quoted, names are case-insensitive, OWS around ";"
+        'application/json; charset="utf-8"',
+        'APPLICATION/Json ; Charset="UTF-8"',
+        "application/json;",
+    ],
 )
 async def test_json_content_type_variants_are_accepted(env: Env, content_type: str) -> None:
     req = env.prepare(ok=True)
@@ -284,6 +314,33 @@ async def test_method_unknown_or_on_wrong_endpoint_is_404(env: Env, path: str, m
     assert env.calls["echo"] == 1
     await unharmed(env, before)
     assert any(r["event"] == "reject" and r["error_code"] == -32601 for r in env.audit)
+
+
+@pytest.mark.parametrize(("verb", "path"), [("POST", "/a2a/other"), ("GET", "/nothing"), ("PUT", "/a2a")])
+async def test_an_unknown_path_is_a_json_rpc_404(env: Env, verb: str, path: str) -> None:
+    before = env.store.counts()
+    resp = await env.http.request(verb, env.url + path, content=b"{}", headers=JSON)
+    error = expect_error(resp, 404, -32601, None)
+    assert error["message"] == f"no such endpoint: {path}"
+    await unharmed(env, before)
+
+
+@pytest.mark.parametrize(
+    ("verb", "path", "allow"),
+    [
+        ("GET", "/a2a/intent", "POST"),
+        ("GET", "/a2a/handshake", "POST"),
+        ("PUT", "/a2a/intent", "POST"),
+        ("POST", "/.well-known/agent-card.json", "GET"),
+    ],
+)
+async def test_a_wrong_http_method_is_a_json_rpc_405(env: Env, verb: str, path: str, allow: str) -> None:
+    before = env.store.counts()
+    resp = await env.http.request(verb, env.url + path, headers=JSON)
+    error = expect_error(resp, 405, -32600, None)
+    assert error["message"] == f"{verb} is not served on {path}"
+    assert allow in resp.headers["allow"]
+    await unharmed(env, before)
 
 
 async def test_intent_without_handler_is_signed_404(env: Env) -> None:

@@ -198,6 +198,23 @@ def test_readers_on_well_formed_envelopes() -> None:
     assert is_success(OrderedDict(ok)) and get_result(OrderedDict(ok)) == {"x": 1}
 
 
+def test_readers_take_the_gateway_metadata_form_too() -> None:
+    # A gateway that puts the hints and the card under a top-level "metadata".
+    meta = {**success("m", 1), "metadata": {"context_hints": {"h": 2}, "agent_card": {"name": "g"}}}
+    assert get_hints(meta) == {"h": 2} and get_agent_card(meta) == {"name": "g"}
+    # The top-level member, when there is one, is what the response says, even a null.
+    both = {**success("m", 1, hints={"h": 1}, agent_card={"name": "n"}), "metadata": meta["metadata"]}
+    assert get_hints(both) == {"h": 1} and get_agent_card(both) == {"name": "n"}
+    null = {**success("m", 1), "hints": None, "metadata": meta["metadata"]}
+    assert get_hints(null) is None and get_agent_card(null) == {"name": "g"}
+    # A malformed metadata, or one of an error response, reads as nothing.
+    for junk in (None, [], "x", {"context_hints": [1], "agent_card": "c"}):
+        body = {**success("m", 1), "metadata": junk}
+        assert get_hints(body) is None and get_agent_card(body) is None
+    failed = {**error("m", ErrorCodes.INTERNAL_ERROR, "no"), "metadata": meta["metadata"]}
+    assert get_hints(failed) is None and get_agent_card(failed) is None
+
+
 NOT_SUCCESS: dict[str, Any] = {
     "no-version": {"id": 1, "result": 1},
     "version-1": {"jsonrpc": "1.0", "id": 1, "result": 1},

@@ -554,3 +554,72 @@ def test_sections_cited_in_the_code_exist() -> None:
 def test_the_readme_and_security_point_to_the_document() -> None:
     assert "docs/PROTOCOL.md" in (REPO / "README.md").read_text(encoding="utf-8")
     assert "docs/PROTOCOL.md" in (REPO / "SECURITY.md").read_text(encoding="utf-8").split("\n\n")[1]
+
+
+# -- §12: the names a card's a2a_secure_extensions may hold ------------------------------------
+def test_the_extension_table_names_every_extension_the_code_declares_or_reads() -> None:
+    from a2a_secure.client.extensions import parse_extensions
+    from a2a_secure.protocol.intent_id import CARD_MEMBER, INTENT_ID
+    from a2a_secure.protocol.priority import EXTENSION as PRIORITY
+    from a2a_secure.protocol.server import ServerLimits
+    from a2a_secure.protocol.server.exactly_once import server_extensions
+    from a2a_secure.store.memory import MemoryStore
+
+    table = dict(re.findall(r"^\| `(\w+)` \| (§12\.\d) \|", _section("12"), re.MULTILINE))
+    assert {INTENT_ID: "§12.5", PRIORITY: "§12.3"}.items() <= table.items()
+    # What a server of this implementation lists, with intent_id on and off, as the text says.
+    listed = server_extensions(ServerLimits(), MemoryStore())
+    assert {INTENT_ID, PRIORITY} <= set(listed) <= set(table)
+    assert server_extensions(ServerLimits(intent_id_retention=0), MemoryStore()) == [
+        x for x in listed if x != INTENT_ID
+    ]
+    assert f"`{json.dumps(listed)}`" in _section("12")
+    assert value(DOCUMENTED, "agent-card")[CARD_MEMBER] == listed
+    # A client ignores a name it does not know: it is read, and never taken for one it knows.
+    assert parse_extensions({CARD_MEMBER: ["later-extension", PRIORITY]}) == {"later-extension", PRIORITY}
+
+
+def test_the_documented_card_is_the_one_the_challenge_signs() -> None:
+    card = value(DOCUMENTED, "agent-card")
+    assert http_of(DOCUMENTED, "agent-card") == 200
+    assert encoding.hash_of(card) == value(DOCUMENTED, "challenge")["result"]["manifest_hash"]
+    assert card["url"] == pe.server_card(pe.server_identity())["url"]
+
+
+# -- §1, §5.6, §9: rules a second implementation needs, checked against the code -----------------
+def test_the_did_examples_of_section_9_are_what_the_code_accepts() -> None:
+    from a2a_secure.identity.did import check_did_syntax
+
+    match = re.search(r"So (.*?) are DIDs;\n?\s*(.*?) are\s+not\.", _section("9"), re.DOTALL)
+    assert match is not None
+    valid, invalid = (re.findall(r"`([^`]+)`", part) for part in match.groups())
+    assert valid and invalid
+    for did in valid:
+        assert check_did_syntax(did.replace("…", "abc")) == did.replace("…", "abc")
+    for did in invalid:
+        with pytest.raises(InvalidParams):
+            check_did_syntax(did.replace("…", "abc"))
+
+
+def test_a_timestamp_exactly_300_s_off_is_still_fresh() -> None:
+    from a2a_secure.checks import is_fresh
+
+    assert "exactly 300 s off, in either direction, is still fresh; 301 s is not" in _section("1")
+    assert is_fresh(1000, 1300) and is_fresh(1300, 1000) and is_fresh(1000, 1300.99)
+    assert not is_fresh(1000, 1301) and not is_fresh(1301, 1000)
+
+
+@pytest.mark.parametrize(
+    "session_id",
+    [
+        "zASjY71qIwW82QI3XK44gj_EioObc8g7YJ8Zz4fAYHw=",
+        "zASjY71qIwW82QI3XK44gj_EioObc8g7YJ8Zz4fAYH",
+        "zASjY71qIwW82QI3XK44gj_EioObc8g7YJ8Zz4fAYHx",
+    ],
+    ids=["padded", "short", "non-canonical"],
+)
+def test_a_session_id_of_another_form_is_32602(session_id: str) -> None:
+    params = value(DOCUMENTED, "intent-request")["params"]
+    assert models.IntentRequest.parse(params).session_id == params["session_id"]
+    with pytest.raises(InvalidParams):
+        models.IntentRequest.parse({**params, "session_id": session_id})

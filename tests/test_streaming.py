@@ -316,6 +316,27 @@ async def test_timeout_between_events_ends_the_stream_with_a_final_32049_event(s
     assert record["status"] == "error" and record["error_code"] == -32049 and record["verified"]
 
 
+async def test_the_server_timeout_bounds_each_gap_not_the_whole_stream(stack: Stack) -> None:
+    # PROTOCOL.md §6.4: four gaps of 150 ms under a 400 ms timeout, 600 ms in all.
+    req = stack.prepare("count", {"n": 4, "delay_ms": 150}, stream=True, timeout_ms=400)
+    frames = check_stream(stack, req, await stack.send(req, "gaps"), "gaps")
+    assert results(frames) == [{"i": 0}, {"i": 1}, {"i": 2}, {"i": 3}, None]
+    assert frames[-1].result["status"] == "success"
+
+
+async def test_keepalive_is_exactly_a_comment_line_and_an_empty_line(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from a2a_secure.protocol import streaming
+
+    monkeypatch.setattr(streaming, "KEEPALIVE_SECONDS", 0.02)
+    req = stack.prepare("count", {"n": 2, "delay_ms": 200}, stream=True)
+    body = (await stack.send(req, "ka")).content
+    blocks = body.split(b"\n\n")[:-1]
+    keepalives = [b for b in blocks if not b.startswith(b"id: ")]
+    assert keepalives and set(keepalives) == {b": keep-alive"}  # §6.4: ": keep-alive" LF LF
+
+
 async def test_session_closed_on_another_connection_ends_the_stream_with_32043(stack: Stack) -> None:
     req = stack.prepare("fed", stream=True)
     await stack.feed.put({"i": 0})

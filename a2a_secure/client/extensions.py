@@ -1,7 +1,8 @@
 """Which protocol extensions a server serves, learnt from its authenticated agent card.
 
 A server lists its extensions in its agent card (``a2a_secure_extensions``,
-PROTOCOL.md §12.5). The card is fetched over plain HTTP(S), but its hash is the
+PROTOCOL.md §12: ``intent_id`` of §12.5, ``priority`` of §12.3; unknown names are kept and
+ignored). The card is fetched over plain HTTP(S), but its hash is the
 ``manifest_hash`` the server signed in its CHALLENGE (PROTOCOL.md §5.2), so a card whose
 ``hash_of`` equals the session's ``server_manifest_hash`` is the server's own. Results are
 kept in one process-wide cache keyed by that hash (safe to share between clients and

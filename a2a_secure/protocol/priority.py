@@ -6,9 +6,10 @@ the path. It is a scheduling hint bounded by the server's :class:`PriorityRights
 server configuration, not a member of the negotiated policy of §5.4 (whose five members the
 base contract fixes: a peer would refuse a sixth).
 
-A base-contract server refuses an unknown member of ``intent`` (-32602), so a client sends
-``priority`` only when the caller asks for one other than the default: the honest answer of
-such a server to a request for a priority.
+A server that serves this lists :data:`EXTENSION` in its card's ``a2a_secure_extensions``
+(PROTOCOL.md §12); a base-contract server does not, and refuses an unknown member of
+``intent`` (-32602). So a client sends ``priority`` only to a server whose authenticated card
+lists it, and only when the caller asks for one other than the default.
 
 Pure: values and checks, no clock, no I/O.
 """

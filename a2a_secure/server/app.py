@@ -13,18 +13,29 @@ import asyncio
 import contextlib
 import inspect
 import os
+import re
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, FastAPI
+from fastapi.exception_handlers import http_exception_handler
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from a2a_secure.errors import A2AError, InternalError, PayloadTooLarge, UnsupportedMediaType
+from a2a_secure.errors import (
+    A2AError,
+    HTTPMethodNotAllowed,
+    InternalError,
+    MethodNotFound,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+)
 from a2a_secure.identity import did as did_module
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
@@ -61,10 +72,18 @@ if TYPE_CHECKING:
     from a2a_secure.identity.rotation import KeyRing
     from a2a_secure.store.revocation import Revocations
 
-__all__ = ["AgentServer", "create_app"]
+__all__ = ["AgentServer", "create_app", "public_url"]
 
 DEFAULT_MAX_BODY = 1024 * 1024
-_JSON_TYPES = frozenset(("application/json", "application/json;charset=utf-8"))
+_JSON_TYPES = frozenset((b"application/json", b"application/json; charset=utf-8"))
+# RFC 9110 §8.3.1 and RFC 9110 §5.6.6: media-type = type "/" subtype parameters, where
+# parameters = *( OWS ";" OWS [ parameter ] ) and parameter = token "=" ( token / quoted-string ).
+_TCHARS = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_QUOTED = r'"(?:[\t !#-\[\]-~\x80-\xff]|\\[\t !-~\x80-\xff])*"'
+_PARAMETER = re.compile(rf"[ \t]*;[ \t]*(?:({_TCHARS})=({_TCHARS}|{_QUOTED}))?")
+_ANY_PARAMETER = rf"[ \t]*;[ \t]*(?:{_TCHARS}=(?:{_TCHARS}|{_QUOTED}))?"
+_MEDIA_TYPE = re.compile(rf"[ \t]*({_TCHARS})/({_TCHARS})((?:{_ANY_PARAMETER})*)[ \t]*")
+_UNQUOTE = re.compile(r"\\(.)")
 _CARD_CORE_MEMBERS = ("did", "protocol", "endpoints", "intents", "public_keys")
 Handler = Callable[..., Any]
 
@@ -235,10 +254,59 @@ def _as_async(fn: Handler) -> Callable[[Any, Any], Awaitable[Any]]:
     return call
 
 
-def _content_type_ok(value: str | None) -> bool:
-    if value is None:
+def public_url(url: str) -> str:
+    """``url`` as the card's ``url`` (PROTOCOL.md §4): ``""``, or an absolute http(s) URL with
+    no query or fragment, its trailing ``/`` dropped; ValueError for anything else."""
+    if url == "":
+        return url
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError(
+            f"the agent's url must be an absolute http(s) URL, no query or fragment: {url[:200]!r}"
+        )
+    return url.rstrip("/")
+
+
+def _content_type_ok(value: bytes) -> bool:
+    """Whether ``value`` is ``application/json``, bare or with ``charset=utf-8`` (PROTOCOL.md §4).
+
+    Read as RFC 9110 says: type, subtype, parameter names and the charset value are
+    case-insensitive, a parameter value may be a quoted-string (``charset="utf-8"`` is
+    ``charset=utf-8``), whitespace around ``;`` is allowed. Any other parameter, a second
+    charset or another charset is refused: the body is read as UTF-8 and nothing else.
+    """
+    if value in _JSON_TYPES:  # the common forms, without the parse
+        return True
+    match = _MEDIA_TYPE.fullmatch(value.decode("latin-1"))
+    if match is None or match[1].lower() != "application" or match[2].lower() != "json":
         return False
-    return value.replace(" ", "").lower() in _JSON_TYPES
+    charsets = 0
+    for name, raw in _PARAMETER.findall(match[3]):
+        if not name:  # an empty parameter (a stray ";") is allowed by the grammar
+            continue
+        text = _UNQUOTE.sub(r"\1", raw[1:-1]) if raw.startswith('"') else raw
+        if name.lower() != "charset" or text.lower() != "utf-8":
+            return False
+        charsets += 1
+    return charsets <= 1
+
+
+async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    """Any path the app does not serve: a JSON-RPC -32601 with HTTP 404, not a framework page."""
+    if scope["type"] != "http":
+        return
+    error = MethodNotFound(f"no such endpoint: {scope['path'][:128]}")
+    await _send_json(send, error.http_status, encode_error(None, error.to_error_object()))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """A path served for other HTTP methods: a JSON-RPC -32600 with HTTP 405 and ``Allow``."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code != HTTPMethodNotAllowed.http_status:
+        return await http_exception_handler(request, exc)
+    error = HTTPMethodNotAllowed(f"{request.method[:16]} is not served on {request.url.path[:128]}")
+    body = encode_error(None, error.to_error_object())
+    return Response(body, status_code=exc.status_code, headers=exc.headers, media_type="application/json")
 
 
 class AgentServer(IntentDispatcher):
@@ -287,7 +355,7 @@ class AgentServer(IntentDispatcher):
         self.name = name or identity.agent_id
         self.description = description
         self.version = version
-        self.url = url
+        self.url = public_url(url)
         self.store: Store = store if store is not None else MemoryStore()
         self.resolver = resolver or DIDResolver()
         self.limits = limits or ServerLimits()
@@ -577,7 +645,7 @@ class AgentServer(IntentDispatcher):
                     content_type = value
                 elif name == b"content-length":
                     declared = value
-            if content_type is None or not _content_type_ok(content_type.decode("latin-1")):
+            if content_type is None or not _content_type_ok(content_type):
                 raise UnsupportedMediaType()
             if declared is not None and declared.isdigit() and int(declared) > self.max_body:
                 raise PayloadTooLarge()
@@ -648,6 +716,10 @@ class AgentServer(IntentDispatcher):
         app = _AgentApp(title=self.name, docs_url=None, redoc_url=None, openapi_url=None)
         app.agent_server = self
         app.include_router(self.router())
+        # A peer that reaches a wrong path or uses a wrong HTTP method gets a JSON-RPC error
+        # (PROTOCOL.md §4), as on the protocol endpoints, not the framework's own shape.
+        app.router.default = _not_found
+        app.add_exception_handler(HTTPException, _http_error)
 
         @app.exception_handler(Exception)
         async def _internal(request: Request, exc: Exception) -> Response:

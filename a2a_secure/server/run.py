@@ -29,6 +29,7 @@ Environment variables read by :func:`app_from_env`:
 ``A2A_SECURE_AUDIT_LOG``    path of the hash-chained JSON Lines audit log (shared by workers)
 ``A2A_SECURE_REVOCATIONS``  a revocation file (``a2a-secure revoke --file``), checked besides
                             the revocations kept in the store (``a2a-secure revoke --redis-url``)
+``A2A_SECURE_URL``          the agent's public base URL, the card's ``url`` (PROTOCOL.md §4)
 ``A2A_SECURE_APP``          ``module:attr``: an ``AgentServer`` (or an object with a ``server``
                             attribute holding one, like ``A2AAgent``) whose intents are served,
                             or a callable given the ``AgentServer`` to register handlers on
@@ -55,7 +56,7 @@ from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits
 from a2a_secure.protocol.tools import TOOL_PREFIX
-from a2a_secure.server.app import AgentServer
+from a2a_secure.server.app import AgentServer, public_url
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
@@ -68,6 +69,7 @@ __all__ = [
     "ServeUsageError",
     "app_from_env",
     "build_server",
+    "default_url",
     "serve",
     "wait_setting",
 ]
@@ -75,6 +77,7 @@ __all__ = [
 ENV = {
     "key_file": "A2A_SECURE_KEY_FILE",
     "policy": "A2A_SECURE_POLICY",
+    "url": "A2A_SECURE_URL",
     "redis_url": "A2A_SECURE_REDIS_URL",
     "redis_prefix": "A2A_SECURE_REDIS_PREFIX",
     "redis_wait_replicas": "A2A_SECURE_REDIS_WAIT_REPLICAS",
@@ -167,7 +170,7 @@ def _mount_app(server: AgentServer, spec: str) -> None:
         server.name = source.name
         server.description = source.description
         server.version = source.version
-        server.url = source.url or server.url
+        server.url = server.url or source.url  # the operator's --url, else the app's own
         # Approved actions run with THIS server's store (shared by the workers), so the
         # source's handlers are called raw and their NeedsApproval is stored here.
         server.adopt_approvals(source)
@@ -208,6 +211,7 @@ def build_server(
     revocations: Sequence[Revocations] = (),
     priority_rights: PriorityRights | None = None,
     limits: ServerLimits | None = None,
+    url: str = "",
 ) -> AgentServer:
     """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts."""
     server = AgentServer(
@@ -215,6 +219,7 @@ def build_server(
         policy,
         name=identity.agent_id,
         description="a2a-secure test agent (PROTOCOL.md §11)" if not app else "",
+        url=url,
         store=store,
         audit=audit,
         key_ring=key_ring,
@@ -227,6 +232,17 @@ def build_server(
     else:
         _default_app(server)
     return server
+
+
+def default_url(host: str, port: int, *, tls: bool) -> str:
+    """The card's ``url`` of a server bound to ``host``:``port`` when none is configured.
+
+    ``""`` for a wildcard address (``0.0.0.0``, ``::``): it names no address a peer can use.
+    """
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 - compared, not bound
+        return ""
+    shown = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls else 'http'}://{shown}:{port}"
 
 
 def _wait_from_env(env: Mapping[str, str]) -> dict[str, Any]:
@@ -290,6 +306,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
         revocations=revocations,
         priority_rights=rights,
         limits=limits,
+        url=env.get(ENV["url"]) or "",
     )
     fastapi_app = server.app()
     fastapi_app.state.agent_server = server
@@ -325,8 +342,12 @@ def serve(
     log_level: str = "info",
     redis_wait_replicas: int | None = None,
     redis_wait_timeout_ms: int | None = None,
+    url: str | None = None,
 ) -> None:
     """Run the agent under uvicorn with ``workers`` processes (blocks until stopped).
+
+    ``url`` is the agent's public base URL in its card (PROTOCOL.md §4); None:
+    :func:`default_url` of ``host``, ``port`` and TLS.
 
     ``redis_wait_replicas`` and ``redis_wait_timeout_ms`` are the ``wait_replicas`` and
     ``wait_timeout_ms`` of the :class:`~a2a_secure.store.redis.RedisStore` (None: its
@@ -355,8 +376,10 @@ def serve(
         raise ServeUsageError("--redis-wait-timeout-ms needs --redis-wait-replicas")
     import uvicorn  # noqa: PLC0415 - server extra
 
+    url = public_url(default_url(host, port, tls=tls_cert is not None) if url is None else url)
     settings = {
         "key_file": os.path.abspath(key_file),
+        "url": url,
         "policy": os.path.abspath(policy_path) if policy_path else None,
         "redis_url": redis_url,
         "redis_prefix": redis_prefix,
@@ -373,7 +396,9 @@ def serve(
     # policy and the app are loaded once (no store, no audit log opened).
     rights, limits = load_scheduling(policy_path)
     policy = load_policy(policy_path)
-    build_server(Identity.load(key_file), policy=policy, app=app, priority_rights=rights, limits=limits)
+    build_server(
+        Identity.load(key_file), policy=policy, app=app, priority_rights=rights, limits=limits, url=url
+    )
     uvicorn.run(
         FACTORY,
         factory=True,
