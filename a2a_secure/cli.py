@@ -547,6 +547,12 @@ def _mcp(args: argparse.Namespace) -> int:
         # could make this agent sign intents. Keep it on this machine.
         _fail("--host must be a loopback address: the MCP HTTP endpoint does not authenticate callers")
         return 2
+    if args.transport == "http":
+        try:
+            mcp_server.http_security(args.host, args.port)
+        except ValueError as exc:
+            _fail(str(exc))
+            return 2
     identity = Identity.load(args.key_file)
     registry = AgentRegistry.load(args.registry)
     agent = A2AAgent(identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True)

@@ -18,11 +18,16 @@ declares, which the decorator-based FastMCP does not take). Needs the ``mcp`` ex
   tool result with ``isError: true`` and a readable sentence; the server keeps serving.
   Arguments no agent would take (over 384 KiB of JSON, nested deeper than 29 levels, not
   I-JSON) are refused before anything is signed or sent.
+- Over HTTP (:func:`run_http`) the server binds a loopback address only, and answers only
+  requests whose ``Host`` is that address (or ``localhost`` for 127.0.0.1 and ::1) with its
+  port, and whose ``Origin``, when there is one, is ``http://`` and such a host: a web page
+  that rebinds its own DNS name to the loopback address (DNS rebinding) gets 421 or 403.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import sys
 from typing import Any
@@ -30,12 +35,14 @@ from typing import Any
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 
 from a2a_secure import __version__
 from a2a_secure.agent import A2AAgent
+from a2a_secure.terminal import printable
 from a2a_secure.tools import ToolCallError, ToolResult, ToolSpec
 
-__all__ = ["build_server", "configure_logging", "run_http", "run_stdio"]
+__all__ = ["build_server", "configure_logging", "http_security", "run_http", "run_stdio"]
 
 logger = logging.getLogger(__name__)
 SERVER_NAME = "a2a-secure"
@@ -121,23 +128,83 @@ async def run_stdio(agent: A2AAgent) -> None:
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
+def http_security(host: str, port: int) -> TransportSecuritySettings:
+    """The ``Host`` and ``Origin`` values a request to ``http://host:port/mcp`` may carry.
+
+    Raises ``ValueError`` when ``host`` is not a loopback address (or ``localhost``) or the
+    port is not 1-65535: the endpoint does not authenticate its callers, and its allowed
+    hosts are derived from the address and the port it is reached at.
+    """
+    if not 0 < port < 65536:
+        raise ValueError(f"the MCP HTTP port must be 1-65535, not {port}")
+    if host == "localhost":
+        names = ["localhost", "127.0.0.1", "[::1]"]
+    else:
+        try:
+            ip = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            ip = None
+        if ip is None or not ip.is_loopback:
+            raise ValueError(
+                f"{host[:100]!r} is not a loopback address:"
+                " the MCP HTTP endpoint does not authenticate callers"
+            )
+        names = [f"[{ip.compressed}]" if ip.version == 6 else ip.compressed]
+        if ip.compressed in ("127.0.0.1", "::1"):
+            names.append("localhost")
+    # DNS rebinding: a page at http://evil.example:port whose name now resolves to this
+    # address sends "Host: evil.example:port" and "Origin: http://evil.example:port". The
+    # SDK checks these only for 127.0.0.1, localhost and ::1 unless told; here it is always
+    # told, with this port only (another local port is another origin).
+    hosts = [f"{name}:{port}" for name in names] + (names if port == 80 else [])
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{authority}" for authority in hosts],
+    )
+
+
 async def run_http(agent: A2AAgent, host: str, port: int) -> None:
-    """Serve MCP over streamable HTTP at ``http://host:port/mcp`` until cancelled."""
+    """Serve MCP over streamable HTTP at ``http://host:port/mcp`` until cancelled.
+
+    ``host`` must be a loopback address; requests with another ``Host`` or ``Origin`` are
+    refused (:func:`http_security`).
+    """
     import uvicorn  # noqa: PLC0415 - the mcp SDK depends on it
 
+    security = http_security(host, port)  # before anything starts
     async with agent:
         await _prime(agent)
         server = build_server(agent)
-        app = server.streamable_http_app(host=host)
+        app = server.streamable_http_app(host=host, transport_security=security)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning")
         with contextlib.suppress(KeyboardInterrupt):
             await uvicorn.Server(config).serve()
 
 
+class _PrintableFormatter(logging.Formatter):
+    """Log lines with every terminal control character escaped.
+
+    The lines quote peers and callers: an agent's error message, a tool name the MCP client
+    sent, the ``Host`` header of a refused request (the SDK logs it).
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return "\n".join(printable(line) for line in super().formatException(ei).splitlines())
+
+    def formatStack(self, stack_info: str) -> str:
+        return "\n".join(printable(line) for line in super().formatStack(stack_info).splitlines())
+
+
 def configure_logging() -> None:
-    """Log to stderr: on stdio, stdout carries the MCP messages."""
+    """Log to stderr, escaped: on stdio, stdout carries the MCP messages.
+
+    The handler sits on the root logger, so the MCP SDK's warnings go through it too.
+    """
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("a2a-secure mcp: %(message)s"))
-    root = logging.getLogger("a2a_secure")
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    handler.setFormatter(_PrintableFormatter("a2a-secure mcp: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    logging.getLogger("a2a_secure").setLevel(logging.INFO)
