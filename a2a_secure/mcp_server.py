@@ -8,6 +8,11 @@ declares, which the decorator-based FastMCP does not take). Needs the ``mcp`` ex
 - ``tools/list`` fetches and checks every agent's card again (the catalog's ``refresh``), so
   a model sees what each agent declares now, and only agents whose card is the one they
   committed to in the handshake.
+- A call goes out only on a session that commits to the card the last ``tools/list`` showed:
+  after an agent's card changed (a session re-opened since may commit to another card, with
+  other descriptions), its calls answer ``isError`` ("its card changed since the tools were
+  listed; list the tools again") until the tools are listed again, and the server sends
+  ``notifications/tools/list_changed`` (declared as ``tools.listChanged``).
 - ``tools/call`` runs the intent over the DID-authenticated session and answers with the
   verified result as ``structuredContent``, its JSON as text, and the signed response token
   (``typ`` ``a2a-response+jws``) under ``_meta["a2a-secure/response_jws"]``. A streaming
@@ -33,6 +38,7 @@ import sys
 from typing import Any
 
 import mcp_types as types
+from mcp.server import InitializationOptions, NotificationOptions
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
@@ -40,7 +46,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from a2a_secure import __version__
 from a2a_secure.agent import A2AAgent
 from a2a_secure.terminal import printable
-from a2a_secure.tools import ToolCallError, ToolResult, ToolSpec
+from a2a_secure.tools import META_PREFIX, ToolCallError, ToolResult, ToolSpec
 
 __all__ = ["build_server", "configure_logging", "http_security", "run_http", "run_stdio"]
 
@@ -75,6 +81,22 @@ def _wants_progress(ctx: Any) -> bool:
     return isinstance(meta, dict) and meta.get("progress_token") is not None
 
 
+class _ToolServer(Server[Any]):
+    """The SDK's low-level server, declaring ``tools.listChanged`` on every transport."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
 def build_server(agent: A2AAgent) -> Server[Any]:
     """The MCP server offering ``agent``'s registry agents as tools."""
 
@@ -100,9 +122,15 @@ def build_server(agent: A2AAgent) -> Server[Any]:
             # stay in the local log (they may hold inputs, which never go to the model twice).
             logger.exception("tool %s failed", params.name[:80])
             return _failure(f"tool {params.name[:80]!r} failed with an internal error")
+        if result.meta.get(f"{META_PREFIX}tools_changed") is True:
+            # The client should list again, and show the model the card calls now go to.
+            try:
+                await ctx.session.send_tool_list_changed()
+            except Exception:  # a transport with no channel for it: the error text says it too
+                logger.debug("could not send tools/list_changed", exc_info=True)
         return _result(result)
 
-    return Server(
+    return _ToolServer(
         SERVER_NAME,
         version=__version__,
         instructions=INSTRUCTIONS,
@@ -113,7 +141,7 @@ def build_server(agent: A2AAgent) -> Server[Any]:
 
 async def _prime(agent: A2AAgent) -> None:
     """Check every card once at start, so refusals show in the log before any model asks."""
-    specs = await agent.tools.refresh()
+    specs = await agent.tools.refresh(shown=False)  # no model saw these yet: tools/list shows them
     for name, reason in sorted(agent.tools.failures.items()):
         logger.warning("tools of %s not offered: %s", name, reason)
     logger.info("offering %d tools: %s", len(specs), ", ".join(s.name for s in specs))
