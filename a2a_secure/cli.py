@@ -424,7 +424,7 @@ def _approve(args: argparse.Namespace) -> int:
 
     # Approval is a person's decision: whoever runs this with stdin from /dev/null or a pipe
     # has not seen the action, so nothing is signed unless they said so with --yes.
-    if not args.yes and not sys.stdin.isatty():
+    if not args.yes and (sys.stdin is None or not sys.stdin.isatty()):
         _fail("stdin is not a terminal, so nobody can confirm: nothing signed (--yes signs without asking)")
         return 1
     identity = Identity.load(args.key_file)

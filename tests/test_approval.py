@@ -8,6 +8,8 @@ for its status and code, its signature, and that no stored action changed and no
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -444,14 +446,12 @@ async def test_serving_an_agent_object_keeps_its_approvals_on_the_served_store()
 
 
 # -- the a2a-secure approve command ----------------------------------------------------------------
-async def _cli(*argv: str, stdin: bytes | int | None = None) -> tuple[int, str, str]:
+async def _cli(*argv: str, stdin: bytes | int | str | None = None) -> tuple[int, str, str]:
     """Run ``a2a-secure`` in a subprocess; stdin is /dev/null, a pipe holding ``stdin`` (bytes),
-    or a file descriptor (a terminal)."""
+    a file descriptor (a terminal), or ``"closed"``."""
     import asyncio
-    import os
-    import sys
 
-    if stdin is None:
+    if stdin is None or stdin == "closed":
         source: Any = asyncio.subprocess.DEVNULL
     elif isinstance(stdin, bytes):
         source = asyncio.subprocess.PIPE
@@ -463,6 +463,7 @@ async def _cli(*argv: str, stdin: bytes | int | None = None) -> tuple[int, str, 
         "a2a_secure",
         *argv,
         stdin=source,
+        preexec_fn=(lambda: os.close(0)) if stdin == "closed" else None,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
@@ -474,7 +475,6 @@ async def _cli(*argv: str, stdin: bytes | int | None = None) -> tuple[int, str, 
 
 async def _cli_on_a_terminal(*argv: str, answer: str) -> tuple[int, str, str]:
     """Run ``a2a-secure`` with a terminal (a pty) on stdin, where a person types ``answer``."""
-    import os
     import pty
 
     person, terminal = pty.openpty()
@@ -540,6 +540,9 @@ async def test_cli_approve_without_a_terminal_signs_nothing_unless_told_to(tmp_p
                     " (--yes signs without asking)"
                 )
                 assert "Traceback" not in err
+        # No stdin at all (closed): the same refusal, no traceback.
+        code, out, err = await _cli(*argv, stdin="closed")
+        assert code == 1 and "stdin is not a terminal" in err and "Traceback" not in err, err
         assert _decisions(w) == [] and w.calls["run:create_event"] == 0
         assert w.store._actions[created["action_id"]].state is ActionState.PENDING
         code, out, err = await _cli(*argv, "--yes")
