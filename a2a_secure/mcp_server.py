@@ -220,11 +220,13 @@ class _PrintableFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:
         return printable(super().formatMessage(record))
 
+    # Split on "\n" only: splitlines() would also break at U+2028, U+0085 and \x1c-\x1e,
+    # turning a character a peer chose into a line of its own instead of escaping it.
     def formatException(self, ei: Any) -> str:
-        return "\n".join(printable(line) for line in super().formatException(ei).splitlines())
+        return "\n".join(printable(line) for line in super().formatException(ei).split("\n"))
 
     def formatStack(self, stack_info: str) -> str:
-        return "\n".join(printable(line) for line in super().formatStack(stack_info).splitlines())
+        return "\n".join(printable(line) for line in super().formatStack(stack_info).split("\n"))
 
 
 def configure_logging() -> None:

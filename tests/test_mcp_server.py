@@ -441,6 +441,25 @@ async def test_the_http_transport_refuses_a_foreign_host_or_origin(host: str, tm
     assert listed.status_code == 200 and "alpha__echo" in listed.text  # the same page, same origin
 
 
+def test_the_bridge_log_escapes_what_peers_wrote_in_messages_and_tracebacks() -> None:
+    # A tool name comes from the MCP client, an exception message may quote an agent; a
+    # U+2028 must not become a line of its own, nor ESC reach the terminal.
+    import logging
+
+    from a2a_secure.mcp_server import _PrintableFormatter
+
+    try:
+        raise ValueError("agent said \u2028forged line\x1b[8m")
+    except ValueError:
+        record = logging.LogRecord(
+            "a2a_secure", logging.ERROR, __file__, 1, "tool %s failed", ("x\u202ey",), sys.exc_info()
+        )
+    text = _PrintableFormatter("a2a-secure mcp: %(message)s").format(record)
+    assert not any(c in text for c in ("\x1b", "\u2028", "\u202e"))
+    assert text.startswith("a2a-secure mcp: tool x\\u202ey failed\nTraceback")
+    assert text.endswith("ValueError: agent said \\u2028forged line\\x1b[8m")
+
+
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.10", "agents.example.com"])
 def test_the_http_transport_binds_loopback_only(
     host: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
