@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from a2a_secure import __version__
 from a2a_secure.errors import A2AError
 from a2a_secure.identity.did import did_web_document, did_web_to_url
 from a2a_secure.identity.keys import Identity, public_key_entry
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
+from a2a_secure.terminal import printable, printable_json
+
+if TYPE_CHECKING:
+    from a2a_secure.approval import ActionDetails
 
 __all__ = ["Handler", "Subparsers", "add_command_group", "build_parser", "main", "print_json", "subcommand"]
 
@@ -92,12 +95,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    # Error messages carry peers' words (an agent's error message, a resolver's reason).
+    print(f"{PROG}: error: {printable(message)}", file=sys.stderr)
 
 
 def print_json(obj: Any) -> None:
-    """Print ``obj`` as indented JSON on stdout."""
-    print(json.dumps(obj, indent=2, ensure_ascii=False))
+    """Print ``obj`` as indented JSON on stdout, every terminal control character escaped."""
+    print(printable_json(obj))
 
 
 def add_command_group(subparsers: Subparsers, name: str, help_text: str) -> Subparsers:
@@ -400,15 +404,22 @@ def _build_approve(subparsers: Subparsers) -> None:
         "approve",
         help="approve (or reject) an action an agent is waiting to run",
         description=(
-            "Read the pending action, check that its data hashes to its action_hash, print its"
-            " preview and data, then sign the approval (or, with --reject, the rejection) with"
-            " the key file: the action runs once, with the data shown (PROTOCOL.md §12)."
+            "Read the pending action, check that its data hashes to its action_hash, print it"
+            " (control characters escaped), and ask; only a 'y' typed on the terminal signs the"
+            " approval (or, with --reject, the rejection) with the key file: the action runs"
+            " once, with the data shown (PROTOCOL.md §12). Without a terminal on stdin it signs"
+            " nothing unless --yes is given."
         ),
     )
     parser.add_argument("--key-file", required=True, metavar="FILE", help="the approver's own key")
     parser.add_argument("--to", required=True, metavar="DID|NAME", help="the agent's DID or registry name")
     parser.add_argument("--action-id", required=True, metavar="ID")
     parser.add_argument("--reject", action="store_true", help="reject the action instead")
+    parser.add_argument(
+        "--yes",
+        action="store_true",
+        help="sign without asking (scripts): the action is still printed, but nobody confirms it",
+    )
     parser.add_argument("--endpoint", metavar="URL", help="the agent's base URL")
     parser.add_argument("--registry", metavar="FILE", help="agent_registry.json")
     parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agent's certificate")
@@ -418,6 +429,11 @@ def _build_approve(subparsers: Subparsers) -> None:
 def _approve(args: argparse.Namespace) -> int:
     from a2a_secure.agent import A2AAgent  # noqa: PLC0415
 
+    # Approval is a person's decision: whoever runs this with stdin from /dev/null or a pipe
+    # has not seen the action, so nothing is signed unless they said so with --yes.
+    if not args.yes and (sys.stdin is None or not sys.stdin.isatty()):
+        _fail("stdin is not a terminal, so nobody can confirm: nothing signed (--yes signs without asking)")
+        return 1
     identity = Identity.load(args.key_file)
     registry, target = _registry_for(args)
 
@@ -426,23 +442,43 @@ def _approve(args: argparse.Namespace) -> int:
             identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True
         ) as agent:
             details = await agent.pending_action(target, args.action_id)
-            print(f"action:   {details.action} (asked by {details.caller_did})")
-            preview = details.preview
-            print(f"preview:  {preview if isinstance(preview, str) else json.dumps(preview)}")
-            print(f"data:     {json.dumps(details.action_data, ensure_ascii=False)}")
-            print(f"hash:     {details.action_hash} (checked against the data)")
-            print(f"state:    {details.state}, expires at {details.expires_at}")
+            _show_action(details)
+            if not args.yes and not _confirm("Reject" if args.reject else "Approve and run"):
+                return None
             return await agent.approve(
                 target, args.action_id, approved=not args.reject, action_hash=details.action_hash
             )
 
     outcome = asyncio.run(run())
+    if outcome is None:
+        _fail("not confirmed: nothing signed")
+        return 1
     if outcome.approved:
         print("approved; the action ran once. Its result:")
         print_json(outcome.result)
     else:
         print("rejected; the action will not run")
     return 0
+
+
+def _show_action(details: ActionDetails) -> None:
+    """Print a pending action as its approver must see it: the data that will run, escaped."""
+    # Every member but the hash (checked against the data) is the server's or the caller's
+    # text: a preview holding ESC[8m would hide the data line after it.
+    preview = details.preview
+    preview_text = preview if isinstance(preview, str) else printable_json(preview, indent=None)
+    print(f"action:   {printable(details.action)} (asked by {printable(details.caller_did)})")
+    print(f"preview:  {printable(preview_text)}  (the server's words; the data below is what runs)")
+    print(f"data:     {printable_json(details.action_data, indent=None)}")
+    print(f"hash:     {details.action_hash} (checked against the data)")
+    print(f"state:    {printable(details.state)}, expires at {details.expires_at}")
+
+
+def _confirm(verb: str) -> bool:
+    """Ask on the terminal; only "y" or "yes" is a yes (end of input is a no)."""
+    print(f"{verb} this action, with the data shown above? [y/N] ", end="", flush=True)
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
 
 
 @subcommand("demo")
@@ -476,7 +512,8 @@ def _audit_verify(args: argparse.Namespace) -> int:
     from a2a_secure.audit import run_audit_verify  # noqa: PLC0415
 
     code, message = run_audit_verify(args.file, args.did, anchor=args.checkpoint)
-    print(message, file=sys.stdout if code == 0 else sys.stderr)
+    # The reason for a broken line quotes the log, which holds what peers sent.
+    print(printable(message), file=sys.stdout if code == 0 else sys.stderr)
     return code
 
 
@@ -517,6 +554,12 @@ def _mcp(args: argparse.Namespace) -> int:
         # could make this agent sign intents. Keep it on this machine.
         _fail("--host must be a loopback address: the MCP HTTP endpoint does not authenticate callers")
         return 2
+    if args.transport == "http":
+        try:
+            mcp_server.http_security(args.host, args.port)
+        except ValueError as exc:
+            _fail(str(exc))
+            return 2
     identity = Identity.load(args.key_file)
     registry = AgentRegistry.load(args.registry)
     agent = A2AAgent(identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True)

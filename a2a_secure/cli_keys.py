@@ -19,6 +19,7 @@ from a2a_secure.cli import Subparsers, _fail, add_command_group, print_json, sub
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity.rotation import DEFAULT_OVERLAP, KeyRing, parse_duration
 from a2a_secure.store.revocation import FileRevocations, Revocations, StoreRevocations, check_target
+from a2a_secure.terminal import printable
 
 __all__: list[str] = []
 
@@ -174,7 +175,11 @@ async def _run_revoke(args: argparse.Namespace, revocations: Revocations) -> int
             print(f"revoked: {target}")
             why = await _resolves(target)
             if why is not None:
-                print(f"note: {target} is not known here ({why}); revoked preemptively", file=sys.stderr)
+                # The reason may quote what a did:web host answered.
+                print(
+                    f"note: {target} is not known here ({printable(why)}); revoked preemptively",
+                    file=sys.stderr,
+                )
         if auditor is not None:
             auditor.record(event=event, status="success", client_did=target)
     finally:

@@ -35,6 +35,15 @@ read; only a call the catalog cannot even start (unknown tool, arguments that ar
 object, not I-JSON, nested deeper than ``MAX_ARGUMENT_DEPTH`` or over ``MAX_ARGUMENT_BYTES``
 of JSON) raises :class:`ToolCallError`, before anything is sent.
 
+Cards change. A call goes out only on a session that commits (``manifest_hash``) to the card
+the caller was last shown, through :meth:`ToolCatalog.tools`, :meth:`ToolCatalog.schemas` or
+:meth:`ToolCatalog.refresh` (a catalog never listed lists on first use): a session re-opened
+since, on the agent's word or after the agent forgot the old one, may commit to another
+card, whose descriptions the model never read. Such a call fails, streamed or not, with
+"its card changed since the tools were listed; list the tools again" (or "its tools were
+not in the last listing", for an agent the last listing did not offer) and
+``meta["a2a-secure/tools_changed"]`` true, nothing sent, until the tools are listed again.
+
 Streamed calls. With a progress callback, a streaming intent (PROTOCOL.md §6.4) is sent as
 a stream and each verified partial result is reported as it arrives. Every event is signed
 on its own (``typ`` ``a2a-event+jws``): the result's ``event_jws`` holds the tokens of all
@@ -46,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import re
@@ -215,6 +225,11 @@ def _copy(value: Any) -> Any:
     return encoding.loads(encoding.dumps(value))
 
 
+def _shown_cards(specs: Iterable[ToolSpec]) -> dict[str, str]:
+    """Agent name -> hash of its card, for the tools ``specs`` a model was shown."""
+    return {spec.agent: spec.card_hash for spec in specs if spec.card_hash is not None}
+
+
 def _render(value: Any) -> str:
     return encoding.dumps(value).decode()
 
@@ -242,6 +257,7 @@ class ToolCatalog:
         self.agent = agent
         self._specs: dict[str, ToolSpec] = {}
         self._failures: dict[str, str] = {}
+        self._shown: dict[str, str] = {}  # agent -> hash of the card in the last listing
         self._refreshed = False
         self._lock = asyncio.Lock()
 
@@ -250,8 +266,18 @@ class ToolCatalog:
         """Agent name -> why its tools are not offered, from the last refresh."""
         return dict(self._failures)
 
-    async def refresh(self) -> list[ToolSpec]:
-        """Fetch and check every registry agent's card; rebuild the tools; return those offered."""
+    async def refresh(self, *, shown: bool = True) -> list[ToolSpec]:
+        """Fetch and check every registry agent's card; rebuild the tools; return those offered.
+
+        The list returned is the one calls are then held to (see the module doc): with
+        ``shown=False`` (a check nobody reads) calls stay held to the previous listing.
+        """
+        specs = await self._rebuild()
+        if shown:
+            self._shown = _shown_cards(specs)
+        return specs
+
+    async def _rebuild(self) -> list[ToolSpec]:
         async with self._lock:
             entries = self.agent.registry.entries()
             checked = await asyncio.gather(*(self._check(entry) for entry in entries))
@@ -283,7 +309,9 @@ class ToolCatalog:
         """The tools offered (refreshed first if asked, or if never refreshed), by name."""
         if refresh or not self._refreshed:
             return await self.refresh()
-        return [s for s in self._specs.values() if s.error is None]
+        specs = [s for s in self._specs.values() if s.error is None]
+        self._shown = _shown_cards(specs)
+        return specs
 
     async def schemas(self, format: ToolFormat = "openai", *, refresh: bool = False) -> list[dict[str, Any]]:
         """Function-calling schemas of the tools offered (``openai`` or ``anthropic``)."""
@@ -335,8 +363,9 @@ class ToolCatalog:
             await self.refresh()
         spec = self._specs.get(name)
         if spec is None or spec.error is not None:
-            # The agent may have come up, or changed its card, since the last listing.
-            await self.refresh()
+            # The agent may have come up, or changed its card, since the last listing; the
+            # reason is worth giving, but a card found now was not shown to anyone.
+            await self.refresh(shown=False)
             spec = self._specs.get(name)
         if spec is None:
             # A refused agent with no capabilities in the registry has no tool names; a name
@@ -359,6 +388,8 @@ class ToolCatalog:
         ``on_progress(n, partial)`` is awaited for each verified partial result; the result
         then holds them all, and the signed token of every event (``event_jws``; the final
         one is also ``response_jws``).
+        The call goes out only on a session committed to the card of the last listing (see
+        the module doc); else the result is an error, with ``meta["a2a-secure/tools_changed"]``.
         Raises :class:`ToolCallError` for an unknown tool, or arguments that are not a JSON
         object, not I-JSON, nested deeper than :data:`MAX_ARGUMENT_DEPTH` or larger than
         :data:`MAX_ARGUMENT_BYTES` as JSON: nothing is sent for those.
@@ -369,34 +400,21 @@ class ToolCatalog:
         spec = await self._lookup(name)
         if spec.error is not None:
             return _error(spec, spec.error, None)
+        # Every session the call could go out on, first or re-opened, streamed or not, passes
+        # this one check against the card the model was shown.
+        shown = self._shown.get(spec.agent)
+        check = functools.partial(_check_card, shown)
         try:
-            # The card the model saw must still be the one the agent commits to: a session
-            # re-opened since the listing may carry a new manifest_hash.
             _, did, endpoint = await self.agent._locate(spec.agent)
-            session = await self.agent.client.session_for(did, endpoint)
-            if spec.card_hash is None or not hmac.compare_digest(
-                spec.card_hash, session.server_manifest_hash
-            ):
-                await self.refresh()
-                fresh = self._specs.get(name)
-                if (
-                    fresh is None
-                    or fresh.error is not None
-                    or fresh.card_hash != session.server_manifest_hash
-                ):
-                    reason = fresh.error if fresh is not None and fresh.error else None
-                    return _error(
-                        spec, reason or f"{spec.agent} refused: its card changed; list the tools again", None
-                    )
-                spec = fresh
-            card_hash = session.server_manifest_hash  # equal to spec.card_hash, checked above
             intent = {"goal": spec.intent, "inputs": arguments}
             if spec.streaming and on_progress is not None:
-                return await self._stream(spec, did, endpoint, intent, on_progress)
+                return await self._stream(spec, did, endpoint, intent, on_progress, check)
+            session = await self.agent.client.session_for(did, endpoint)
+            check(session)
             with self.agent._naming(spec.agent, endpoint):
-                verified = await self._send_checked(card_hash, did, endpoint, session, intent)
+                verified = await self._send_checked(check, did, endpoint, session, intent)
         except _CardChanged:
-            return _error(spec, f"{spec.agent} refused: its card changed; list the tools again", None)
+            return _card_changed(spec, shown is not None)
         except PolicyViolation as exc:
             return _error(spec, f"{spec.agent} refused: {exc.message} ({exc.code})", exc.code)
         except A2AError as exc:
@@ -416,11 +434,12 @@ class ToolCatalog:
         endpoint: str | None,
         intent: Mapping[str, Any],
         on_progress: ProgressCallback,
+        check: Callable[[ClientSession], None],
     ) -> ToolResult:
         """Run a streaming intent; report each verified partial; keep every event's token."""
         partials: list[Any] = []
         tokens: list[str] = []
-        events = self.agent.client.stream_events(did, intent, endpoint=endpoint)
+        events = self.agent.client.stream_events(did, intent, endpoint=endpoint, session_check=check)
         with self.agent._naming(spec.agent, endpoint):
             async with contextlib.aclosing(events):
                 async for event in events:
@@ -434,13 +453,13 @@ class ToolCatalog:
 
     async def _send_checked(
         self,
-        card_hash: str,
+        check: Callable[[ClientSession], None],
         did: str,
         endpoint: str | None,
         session: ClientSession,
         intent: Mapping[str, Any],
     ) -> IntentResult:
-        """Send ``intent`` on ``session`` (whose manifest_hash is ``card_hash``) and only there.
+        """Send ``intent`` on ``session`` (which passed ``check``) and only there.
 
         ``request`` would open a new session on its own when the server forgets this one, and
         the new session may commit to another card than the one the model was shown.
@@ -454,8 +473,7 @@ class ToolCatalog:
         # Answered before the sequence is used (PROTOCOL.md §6.1 step 2): the intent did not
         # run. A new session is used only if it commits to the same card.
         session = await client.handshake(did, endpoint)
-        if not hmac.compare_digest(card_hash, session.server_manifest_hash):
-            raise _CardChanged
+        check(session)
         return await client.send_intent(session, intent)
 
 
@@ -471,6 +489,21 @@ def _check_arguments(arguments: Any) -> None:
 
 class _CardChanged(Exception):
     """The session a call would go out on commits to another card than the model saw."""
+
+
+def _check_card(shown: str | None, session: ClientSession) -> None:
+    """Raise :class:`_CardChanged` unless ``session`` commits to the card hash ``shown``."""
+    if shown is None or not hmac.compare_digest(shown, session.server_manifest_hash):
+        raise _CardChanged
+
+
+def _card_changed(spec: ToolSpec, listed: bool) -> ToolResult:
+    why = (
+        "its card changed since the tools were listed" if listed else "its tools were not in the last listing"
+    )
+    result = _error(spec, f"{spec.agent} refused: {why}; list the tools again", None)
+    result.meta[f"{META_PREFIX}tools_changed"] = True
+    return result
 
 
 def _describe(entry: RegistryEntry, intent: str, card: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:

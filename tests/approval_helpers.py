@@ -23,6 +23,7 @@ from attack_helpers import ExampleMethod, Wire
 
 from a2a_secure import NeedsApproval
 from a2a_secure.audit import Auditor, MemoryAuditSink
+from a2a_secure.errors import InvalidParams
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.approval import ActionContext, ApprovalSettings
 from a2a_secure.protocol.client import ClientSession, PreparedRequest
@@ -51,7 +52,7 @@ CALLER = fixed_identity("assistant")  # asks for actions, approves nothing
 
 
 def register_actions(server: AgentServer, calls: Counter[str], *, mail_approvers: list[str]) -> None:
-    """The desk's goals: create_event and send_mail need approval; echo and blocked do not."""
+    """The desk's goals: create_event, send_mail and post need approval; echo and blocked do not."""
 
     @server.intent("create_event", description="Create an event and invite guests", input_schema=EVENT_SCHEMA)
     def create_event(inputs: dict[str, Any]) -> NeedsApproval:
@@ -72,6 +73,21 @@ def register_actions(server: AgentServer, calls: Counter[str], *, mail_approvers
     def run_mail(data: dict[str, Any]) -> dict[str, Any]:
         calls["run:mail.send"] += 1
         return {"sent": True}
+
+    @server.intent("post")
+    def post(inputs: dict[str, Any]) -> NeedsApproval:
+        # The caller's words as they are: a preview may quote anything a caller sent.
+        calls["post"] += 1
+        return NeedsApproval(inputs, preview=f"Post {inputs.get('text')}")
+
+    @server.approved_action("post")
+    def run_post(data: dict[str, Any]) -> dict[str, Any]:
+        calls["run:post"] += 1
+        return {"posted": data}
+
+    @server.intent("refuse")
+    def refuse(inputs: dict[str, Any]) -> dict[str, Any]:
+        raise InvalidParams(f"refused: {inputs.get('why')}")  # the caller's words, as they are
 
     @server.intent("orphan")
     def orphan(inputs: dict[str, Any]) -> NeedsApproval:

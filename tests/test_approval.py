@@ -7,6 +7,9 @@ for its status and code, its signature, and that no stored action changed and no
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -300,7 +303,7 @@ async def test_card_and_tool_list_describe_the_intents(w: Wire) -> None:
     tools = (await w.intent(sess, "tool.list")).result["tools"]
     names = [t["name"] for t in tools]
     # Only what this session may execute: no blocked goal, no tool.* goal.
-    assert names == ["create_event", "echo", "orphan", "send_mail"]
+    assert names == ["create_event", "echo", "orphan", "post", "refuse", "send_mail"]
     by_name = {t["name"]: t for t in tools}
     assert by_name["create_event"]["input_schema"] == card["intent_schemas"]["create_event"]["input_schema"]
     assert by_name["echo"] == {
@@ -497,33 +500,63 @@ async def test_serving_an_agent_object_keeps_its_approvals_on_the_served_store()
 
 
 # -- the a2a-secure approve command ----------------------------------------------------------------
-async def _cli(*argv: str) -> tuple[int, str, str]:
+async def _cli(*argv: str, stdin: bytes | int | str | None = None) -> tuple[int, str, str]:
+    """Run ``a2a-secure`` in a subprocess; stdin is /dev/null, a pipe holding ``stdin`` (bytes),
+    a file descriptor (a terminal), or ``"closed"``."""
     import asyncio
-    import os
-    import sys
 
+    if stdin is None or stdin == "closed":
+        source: Any = asyncio.subprocess.DEVNULL
+    elif isinstance(stdin, bytes):
+        source = asyncio.subprocess.PIPE
+    else:
+        source = stdin
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "a2a_secure",
         *argv,
+        stdin=source,
+        preexec_fn=(lambda: os.close(0)) if stdin == "closed" else None,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
-    out, err = await proc.communicate()
+    out, err = await asyncio.wait_for(proc.communicate(stdin if isinstance(stdin, bytes) else None), 60)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 
 
-async def test_cli_approve_prints_the_preview_and_the_outcome(tmp_path: Path) -> None:
+async def _cli_on_a_terminal(*argv: str, answer: str) -> tuple[int, str, str]:
+    """Run ``a2a-secure`` with a terminal (a pty) on stdin, where a person types ``answer``."""
+    import pty
+
+    person, terminal = pty.openpty()
+    try:
+        os.write(person, answer.encode() + b"\n")  # the line waits in the terminal until read
+        return await _cli(*argv, stdin=terminal)
+    finally:
+        os.close(terminal)
+        os.close(person)
+
+
+def _approver_argv(tmp_path: Path, w: Wire) -> list[str]:
     key = tmp_path / "person.key"
-    PERSON.save(key)
+    PERSON.save(key, overwrite=True)
+    return ["approve", "--key-file", str(key), "--to", w.did, "--endpoint", w.url]
+
+
+def _decisions(w: Wire) -> list[str]:
+    """The audit events of approvals and rejections the desk received."""
+    return [e.event for e in w.sink.events if e.event in ("action_approved", "action_rejected")]
+
+
+async def test_cli_approve_prints_the_preview_and_the_outcome(tmp_path: Path) -> None:
     async with start_desk() as w:
         caller = await w.open_session(CALLER)
         first = await ask(w, caller, title="from the command line")
         second = await ask(w, caller, title="not this one")
-        base = ["approve", "--key-file", str(key), "--to", w.did, "--endpoint", w.url]
+        base = [*_approver_argv(tmp_path, w), "--yes"]
         code, out, err = await _cli(*base, "--action-id", first["action_id"])
         assert code == 0, err
         assert "preview:  Create 'from the command line'" in out
@@ -543,6 +576,106 @@ async def test_cli_approve_prints_the_preview_and_the_outcome(tmp_path: Path) ->
         )
         assert code == 1 and "Traceback" not in err and err.startswith("a2a-secure: error:")
         assert w.calls["run:create_event"] == 1
+
+
+async def test_cli_approve_without_a_terminal_signs_nothing_unless_told_to(tmp_path: Path) -> None:
+    # Nobody sees the action when stdin is /dev/null or a pipe: an answer in a pipe is not a
+    # person's, so only --yes signs there.
+    async with start_desk() as w:
+        caller = await w.open_session(CALLER)
+        created = await ask(w, caller, title="unseen")
+        argv = [*_approver_argv(tmp_path, w), "--action-id", created["action_id"]]
+        for stdin in (None, b"y\n", b"n\n", b"yes\n"):
+            for extra in ([], ["--reject"]):
+                code, out, err = await _cli(*argv, *extra, stdin=stdin)
+                assert code == 1, (stdin, extra, out, err)
+                assert err.strip() == (
+                    "a2a-secure: error: stdin is not a terminal, so nobody can confirm: nothing signed"
+                    " (--yes signs without asking)"
+                )
+                assert "Traceback" not in err
+        # No stdin at all (closed): the same refusal, no traceback.
+        code, out, err = await _cli(*argv, stdin="closed")
+        assert code == 1 and "stdin is not a terminal" in err and "Traceback" not in err, err
+        assert _decisions(w) == [] and w.calls["run:create_event"] == 0
+        assert w.store._actions[created["action_id"]].state is ActionState.PENDING
+        code, out, err = await _cli(*argv, "--yes")
+        assert code == 0, err
+        assert "approved; the action ran once" in out and '"title": "unseen"' in out
+        assert _decisions(w) == ["action_approved"] and w.calls["run:create_event"] == 1
+
+
+async def test_cli_approve_asks_on_the_terminal_and_signs_only_a_yes(tmp_path: Path) -> None:
+    async with start_desk() as w:
+        caller = await w.open_session(CALLER)
+        created = await ask(w, caller, title="asked")
+        argv = [*_approver_argv(tmp_path, w), "--action-id", created["action_id"]]
+        for answer in ("n", "", "no", "yess", "approve"):
+            code, out, err = await _cli_on_a_terminal(*argv, answer=answer)
+            assert code == 1, (answer, out, err)
+            assert err.strip() == "a2a-secure: error: not confirmed: nothing signed"
+            # The data was shown before the question.
+            shown = out.index('data:     {"title": "asked"}')
+            assert shown < out.index("Approve and run this action, with the data shown above? [y/N]")
+        code, out, err = await _cli_on_a_terminal(*argv, "--reject", answer="n")
+        assert code == 1 and "Reject this action, with the data shown above? [y/N]" in out
+        assert _decisions(w) == [] and w.calls["run:create_event"] == 0
+        assert w.store._actions[created["action_id"]].state is ActionState.PENDING
+
+        code, out, err = await _cli_on_a_terminal(*argv, answer="y")
+        assert code == 0, err
+        assert "approved; the action ran once" in out
+        assert _decisions(w) == ["action_approved"] and w.calls["run:create_event"] == 1
+        second = await ask(w, caller, title="turned down")
+        code, out, err = await _cli_on_a_terminal(
+            *_approver_argv(tmp_path, w), "--action-id", second["action_id"], "--reject", answer="Y"
+        )
+        assert code == 0, err
+        assert "rejected; the action will not run" in out
+        assert _decisions(w) == ["action_approved", "action_rejected"]
+
+
+async def test_cli_approve_shows_what_a_caller_wrote_with_its_controls_escaped(tmp_path: Path) -> None:
+    # The caller writes the preview's words (the desk quotes them as they are) and the data:
+    # ESC[8m would hide the data line, CR and ESC[2K rewrite it, a newline forges a line,
+    # U+202E reverses the text after it, and zero-width and tag characters hide words.
+    hostile = "ok\x1b[8m\r\x1b[2K\ndata:     {}\u202e\u200b\U000e0041\x9b8m\u2028"
+    to = "\u202emoc.elpmaxe@eve"
+    async with start_desk() as w:
+        caller = await w.open_session(CALLER)
+        created = await ask(w, caller, "post", text=hostile, to=to)
+        argv = [*_approver_argv(tmp_path, w), "--action-id", created["action_id"]]
+        code, out, err = await _cli_on_a_terminal(*argv, answer="n")
+        assert code == 1, err
+        for char in ("\x1b", "\r", "\x9b", "\u202e", "\u200b", "\U000e0041", "\u2028"):
+            assert char not in out, repr(char)
+        lines = out.splitlines()
+        assert [line.split(":")[0] for line in lines[:5]] == ["action", "preview", "data", "hash", "state"]
+        assert lines[1].startswith("preview:  Post ok\\x1b[8m\\r\\x1b[2K\\ndata:     {}\\u202e\\u200b")
+        # The data line is JSON that reads back to exactly the stored data.
+        data = json.loads(lines[2].removeprefix("data:     "))
+        assert data == {"text": hostile, "to": to}
+        assert "\\u202emoc.elpmaxe@eve" in lines[2]
+        assert w.calls["run:post"] == 0
+
+
+async def test_cli_call_output_and_peer_error_messages_are_escaped(tmp_path: Path) -> None:
+    # The agent's answer and its error messages are the peer's text.
+    async with start_desk() as w:
+        key = tmp_path / "caller.key"
+        CALLER.save(key)
+        base = ["call", "--key-file", str(key), "--to", w.did, "--endpoint", w.url]
+        inputs = json.dumps({"text": "a\u009b8m\u202eb\u200bc", "\u202ekey": "\u00e9"})
+        code, out, err = await _cli(*base, "--goal", "echo", "--inputs", inputs)
+        assert code == 0, err
+        assert not any(c in out for c in ("\x9b", "\u202e", "\u200b"))
+        assert "\\u009b8m\\u202eb\\u200bc" in out and "\u00e9" in out  # readable text stays readable
+        assert json.loads(out) == {"echo": json.loads(inputs)}
+        # The desk's error messages quote the caller's words as they are.
+        hostile = "\u202e\x1b[8m\nforged line"
+        code, out, err = await _cli(*base, "--goal", "refuse", "--inputs", json.dumps({"why": hostile}))
+        assert code == 1 and "Traceback" not in err
+        assert err == "a2a-secure: error: refused: \\u202e\\x1b[8m\\nforged line\n"
 
 
 def test_an_action_id_never_starts_with_a_dash() -> None:

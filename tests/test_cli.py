@@ -425,6 +425,21 @@ def test_audit_verify_command_finds_changed_removed_and_reordered_lines(
     assert "BROKEN at line" in broken([*lines[:1], lines[2], lines[1], *lines[3:]])  # reordered
 
 
+def test_audit_verify_escapes_the_file_name_it_quotes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Anyone who can name a file in a log directory chooses the text: OSC 0 retitles the
+    # terminal, U+202E reverses the rest of the line.
+    from a2a_secure.audit.verify import audit_verify_main
+
+    missing = tmp_path / "x\x1b]0;owned\x07\u202elog.jsonl"
+    assert main(["audit", "verify", str(missing)]) == 2
+    assert audit_verify_main([str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert not any(c in err for c in ("\x1b", "\x07", "\u202e")), repr(err)
+    assert err.count("x\\x1b]0;owned\\x07\\u202elog.jsonl: No such file") == 2
+
+
 def test_demo_runs_the_agents_and_verifies_every_audit_chain(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -31,6 +31,7 @@ from a2a_secure.errors import A2AError
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import key_id_for_did_key, public_key_from_did_key
 from a2a_secure.identity.jws import jws_decode_unverified, jws_verify
+from a2a_secure.terminal import printable
 
 __all__ = ["AuditVerifyResult", "audit_verify_main", "run_audit_verify", "verify_chain"]
 
@@ -338,5 +339,5 @@ def audit_verify_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint", default=None, help="a checkpoint token kept elsewhere")
     args = parser.parse_args(argv)
     code, text = run_audit_verify(args.file, args.did, anchor=args.checkpoint)
-    print(text, file=sys.stdout if code == 0 else sys.stderr)
+    print(printable(text), file=sys.stdout if code == 0 else sys.stderr)
     return code

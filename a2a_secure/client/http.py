@@ -761,6 +761,7 @@ class A2AClient:
         endpoint: str | None = None,
         priority: int | None = None,
         intent_id: str | None = None,
+        session_check: Callable[[ClientSession], None] | None = None,
     ) -> AsyncGenerator[StreamEvent, None]:
         """Like :meth:`stream`, but yield every verified event, the closing one included.
 
@@ -768,6 +769,8 @@ class A2AClient:
         … in order, each once: events replayed on a resumed stream are not yielded again),
         ``final``, ``result`` and ``response_jws``, the server's ``a2a-event+jws`` token over
         it, for callers that keep proof. A signed error event is raised, as by :meth:`stream`.
+        ``session_check`` is called with each session before the intent is signed on it (a
+        session re-opened after -32043 too); what it raises ends the stream, nothing sent.
         """
         body_intent = dict(with_priority(intent, priority))
         body_intent["constraints"] = {**dict(intent.get("constraints") or {}), "stream": True}
@@ -777,6 +780,8 @@ class A2AClient:
         async with peer.lock:
             for attempt in (1, 2):
                 session, body, chosen = await self._attempt(peer, body_intent, chosen)
+                if session_check is not None:
+                    session_check(session)
                 req = session.prepare_intent(body)
                 started = self._clock()
                 yielded = False
