@@ -88,10 +88,14 @@ from a2a_secure.a2a_binding import (
 from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.identity import encoding
+from a2a_secure.identity.addresses import AddressPolicy
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.server.app import AgentServer
 from a2a_secure.testing import serve_app
+
+# The servers here run on 127.0.0.1: endpoints read from a document need the explicit opt-in.
+LOOPBACK = AddressPolicy.build(dev_allow_loopback=True)
 
 JSON = {"Content-Type": "application/json"}
 FAST_RETRY = RetryPolicy(attempts=2, base=0.01, cap=0.02)
@@ -163,6 +167,7 @@ class Env:
         return self.server.identity.did
 
     def a2a_client(self, name: str = "alice", **kwargs: Any) -> A2AClient:
+        kwargs.setdefault("addresses", LOOPBACK)  # the card names this test's loopback server
         return A2AClient(ident(name), **kwargs)
 
     def sdk_client(self, client: A2AClient, *, streaming: bool = True) -> BaseClient:
