@@ -47,7 +47,6 @@ UNPARSABLE = [
     "https://a b.example",
     "https://%6c%6f.example",
     "https://agent.example\n.evil",
-    "https://agent_1.example",
     "https://",
     "agent.example",
     "ftp://agent.example",
@@ -110,6 +109,7 @@ def test_the_opt_ins_are_explicit_and_narrow() -> None:
     assert LOOPBACK.check_url("http://127.0.0.1:8000/") == "http://127.0.0.1:8000"
     assert LOOPBACK.check_url("http://localhost:1") == "http://localhost:1"
     assert LOOPBACK.check_url("https://[::1]:8443") == "https://[::1]:8443"
+    assert check_endpoint("https://agent_1:8443") == "https://agent_1:8443"  # a service name, in code
     for url in ("http://10.0.0.5", "https://10.0.0.5", "http://agent.example.com", "https://intranet"):
         with pytest.raises(InvalidParams):
             LOOPBACK.check_url(url)  # loopback, and nothing else
@@ -267,3 +267,16 @@ def test_cli_call_with_a_malformed_registry_endpoint_skips_it_without_a_tracebac
     code = main(["call", "--key-file", str(key), "--registry", str(path), "--to", "local", "--goal", "echo",
                  "--allow-address", "not-a-network"])  # fmt: skip
     assert code == 1 and "--allow-address takes a network" in capsys.readouterr().err
+
+
+def test_cli_mcp_with_only_malformed_registry_endpoints_is_one_clean_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("mcp")
+    key = tmp_path / "me.key"
+    identity("mcp-caller").save(key)
+    path = _write(tmp_path, {"bad": {"did": identity("summarizer").did, "endpoint": "https://[::1"}})
+    code = main(["mcp", "--key-file", str(key), "--registry", str(path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert "no usable agent: registry entry 'bad': member 'endpoint' is not usable" in err

@@ -29,13 +29,14 @@ resolver turns its own into ``DIDResolutionError``.
 from __future__ import annotations
 
 import ipaddress
+import re
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from a2a_secure.errors import InvalidParams
-from a2a_secure.identity.did import _LABEL_RE, _is_ip_literal
+from a2a_secure.identity.did import _is_ip_literal
 
 __all__ = [
     "AddressPolicy",
@@ -49,6 +50,9 @@ IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 MAX_URL_LENGTH: Final = 2048
+# A DNS label of a URL host, lower case; "_" is not LDH, but container and service names
+# carry it and resolvers answer for it.
+_LABEL_RE: Final = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 
 # Names that point inside the resolver's own network (E2). Refused before any DNS query
 # unless the operator allow-lists the exact name.
