@@ -121,3 +121,25 @@ async def test_an_app_with_a_shared_store_is_not_served_on_a_private_one(
         assert build_server(identity, app=app_module, shared_store=True).policy.allowed_intents == ("echo",)
     finally:
         await shared.aclose()
+
+
+def test_the_key_ring_the_app_was_built_with_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from a2a_secure.identity.rotation import KeyRing, RetiredKey
+    from a2a_secure.server.app import AgentServer
+
+    ring = KeyRing(Identity.from_seed(bytes(range(3, 35)), "ringed")).rotate(overlap=3600)
+    ring.save(tmp_path / "ring.key")
+    module = types.ModuleType("ringed_app")
+    module.server = AgentServer(ring.current, key_ring=ring)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ringed_app", module)
+    # Sessions opened with the retired key keep their answers: the ring must not be dropped.
+    assert build_server(ring.current, app="ringed_app:server").key_ring is ring
+    from_file = build_server(
+        ring.current, app="ringed_app:server", key_ring=KeyRing.load(tmp_path / "ring.key")
+    )
+    assert from_file.key_ring is ring
+    other = KeyRing(ring.current, retired=(RetiredKey(Identity.generate("else"), 1, 2),))
+    with pytest.raises(ValueError, match="another key ring than the key file's"):
+        build_server(ring.current, app="ringed_app:server", key_ring=other)

@@ -167,6 +167,12 @@ def _one_of(name: str, spec: str, ours: Any, theirs: Any, default: Any) -> Any:
     return theirs
 
 
+def _ring_view(ring: KeyRing) -> tuple[Any, ...]:
+    """What tells two key rings apart (an ``Identity`` compares by object, not by key)."""
+    retired = tuple((r.identity.kid, r.retired_at, r.overlap_until) for r in ring.retired)
+    return ring.current.kid, retired, ring.statements
+
+
 def _adopt_settings(server: AgentServer, source: AgentServer, spec: str, *, shared_store: bool) -> None:
     """Serve ``source``'s security settings, not the defaults of a server built from flags.
 
@@ -187,7 +193,7 @@ def _adopt_settings(server: AgentServer, source: AgentServer, spec: str, *, shar
     )
     if source.key_ring is not None:
         ours = server.key_ring
-        if ours is not None and ours.retired and ours != source.key_ring:
+        if ours is not None and ours.retired and _ring_view(ours) != _ring_view(source.key_ring):
             raise ValueError(f"app {spec!r} was built with another key ring than the key file's")
         server.key_ring = source.key_ring
     if (
