@@ -194,6 +194,7 @@ async def test_one_bad_service_endpoint_does_not_break_the_tool_listing(
             [
                 RegistryEntry("good", host.did, url, ("echo",)),
                 RegistryEntry("bad", server.did, None, ("echo",)),
+                RegistryEntry("typo", host.did, "https://[::1", ("echo",)),  # built in code
             ]
         )
         async with A2AAgent(
@@ -206,6 +207,7 @@ async def test_one_bad_service_endpoint_does_not_break_the_tool_listing(
             assert names == ["good__echo"]
             assert "bad refused:" in agent.tools.failures["bad"]
             assert "service endpoint" in agent.tools.failures["bad"]
+            assert "typo refused: endpoint is not a valid URL" in agent.tools.failures["typo"]
             result = await agent.call_tool("good__echo", {"a": 1})
             assert result.status == "success" and result.content["result"] == {"a": 1}
 
