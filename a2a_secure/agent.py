@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from a2a_secure import approval as _approval
-from a2a_secure.client.http import A2AClient, RetryPolicy, check_endpoint
+from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import A2AError, AuthenticationFailed, InvalidParams, PeerUnreachable, SessionClosed
 from a2a_secure.identity import encoding
+from a2a_secure.identity.addresses import AddressPolicy
 from a2a_secure.identity.did import A2A_SERVICE_TYPE, check_did_syntax
 from a2a_secure.identity.keys import Identity
-from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
 from a2a_secure.identity.rotation import WELL_KNOWN_ROTATION, RotationFollower, verify_rotation_statement
 from a2a_secure.protocol.approval import ApprovalSettings, approver_dids
 from a2a_secure.protocol.client import ClientSession, IntentResult
@@ -49,6 +50,8 @@ __all__ = [
 
 SERVICE_TYPE = A2A_SERVICE_TYPE
 _log = logging.getLogger(__name__)
+# Seconds for the whole fetch of a rotation chain (connect, headers and body).
+ROTATION_FETCH_TIMEOUT = 5.0
 # How many names an error message lists before it says "and N more".
 _LISTED_NAMES = 10
 _CLOSED_REMEMBERED = 1024  # closed session ids remembered per agent (send_intent says "closed")
@@ -107,12 +110,13 @@ class RegistryEntry:
     capabilities: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _parse_entry(label: str, raw: Any, *, named: bool) -> RegistryEntry:
+def _parse_entry(label: str, raw: Any, *, named: bool, addresses: AddressPolicy) -> RegistryEntry:
     """One entry of a registry file; ``named`` when the name is a member (the array form).
 
     Every form goes through here, so a DID and an endpoint are checked the same way whatever
     the form: the DID's syntax (a registry DID is only a pointer, the handshake authenticates
-    the agent) and the endpoint's scheme, as the client will check it before connecting.
+    the agent) and the endpoint against the address policy (a file is a document: its
+    endpoints may not point at loopback or private hosts without the operator's opt-in).
     """
     if not isinstance(raw, dict):
         raise RegistryEntryError(label, None, "must be an object with a 'did' member")
@@ -136,7 +140,7 @@ def _parse_entry(label: str, raw: Any, *, named: bool) -> RegistryEntry:
         if not isinstance(endpoint, str):
             raise RegistryEntryError(name, "endpoint", "must be a string")
         try:
-            check_endpoint(endpoint)
+            addresses.check_url(endpoint, what="endpoint")
         except A2AError as exc:
             raise RegistryEntryError(name, "endpoint", f"is not usable: {exc.message}") from None
     caps = raw.get("capabilities", [])
@@ -180,7 +184,10 @@ class AgentRegistry:
     A top-level ``agents`` member always selects one of the last two. A malformed entry is
     skipped, logged as a warning and kept in :attr:`problems`; the others load. A file where
     every entry is malformed raises :class:`RegistryError`. A DID in the registry is only a
-    pointer: the handshake still authenticates the agent behind it.
+    pointer: the handshake still authenticates the agent behind it. An endpoint read from a
+    file must pass the address policy (``addresses``: public https hosts unless the operator
+    opts in, :class:`~a2a_secure.identity.addresses.AddressPolicy`); entries added in code
+    are the caller's own choice.
     """
 
     def __init__(self, entries: Iterable[RegistryEntry] = ()) -> None:
@@ -224,8 +231,11 @@ class AgentRegistry:
         self._entries[entry.name] = entry
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> AgentRegistry:
-        """Read a registry file (any of the forms of :class:`AgentRegistry`)."""
+    def load(cls, path: str | os.PathLike[str], *, addresses: AddressPolicy | None = None) -> AgentRegistry:
+        """Read a registry file (any of the forms of :class:`AgentRegistry`).
+
+        ``addresses``: the policy its endpoints must pass (default: public https hosts only).
+        """
         p = Path(path)
         try:
             data = encoding.loads(p.read_bytes(), error=RegistryError)
@@ -236,19 +246,20 @@ class AgentRegistry:
         except RegistryError as exc:
             raise RegistryError(f"registry file {p} is not JSON: {exc.message}") from None
         try:
-            return cls.from_dict(data)
+            return cls.from_dict(data, addresses=addresses)
         except RegistryError as exc:
             raise RegistryError(f"registry file {p}: {exc.message}") from None
 
     @classmethod
-    def from_dict(cls, data: Any) -> AgentRegistry:
-        """A registry from its JSON form (see :class:`AgentRegistry`)."""
+    def from_dict(cls, data: Any, *, addresses: AddressPolicy | None = None) -> AgentRegistry:
+        """A registry from its JSON form (see :class:`AgentRegistry`; ``addresses`` as in :meth:`load`)."""
+        policy = addresses or AddressPolicy()
         registry = cls()
         problems: list[RegistryEntryError] = []
         raw_entries = _raw_entries(data)
         for label, raw, named in raw_entries:
             try:
-                entry = _parse_entry(label, raw, named=named)
+                entry = _parse_entry(label, raw, named=named, addresses=policy)
                 if entry.name in registry._entries:
                     raise RegistryEntryError(entry.name, "name", "is used by an earlier entry")
             except RegistryEntryError as exc:
@@ -323,17 +334,24 @@ class A2AAgent:
         approvers: Iterable[str] = (),
         approval: ApprovalSettings | None = None,
         serve_tools: bool = False,
+        addresses: AddressPolicy | None = None,
     ) -> None:
         """``priority_rights`` and ``limits`` configure the hosted side (:attr:`server`): the
         highest intent priority each caller may use, and the server's bounds, among them
-        ``max_concurrent_intents`` (PROTOCOL.md §12.3)."""
+        ``max_concurrent_intents`` (PROTOCOL.md §12.3).
+
+        ``addresses``: where this agent may connect when the address comes from a registry
+        file, a did:web document's service or a card (default: public hosts over https;
+        ``AddressPolicy.build(dev_allow_loopback=True)`` for agents on this machine,
+        ``allow_addresses``/``allow_hosts`` for a private network; SECURITY.md)."""
         self.agent_id = agent_id
         self.identity = identity or Identity.generate(agent_id)
         self.endpoint = endpoint
+        self.addresses = addresses or AddressPolicy()
         if registry is None or isinstance(registry, AgentRegistry):
             self.registry = registry or AgentRegistry()
         else:
-            self.registry = AgentRegistry.load(registry)
+            self.registry = AgentRegistry.load(registry, addresses=self.addresses)
         self.resolver = resolver or DIDResolver()
         self._audit = audit
         self.client = A2AClient(
@@ -343,6 +361,7 @@ class A2AAgent:
             retry=retry,
             accept_policy=accept_policy,
             audit=audit,
+            addresses=self.addresses,
         )
         self._policy = policy
         self._store = store
@@ -400,12 +419,7 @@ class A2AAgent:
         name = entry.name if entry is not None else did
         endpoint = entry.endpoint if entry is not None else None
         if endpoint is None and did.startswith("did:web:"):
-            resolved = await self.resolver.resolve(did)
-            for service in resolved.services:
-                ep = service.get("serviceEndpoint")
-                if service.get("type") == SERVICE_TYPE and isinstance(ep, str):
-                    endpoint = ep
-                    break
+            endpoint = _service_endpoint(await self.resolver.resolve(did), self.addresses)
         return name, did, endpoint
 
     @staticmethod
@@ -655,14 +669,41 @@ class A2AAgent:
         await uvicorn.Server(config).serve()
 
 
+def _service_endpoint(resolved: ResolvedDID, addresses: AddressPolicy) -> str | None:
+    """The first A2ASecureAgent service endpoint of a did:web document that ``addresses`` allows.
+
+    The document is its owner's word, and anyone can own a did:web: an endpoint naming
+    loopback or a private host would turn this client's HELLO into a request forgery (E14).
+    A malformed or refused entry is skipped; when none is usable, the first refusal is raised.
+    """
+    refusal: A2AError | None = None
+    for service in resolved.services:
+        ep = service.get("serviceEndpoint")
+        if service.get("type") != SERVICE_TYPE or not isinstance(ep, str):
+            continue
+        try:
+            return addresses.check_url(ep, what=f"the service endpoint of {resolved.did}")
+        except A2AError as exc:
+            refusal = refusal or exc
+    if refusal is not None:
+        raise refusal
+    return None
+
+
 async def _fetch_statements(endpoint: str, verify: Any) -> list[str]:
     """The rotation chain an agent serves at ``/.well-known/a2a-rotation.json`` (64 KiB, 5 s)."""
+    import asyncio  # noqa: PLC0415
+
     import httpx  # noqa: PLC0415
 
     url = endpoint.rstrip("/") + WELL_KNOWN_ROTATION
+    deadline = ROTATION_FETCH_TIMEOUT  # read at each call: tests shorten it
     try:
+        # httpx's timeout bounds each read only: a server sending a byte every few seconds
+        # would hold the caller for as long as it liked. One deadline covers the whole fetch.
         async with (
-            httpx.AsyncClient(verify=verify, timeout=5.0, follow_redirects=False) as http,
+            asyncio.timeout(deadline),
+            httpx.AsyncClient(verify=verify, timeout=deadline, follow_redirects=False) as http,
             http.stream("GET", url) as resp,
         ):
             if resp.status_code != 200:
@@ -672,6 +713,8 @@ async def _fetch_statements(endpoint: str, verify: Any) -> list[str]:
                 body += chunk
                 if len(body) > 64 * 1024:
                     raise InvalidParams(f"{url} is larger than 64 KiB")
+    except TimeoutError:
+        raise InvalidParams(f"{url} did not arrive within {deadline:g} s") from None
     except httpx.HTTPError:
         raise InvalidParams(f"{url} could not be fetched") from None
     data = encoding.loads(body, error=InvalidParams)

@@ -349,7 +349,47 @@ def _build_call(subparsers: Subparsers) -> None:
         metavar="N",
         help="intent priority 1-5 (default 3), within the rights the agent gives this caller",
     )
+    _add_address_options(parser)
     parser.set_defaults(handler=_call)
+
+
+def _add_address_options(parser: argparse.ArgumentParser) -> None:
+    """The opt-ins of the address policy, for endpoints read from a registry or a DID document."""
+    group = parser.add_argument_group(
+        "addresses",
+        "an endpoint read from the registry file or a did:web document must be a public https"
+        " host; these let it name more (SECURITY.md, 'Addresses taken from documents')",
+    )
+    group.add_argument(
+        "--allow-loopback-dev",
+        action="store_true",
+        help="development only: allow localhost and loopback endpoints, over plain HTTP",
+    )
+    group.add_argument(
+        "--allow-address",
+        action="append",
+        default=[],
+        metavar="NET",
+        help="a network whose addresses endpoints may name (10.1.0.0/16); repeatable",
+    )
+    group.add_argument(
+        "--allow-host", action="append", default=[], metavar="NAME", help="an internal host name; repeatable"
+    )
+
+
+def _address_policy(args: argparse.Namespace) -> Any:
+    """The :class:`~a2a_secure.identity.addresses.AddressPolicy` of ``_add_address_options``."""
+    from a2a_secure.errors import InvalidParams  # noqa: PLC0415
+    from a2a_secure.identity.addresses import AddressPolicy  # noqa: PLC0415
+
+    try:
+        return AddressPolicy.build(
+            allow_hosts=getattr(args, "allow_host", ()),
+            allow_addresses=getattr(args, "allow_address", ()),
+            dev_allow_loopback=getattr(args, "allow_loopback_dev", False),
+        )
+    except ValueError:
+        raise InvalidParams("--allow-address takes a network such as 10.1.0.0/16") from None
 
 
 def _priority_arg(text: str) -> int:
@@ -377,7 +417,11 @@ def _call(args: argparse.Namespace) -> int:
 
     async def run() -> Any:
         async with A2AAgent(
-            identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True
+            identity.agent_id,
+            identity,
+            registry=registry,
+            verify=args.ca_bundle or True,
+            addresses=_address_policy(args),
         ) as a:
             return await a.request(target, intent, priority=args.priority)
 
@@ -389,7 +433,8 @@ def _registry_for(args: argparse.Namespace) -> tuple[Any, str]:
     """The registry of ``--registry``/``--endpoint`` and the target ``--to`` to look up in it."""
     from a2a_secure.agent import AgentRegistry, RegistryEntry  # noqa: PLC0415
 
-    registry = AgentRegistry.load(args.registry) if args.registry else AgentRegistry()
+    addresses = _address_policy(args)
+    registry = AgentRegistry.load(args.registry, addresses=addresses) if args.registry else AgentRegistry()
     target = args.to
     if args.endpoint:
         did = target if target.startswith("did:") else registry.find(target).did
@@ -423,6 +468,7 @@ def _build_approve(subparsers: Subparsers) -> None:
     parser.add_argument("--endpoint", metavar="URL", help="the agent's base URL")
     parser.add_argument("--registry", metavar="FILE", help="agent_registry.json")
     parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agent's certificate")
+    _add_address_options(parser)
     parser.set_defaults(handler=_approve)
 
 
@@ -439,7 +485,11 @@ def _approve(args: argparse.Namespace) -> int:
 
     async def run() -> Any:
         async with A2AAgent(
-            identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True
+            identity.agent_id,
+            identity,
+            registry=registry,
+            verify=args.ca_bundle or True,
+            addresses=_address_policy(args),
         ) as agent:
             details = await agent.pending_action(target, args.action_id)
             _show_action(details)
@@ -537,6 +587,7 @@ def _build_mcp(subparsers: Subparsers) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="http transport: loopback address to bind")
     parser.add_argument("--port", type=int, default=8765, help="http transport: port (default 8765)")
     parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agents' certificates")
+    _add_address_options(parser)
     parser.set_defaults(handler=_mcp)
 
 
@@ -561,8 +612,11 @@ def _mcp(args: argparse.Namespace) -> int:
             _fail(str(exc))
             return 2
     identity = Identity.load(args.key_file)
-    registry = AgentRegistry.load(args.registry)
-    agent = A2AAgent(identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True)
+    addresses = _address_policy(args)
+    registry = AgentRegistry.load(args.registry, addresses=addresses)
+    agent = A2AAgent(
+        identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True, addresses=addresses
+    )
     mcp_server.configure_logging()
     if args.transport == "stdio":
         asyncio.run(mcp_server.run_stdio(agent))

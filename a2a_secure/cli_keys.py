@@ -204,7 +204,11 @@ def _revoke(args: argparse.Namespace) -> int:
     async def on_redis() -> int:
         from a2a_secure.store.redis import RedisStore  # noqa: PLC0415 - redis extra
 
-        store = RedisStore(args.redis_url, prefix=args.redis_prefix)
+        try:
+            store = RedisStore(args.redis_url, prefix=args.redis_prefix)
+        except ValueError as exc:  # a malformed URL: one clean line (it never quotes the URL)
+            _fail(str(exc))
+            return 1
         try:
             return await _run_revoke(args, StoreRevocations(store))
         finally:

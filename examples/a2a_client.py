@@ -24,6 +24,7 @@ from a2a.types import GetTaskRequest, Role, SendMessageRequest, TaskState
 from a2a_secure import Identity
 from a2a_secure.a2a_binding import create_secure_client
 from a2a_secure.client.http import A2AClient
+from a2a_secure.identity.addresses import AddressPolicy
 
 
 async def run(
@@ -36,7 +37,10 @@ async def run(
         lines.append(line)
         print(line)
 
-    async with A2AClient(identity or Identity.generate("a2a-example-client")) as secure:
+    # The example agent runs on this machine, and the card names its loopback URL: a client
+    # takes such an address from a card only with this explicit opt-in (SECURITY.md).
+    loopback = AddressPolicy.build(dev_allow_loopback=True)
+    async with A2AClient(identity or Identity.generate("a2a-example-client"), addresses=loopback) as secure:
         client = await create_secure_client(secure, url, did)
         try:
             task_id = ""

@@ -9,13 +9,19 @@ import asyncio
 from pathlib import Path
 
 from a2a_secure import A2AAgent, Identity
+from a2a_secure.identity.addresses import AddressPolicy
 
 HERE = Path(__file__).resolve().parent
 
 
 async def main() -> None:
     identity = Identity.generate("orchestrator")
-    async with A2AAgent("orchestrator", identity, registry=HERE / "agent_registry.json") as agent:
+    # The example agents run on this machine: a registry file may name loopback endpoints
+    # only with this explicit opt-in (SECURITY.md, "Addresses taken from documents").
+    local = AddressPolicy.build(dev_allow_loopback=True)
+    async with A2AAgent(
+        "orchestrator", identity, registry=HERE / "agent_registry.json", addresses=local
+    ) as agent:
         text = "Good morning agents. The report is ready. Every answer is signed."
         summary = await agent.request("summarizer", {"goal": "summarize", "inputs": {"text": text}})
         print("summary:", summary["summary"])

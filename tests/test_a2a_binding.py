@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,10 +89,14 @@ from a2a_secure.a2a_binding import (
 from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.identity import encoding
+from a2a_secure.identity.addresses import AddressPolicy
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.server.app import AgentServer
 from a2a_secure.testing import serve_app
+
+# The servers here run on 127.0.0.1: endpoints read from a document need the explicit opt-in.
+LOOPBACK = AddressPolicy.build(dev_allow_loopback=True)
 
 JSON = {"Content-Type": "application/json"}
 FAST_RETRY = RetryPolicy(attempts=2, base=0.01, cap=0.02)
@@ -163,6 +168,7 @@ class Env:
         return self.server.identity.did
 
     def a2a_client(self, name: str = "alice", **kwargs: Any) -> A2AClient:
+        kwargs.setdefault("addresses", LOOPBACK)  # the card names this test's loopback server
         return A2AClient(ident(name), **kwargs)
 
     def sdk_client(self, client: A2AClient, *, streaming: bool = True) -> BaseClient:
@@ -252,6 +258,43 @@ async def test_card_hash_is_the_manifest_hash_of_the_handshake() -> None:
     for member in ("did", "protocol", "endpoints", "intents", "public_keys"):
         assert raw[member] == extension_params(verified.card)[member]
     assert raw["url"] == env.url
+
+
+async def test_a_card_cannot_point_the_client_at_loopback_without_the_opt_in() -> None:
+    # The SDK takes the transport's URL from the card: the card's word, so it passes the
+    # client's address policy like a did:web service endpoint (SECURITY.md).
+    async with running() as env, env.a2a_client(addresses=AddressPolicy()) as client:
+        factory = ClientFactory(secure_client_config(streaming=False))
+        register_secure_transport(factory, client, expected_did=env.did)
+        with pytest.raises(SecureTransportError) as info:
+            factory.create(env.bridge.agent_card)
+        assert info.value.code == -32602 and "interface URL" in str(info.value)
+        with pytest.raises(SecureTransportError):
+            SecureA2ATransport(client, env.bridge.agent_card, expected_did=env.did)
+        assert client._peers == {}  # nothing was sent
+        # A URL the caller passes itself is its own choice, as an endpoint argument is.
+        SecureA2ATransport(client, env.bridge.agent_card, env.url, expected_did=env.did)
+
+
+async def test_fetching_a_card_has_one_deadline_for_the_whole_card(monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_didweb import DocServer, Req, send
+
+    async def drip(req: Req, writer: asyncio.StreamWriter) -> None:
+        await send(writer, headers={"Content-Length": "100", "Content-Type": "application/json"})
+        for _ in range(100):  # each read is quick; only an overall deadline stops it
+            writer.write(b" ")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+
+    monkeypatch.setattr("a2a_secure.client.extensions.CARD_FETCH_TIMEOUT", 0.5)
+    slow = await DocServer(None, routes={"/.well-known/agent-card.json": drip}).start()
+    try:
+        began = time.monotonic()
+        with pytest.raises(CardVerificationError, match="did not arrive within"):
+            await fetch_agent_card(f"http://127.0.0.1:{slow.port}", SERVER.did)
+        assert time.monotonic() - began < 2
+    finally:
+        await slow.close()
 
 
 async def test_a_validly_signed_card_that_is_not_the_served_one_is_refused_by_the_transport() -> None:

@@ -25,12 +25,16 @@ from a2a_secure.agent import (
 )
 from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, SessionClosed, SessionUnknown
 from a2a_secure.examples import summarizer, translator
+from a2a_secure.identity.addresses import AddressPolicy
 from a2a_secure.protocol.client import IntentResult
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import IntentContext
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.testing import serve_app
 from tests.http_helpers import AuditLog, identity
+
+# The servers here run on 127.0.0.1: endpoints read from a document need the explicit opt-in.
+LOOPBACK = AddressPolicy.build(dev_allow_loopback=True)
 
 TRANSLATE = {"goal": "translate", "inputs": {"text": "Hello world", "target_language": "es"}}
 TEXT = "Agents talk safely. The report is ready and it is long enough to matter. Short one."
@@ -186,7 +190,9 @@ async def test_request_by_registry_name_capability_and_did(tmp_path: Path) -> No
             tmp_path / "agent_registry.json",
             {"translator": (tr, tr_url, ["translate"]), "summarizer": (su, su_url, ["summarize"])},
         )
-        async with A2AAgent("orchestrator", identity("orchestrator"), registry=path) as orchestrator:
+        async with A2AAgent(
+            "orchestrator", identity("orchestrator"), registry=path, addresses=LOOPBACK
+        ) as orchestrator:
             by_name = await orchestrator.request("translator", TRANSLATE)
             assert by_name == {"translated_text": "Hola mundo", "target_language": "es"}
             by_capability = await orchestrator.request(
@@ -217,7 +223,7 @@ async def test_registry_lookup_errors(tmp_path: Path) -> None:
             "second": (b, "http://127.0.0.1:2", ["translate"]),
         },
     )
-    async with A2AAgent("caller", identity("caller"), registry=str(path)) as caller:
+    async with A2AAgent("caller", identity("caller"), registry=str(path), addresses=LOOPBACK) as caller:
         with pytest.raises(
             AgentNotFound, match=r"^No agent found matching 'x' \(known agents: first, second\)$"
         ) as missing:
@@ -310,7 +316,9 @@ async def test_did_web_peer_endpoint_comes_from_its_did_document() -> None:
 
         resolver = DIDResolver()
         resolver.register("web", publish)
-        async with A2AAgent("caller", identity("web-caller"), resolver=resolver) as caller:
+        async with A2AAgent(
+            "caller", identity("web-caller"), resolver=resolver, addresses=LOOPBACK
+        ) as caller:
             result = await caller.request(
                 did, {"goal": "translate", "inputs": {"text": "hello", "target_language": "es"}}
             )

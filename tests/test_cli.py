@@ -498,6 +498,7 @@ async def test_call_with_a_flat_registry_against_a_real_server(tmp_path: Path, k
             proc = await asyncio.create_subprocess_exec(
                 *[sys.executable, "-m", "a2a_secure", "call", "--key-file", str(key_file)],
                 *["--registry", str(registry), "--to", target, "--goal", "echo", "--inputs", '{"a": 1}'],
+                "--allow-loopback-dev",
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=tmp_path,
@@ -527,6 +528,7 @@ def test_call_registry_errors_are_one_clean_line(
         },
     )
     call = ["call", "--key-file", str(key_file), "--registry", str(registry), "--goal", "translate"]
+    call.append("--allow-loopback-dev")
     expected = {
         "xyz": "No agent found matching 'xyz' (known agents: translator-de, translator-fr)",
         "translat": "Ambiguous target 'translat' (matches translator-de, translator-fr): "

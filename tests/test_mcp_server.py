@@ -54,7 +54,7 @@ async def registry_agents(tmp_path: Path) -> AsyncIterator[list[str]]:
         (tmp_path / "registry.json").write_bytes(encoding.dumps(registry))
         identity("orchestrator").save(tmp_path / "me.key")
         yield ["-m", "a2a_secure", "mcp", "--key-file", str(tmp_path / "me.key"),
-               "--registry", str(tmp_path / "registry.json")]  # fmt: skip
+               "--registry", str(tmp_path / "registry.json"), "--allow-loopback-dev"]  # fmt: skip
 
 
 @contextlib.asynccontextmanager

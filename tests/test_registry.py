@@ -27,7 +27,11 @@ from a2a_secure.agent import (
 )
 from a2a_secure.client.http import RetryPolicy
 from a2a_secure.errors import A2AError, PeerUnreachable, Unavailable
+from a2a_secure.identity.addresses import AddressPolicy
 from tests.http_helpers import identity
+
+# The servers here run on 127.0.0.1: endpoints read from a document need the explicit opt-in.
+LOOPBACK = AddressPolicy.build(dev_allow_loopback=True)
 
 SUMMARIZER = identity("summarizer").did
 TRANSLATOR = "did:web:translator.example.com"
@@ -286,7 +290,9 @@ async def test_an_endpoint_that_does_not_answer_names_the_agent_and_the_endpoint
     endpoint = f"http://127.0.0.1:{closed_port()}"
     named = f"^agent 'summarizer' did not answer at {re.escape(endpoint)} "
     flat = {"summarizer": {"did": SUMMARIZER, "endpoint": endpoint, "capabilities": ["summarize"]}}
-    async with A2AAgent("caller", identity("caller"), registry=write(tmp_path, flat), retry=FAST) as agent:
+    async with A2AAgent(
+        "caller", identity("caller"), registry=write(tmp_path, flat), retry=FAST, addresses=LOOPBACK
+    ) as agent:
         for target in ("summarizer", "summ", "summarize", SUMMARIZER):
             with pytest.raises(PeerUnreachable) as exc:
                 await agent.request(target, {"goal": "summarize", "inputs": {"text": "x"}})

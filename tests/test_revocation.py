@@ -205,3 +205,30 @@ def test_cli_revoke_on_redis(redis_url: str, redis_prefix: str, capsys: pytest.C
     assert "already revoked" in capsys.readouterr().out
     assert main(["revoke", "--list", *args]) == 0
     assert [e["target"] for e in json.loads(capsys.readouterr().out)] == [OTHER_DID]
+
+
+def test_concurrent_revoke_processes_lose_no_revocation(tmp_path: Path) -> None:
+    # Each process reads the list, adds its entry and replaces the file: without a lock over
+    # the three steps, most of the entries each process reported as "revoked" were lost.
+    import subprocess
+    import sys
+
+    from a2a_secure.identity.keys import Identity
+
+    path = tmp_path / "revoked.json"
+    dids = [Identity.generate(f"r{i}").did for i in range(12)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "a2a_secure", "revoke", did, "--file", str(path), "--reason", "race"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        for did in dids
+    ]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(dids)
+    assert all(out.decode().startswith("revoked: ") for out, _ in outs)
+    listed = json.loads(path.read_text())["revoked"]
+    assert sorted(e["target"] for e in listed) == sorted(dids)

@@ -224,3 +224,34 @@ async def test_agent_follows_the_statement_its_peer_serves(tmp_path: Path) -> No
         ("follow_rotation", ring.retired[0].identity.did, ring.current.did)
     ]
     assert audit.tally("reject", "error") == 1
+
+
+async def test_fetching_a_rotation_chain_has_one_deadline(
+    start: Any,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A server that sends a byte before each read times out holds a per-read timeout open
+    # forever; the whole fetch has one deadline instead (raising=False: the test also runs
+    # where the deadline does not exist, and then fails on the time it took).
+    import asyncio
+    import time
+
+    from test_didweb import Req, send
+
+    async def drip(req: Req, writer: asyncio.StreamWriter) -> None:
+        await send(writer, headers={"Content-Length": "100", "Content-Type": "application/json"})
+        for _ in range(100):
+            writer.write(b" ")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+
+    monkeypatch.setattr("a2a_secure.agent.ROTATION_FETCH_TIMEOUT", 0.5, raising=False)
+    slow: DocServer = await start(None)
+    slow.routes["/.well-known/a2a-rotation.json"] = drip
+    reg = AgentRegistry([RegistryEntry("peer", OLD.did, f"http://127.0.0.1:{slow.port}")])
+    async with A2AAgent("follower", identity("follower"), registry=reg) as agent:
+        began = time.monotonic()
+        with pytest.raises(InvalidParams, match=r"did not arrive within 0\.5 s"):
+            await agent.follow_rotation("peer")
+        assert time.monotonic() - began < 2
+    assert reg.find("peer").did == OLD.did  # nothing changed

@@ -870,3 +870,37 @@ async def test_cleanup_helper_deletes_prefix(redis_url: str) -> None:  # noqa: F
         assert not r.exists("a2a-test:cleanup-check:x")
     finally:
         r.close()
+
+
+# -- URLs with a password ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://default:s3cr/et@localhost:6379/0",  # an unencoded "/" ends the host part early
+        "redis://:s3cr3t#x@localhost:6379",
+        "rediss://u:s3cr3t?@localhost:6379",
+        "redis://u:pw@localhost:6379/s3cr3t",
+        "redis://u:pw@localhost:99999",
+        "redis://u:s3cr3t@[::1",
+        "redis://u:pw@localhost:6379/0?socket_timeout=s3cr3t",
+    ],
+)
+def test_a_plain_redis_url_error_never_quotes_its_text(url: str) -> None:
+    from a2a_secure.store.redis import RedisStore
+
+    with pytest.raises(ValueError) as info:
+        RedisStore(url)
+    assert "s3cr" not in str(info.value) and "cannot be read" in str(info.value)
+
+
+def test_revoke_with_a_malformed_redis_url_is_one_clean_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from a2a_secure.cli import main
+
+    code = main(["revoke", "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK",
+                 "--redis-url", "redis://default:s3cr/et@localhost:6379/0"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ""
+    assert err.startswith("a2a-secure: error: the Redis URL cannot be read") and err.count("\n") == 1
+    assert "s3cr" not in err and "Traceback" not in err

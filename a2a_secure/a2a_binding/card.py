@@ -367,21 +367,24 @@ async def fetch_agent_card(
     resolver: DIDResolver | None = None,
     path: str = "/.well-known/agent-card.json",
 ) -> VerifiedCard:
-    """GET the agent card at ``base_url`` and verify it (:func:`verify_card_json`)."""
+    """GET the agent card at ``base_url`` and verify it (:func:`verify_card_json`).
+
+    The fetch has one deadline for the whole card (``CARD_FETCH_TIMEOUT``) and the size
+    cap is counted while reading (``client.extensions.fetch_card``): a server dripping a
+    byte at a time, or sending without end, cannot hold or fill the caller.
+    """
+    from a2a_secure.client.extensions import CARD_FETCH_TIMEOUT, fetch_card  # noqa: PLC0415
+
     resolved = await (resolver or DIDResolver()).resolve(expected_did)
-    client = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0), follow_redirects=False)
+    client = http or httpx.AsyncClient(timeout=httpx.Timeout(CARD_FETCH_TIMEOUT), follow_redirects=False)
     try:
-        resp = await client.get(base_url.rstrip("/") + path)
+        raw = await fetch_card(
+            client, base_url.rstrip("/") + path, deadline=CARD_FETCH_TIMEOUT, error=CardVerificationError
+        )
     except httpx.HTTPError:
         raise CardVerificationError("the agent card could not be fetched") from None
     finally:
         if http is None:
             await client.aclose()
-    if resp.status_code != 200 or len(resp.content) > MAX_CARD_BYTES:
-        raise CardVerificationError(f"the agent card could not be fetched (HTTP {resp.status_code})")
-    try:
-        raw = encoding.loads(resp.content)
-    except A2AError:
-        raise CardVerificationError("the agent card is not I-JSON") from None
     card = verify_card_json(raw, expected_did, resolved)
     return VerifiedCard(card, raw, encoding.hash_of(raw))

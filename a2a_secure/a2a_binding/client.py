@@ -96,7 +96,8 @@ class SecureA2ATransport(ClientTransport):
     """The a2a-sdk transport of the signed-intent binding, built on :class:`A2AClient`.
 
     ``card`` is the agent's A2A card; ``url`` its binding interface's URL (the agent's base
-    URL). ``expected_did`` pins the agent: a DID, a collection of DIDs or a predicate. On
+    URL; None: the card's, which must pass the client's address policy, ``client.addresses``).
+    ``expected_did`` pins the agent: a DID, a collection of DIDs or a predicate. On
     first use the card is verified against the DID's resolution (:func:`card_verifier`),
     and before every call the handshake's ``manifest_hash`` must be the card's hash, so the
     card the SDK reads is the one the authenticated agent serves.
@@ -113,10 +114,13 @@ class SecureA2ATransport(ClientTransport):
     ) -> None:
         try:
             did = extension_params(card)["did"]
-            self.url = url or binding_interface(card).url
+            card_url = binding_interface(card).url
             self._manifest_hash = card_manifest_hash(card)
         except (SignatureVerificationError, KeyError) as exc:
             raise SecureTransportError(AuthenticationFailed(f"not a secured A2A card: {exc}")) from None
+        # A URL read from the card is the card's word, not the caller's: it passes the
+        # client's address policy like any endpoint taken from a document.
+        self.url = url if url is not None else _card_url(client, card_url)
         if not isinstance(did, str) or not _did_allowed(did, expected_did):
             raise SecureTransportError(
                 AuthenticationFailed("the card names a DID that is not the expected one")
@@ -263,6 +267,13 @@ class SecureA2ATransport(ClientTransport):
             await self.client.aclose()
 
 
+def _card_url(client: A2AClient, url: str) -> str:
+    try:
+        return client.addresses.check_url(url, what="the card's interface URL")
+    except A2AError as exc:
+        raise SecureTransportError(exc) from None
+
+
 def secure_client_config(**options: Any) -> ClientConfig:
     """A ``ClientConfig`` that asks for the signed-intent binding."""
     options.setdefault("supported_protocol_bindings", [BINDING_URI])
@@ -279,7 +290,9 @@ def register_secure_transport(
     """
 
     def produce(card: AgentCard, url: str, config: ClientConfig) -> ClientTransport:
-        return SecureA2ATransport(client, card, url, expected_did=expected_did)
+        # The SDK picked ``url`` from the card's interfaces: the card's word, so it passes
+        # the client's address policy (a card must not point this client at loopback).
+        return SecureA2ATransport(client, card, _card_url(client, url), expected_did=expected_did)
 
     factory.register(BINDING_URI, produce)
 

@@ -23,7 +23,7 @@ import socket
 from collections.abc import Awaitable, Callable, Collection
 from urllib.parse import urlsplit
 
-from a2a_secure.identity.didweb import host_name_blocked, is_public_address
+from a2a_secure.identity.addresses import host_name_blocked, is_public_address
 
 __all__ = ["PushUrlPolicy"]
 

@@ -18,7 +18,6 @@ import random
 import socket
 import ssl
 import time
-import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -36,6 +35,7 @@ from a2a_secure.errors import (
     Unavailable,
 )
 from a2a_secure.identity import encoding
+from a2a_secure.identity.addresses import AddressPolicy, parse_http_url
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.jsonrpc import JSONRPC_VERSION
@@ -85,12 +85,18 @@ def _tls_verify_error(exc: BaseException) -> str | None:
 
 
 def check_endpoint(url: str) -> str:
-    """Return the base URL if it is https, or http to a loopback host (PROTOCOL.md §4)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme == "https" and parts.hostname:
-        return url.rstrip("/")
-    if parts.scheme == "http" and parts.hostname and _is_loopback(parts.hostname):
-        return url.rstrip("/")
+    """Return the base URL if it is https, or http to a loopback host (PROTOCOL.md §4).
+
+    The rule for an endpoint the caller gives itself; one taken from a document, registry
+    or card also passes the client's :attr:`A2AClient.addresses` policy. A URL that does not
+    parse is ``InvalidParams`` like any other refusal (never ``ValueError``).
+    """
+    parsed = parse_http_url(url, what="endpoint")
+    if parsed.scheme == "https":
+        return parsed.base
+    loopback = parsed.host == "localhost" if parsed.address is None else parsed.address.is_loopback
+    if loopback:
+        return parsed.base
     raise InvalidParams("endpoint must be https (plain http only to loopback)")
 
 
@@ -290,8 +296,15 @@ class A2AClient:
         clock: Callable[[], float] = time.time,
         resend_on_unknown_session: bool = True,
         exactly_once: bool | None = None,
+        addresses: AddressPolicy | None = None,
     ) -> None:
-        """``resend_on_unknown_session``: when the server answers -32043 (it no longer knows
+        """``addresses``: where this client may connect when the address comes from a
+        document, a registry file or a card (a did:web service endpoint, an A2A card's
+        interface URL): public hosts over https only unless the policy opts in to more
+        (``a2a_secure.identity.addresses``). An endpoint passed to a method is the caller's
+        own choice and only needs https (plain http to loopback).
+
+        ``resend_on_unknown_session``: when the server answers -32043 (it no longer knows
         the session: restarted, or closed it), ``request`` opens a new session and sends the
         intent once more. With an ``intent_id`` (below) the server answers that resend with
         the first run's answer, and never runs the intent twice. Without one (a server that
@@ -323,6 +336,7 @@ class A2AClient:
         self.resend_on_unknown_session = resend_on_unknown_session
         self.exactly_once = exactly_once
         self.resolver = resolver or DIDResolver()
+        self.addresses = addresses or AddressPolicy()
         self._own_http = http is None
         timeout = min(timeout, MAX_TIMEOUT)
         if isinstance(verify, str | os.PathLike):

@@ -6,7 +6,9 @@ here is a bound from ATTACKS.md section E:
 * before any I/O: the DID's syntax and URL rule (``did_web_host_port``: IP literals, ports,
   percent-encoding, dot segments; E1, E11) and a name policy that refuses ``localhost``,
   ``*.localhost``, single-label names and internal suffixes such as
-  ``metadata.google.internal`` (E2);
+  ``metadata.google.internal`` (E2); the name and address rules are those of
+  :class:`~a2a_secure.identity.addresses.AddressPolicy`, the one policy that also guards
+  every endpoint taken from a document;
 * the host name is resolved here, every address it resolves to must be public (E3), and the
   connection goes to that very address while TLS SNI, certificate verification and the
   ``Host`` header use the name: a second DNS answer (DNS rebinding) is never consulted;
@@ -42,6 +44,12 @@ import httpx
 
 from a2a_secure.errors import DIDResolutionError, InvalidParams
 from a2a_secure.identity import encoding
+from a2a_secure.identity.addresses import (
+    AddressPolicy,
+    host_name_blocked,
+    is_loopback_address,
+    is_public_address,
+)
 from a2a_secure.identity.did import did_web_host_port, public_key_from_multibase, split_key_id
 from a2a_secure.identity.keys import check_public_key
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
@@ -86,111 +94,10 @@ _RELATIONSHIPS: Final = (
 # Members that only a private key has (RFC 7517/7518): a document publishing one is broken.
 _PRIVATE_JWK_MEMBERS: Final = frozenset({"d", "p", "q", "dp", "dq", "qi", "k", "oth"})
 
-# Names that point inside the resolver's own network (E2). Refused before any DNS query
-# unless the operator allow-lists the exact name.
-_BLOCKED_NAMES: Final = frozenset(
-    {
-        "localhost",
-        "metadata",
-        "metadata.goog",
-        "metadata.google.internal",
-        "instance-data",
-        "instance-data.ec2.internal",
-    }
-)
-_BLOCKED_SUFFIXES: Final = (
-    ".localhost",  # RFC 6761: always loopback
-    ".localdomain",
-    ".internal",  # ICANN private-use TLD; cloud metadata lives here
-    ".local",  # mDNS
-    ".home.arpa",  # RFC 8375 home networks
-    ".lan",
-    ".home",
-    ".corp",
-    ".intranet",
-    ".metadata.goog",
-)
-
-# Non-public ranges refused even where a Python version's ``is_global`` says otherwise (E3).
-_BLOCKED_NETWORKS: Final[tuple[IPNetwork, ...]] = tuple(
-    ipaddress.ip_network(n)
-    for n in (
-        "0.0.0.0/8",
-        "10.0.0.0/8",
-        "100.64.0.0/10",  # CGNAT
-        "127.0.0.0/8",
-        "169.254.0.0/16",  # link-local, cloud metadata 169.254.169.254
-        "172.16.0.0/12",
-        "192.0.0.0/24",
-        "192.0.2.0/24",
-        "192.88.99.0/24",
-        "192.168.0.0/16",
-        "198.18.0.0/15",
-        "198.51.100.0/24",
-        "203.0.113.0/24",
-        "224.0.0.0/4",
-        "240.0.0.0/4",
-        "::/96",  # unspecified, loopback and the deprecated IPv4-compatible form
-        "::ffff:0:0/96",  # IPv4-mapped (the embedded address is checked too)
-        "64:ff9b:1::/48",  # local-use NAT64
-        "100::/64",
-        "2001::/23",
-        "2001:db8::/32",
-        "fc00::/7",  # unique local
-        "fe80::/10",  # link-local
-        "fec0::/10",  # deprecated site-local
-        "ff00::/8",  # multicast
-    )
-)
-_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
-_LOOPBACK_NETWORKS: Final[tuple[IPNetwork, ...]] = (
-    ipaddress.IPv4Network("127.0.0.0/8"),
-    ipaddress.IPv6Network("::1/128"),
-)
-
 
 # -- address policy ---------------------------------------------------------------------------
-
-
-def _embedded_ipv4(addr: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address that an IPv6 form carries and that a dual-stack socket may reach."""
-    if isinstance(addr, ipaddress.IPv4Address):
-        return None
-    if addr.ipv4_mapped is not None:  # ::ffff:127.0.0.1 reaches 127.0.0.1
-        return addr.ipv4_mapped
-    if addr.sixtofour is not None:
-        return addr.sixtofour
-    if addr in _NAT64:
-        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
-    return None
-
-
-def _plainly_public(addr: IPAddress) -> bool:
-    return (
-        addr.is_global
-        and not addr.is_private
-        and not addr.is_loopback
-        and not addr.is_link_local
-        and not addr.is_multicast
-        and not addr.is_reserved
-        and not addr.is_unspecified
-        and not any(addr in net for net in _BLOCKED_NETWORKS)
-    )
-
-
-def is_public_address(addr: IPAddress) -> bool:
-    """True if ``addr`` is a public unicast address, and so is any IPv4 address it embeds.
-
-    Refused: private, loopback, link-local, CGNAT (100.64/10), 0/8, multicast, reserved,
-    documentation and benchmark ranges, unique-local fc00::/7, fe80::/10, and IPv6 forms
-    that carry such an IPv4 address (``::ffff:127.0.0.1``, NAT64, 6to4).
-    """
-    inner = _embedded_ipv4(addr)
-    if inner is not None and not _plainly_public(inner):
-        return False
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        return True  # decided by the embedded address alone
-    return _plainly_public(addr)
+# The policy itself (blocked names and networks, the opt-ins) lives in
+# a2a_secure.identity.addresses: every URL the SDK takes from a document goes through it too.
 
 
 def _parse_address(text: str) -> IPAddress:
@@ -201,16 +108,6 @@ def _parse_address(text: str) -> IPAddress:
         return ipaddress.ip_address(text)
     except ValueError:
         raise DIDResolutionError("did:web host resolves to an unusable address") from None
-
-
-def host_name_blocked(host: str) -> bool:
-    """True for a host name that names no public host.
-
-    That is ``localhost`` and the like, a name without a dot (completed with the resolver's
-    search domains: an intranet host), and the private-use and intranet suffixes
-    (``.internal``, ``.local``, ``.home.arpa`` …).
-    """
-    return host in _BLOCKED_NAMES or "." not in host or host.endswith(_BLOCKED_SUFFIXES)
 
 
 # -- TLS -----------------------------------------------------------------------------------
@@ -462,12 +359,10 @@ class DidWebResolver:
         self._timeout = float(timeout)
         self._max_bytes = int(max_document_bytes)
         self._ssl = _ssl_context(verify)
-        self._allow_hosts = frozenset(allow_hosts)
-        networks = [ipaddress.ip_network(n, strict=False) for n in allow_addresses]
-        if dev_allow_loopback:
-            networks.extend(_LOOPBACK_NETWORKS)
-        self._allow_networks: tuple[IPNetwork, ...] = tuple(networks)
-        self._dev_allow_loopback = dev_allow_loopback
+        # E1-E3: the same policy that guards every endpoint taken from a document.
+        self.addresses = AddressPolicy.build(
+            allow_hosts=allow_hosts, allow_addresses=allow_addresses, dev_allow_loopback=dev_allow_loopback
+        )
         self._dev_allow_http = dev_allow_http
         self._overrides: dict[str, tuple[str, ...]] = {
             name: (value,) if isinstance(value, str) else tuple(value)
@@ -478,11 +373,7 @@ class DidWebResolver:
 
     # -- pre-I/O checks ---------------------------------------------------------------------
     def _check_host_name(self, host: str) -> None:
-        if host in self._allow_hosts:
-            return
-        if self._dev_allow_loopback and (host == "localhost" or host.endswith(".localhost")):
-            return
-        if host_name_blocked(host):
+        if not self.addresses.host_allowed(host):
             raise DIDResolutionError("did:web host name is local or internal")
 
     def _plan(self, did: str) -> tuple[str, int | None, str]:
@@ -505,13 +396,7 @@ class DidWebResolver:
 
     def address_allowed(self, addr: IPAddress) -> bool:
         """True if ``addr`` may be dialled: public, or inside an allow-listed network."""
-        candidates = [addr]
-        inner = _embedded_ipv4(addr)
-        if inner is not None:
-            candidates.append(inner)
-        if any(c in net for net in self._allow_networks for c in candidates):
-            return True
-        return is_public_address(addr)
+        return self.addresses.address_allowed(addr)
 
     # -- resolution -------------------------------------------------------------------------
     async def __call__(self, did: str) -> ResolvedDID:
@@ -594,9 +479,7 @@ class DidWebResolver:
 
     def _scheme_for(self, addr: IPAddress) -> str:
         # E5: plain HTTP only in explicit development mode and only to this machine.
-        inner = _embedded_ipv4(addr)
-        loopback = addr.is_loopback or (inner is not None and inner.is_loopback)
-        return "http" if self._dev_allow_http and loopback else "https"
+        return "http" if self._dev_allow_http and is_loopback_address(addr) else "https"
 
     def _phase_timeouts(self, deadline: float) -> httpx.Timeout:
         # httpx's own timeouts end each phase slightly before the overall deadline, so the

@@ -158,7 +158,64 @@ def _load_object(spec: str) -> Any:
     return obj
 
 
-def _mount_app(server: AgentServer, spec: str) -> None:
+def _one_of(name: str, spec: str, ours: Any, theirs: Any, default: Any) -> Any:
+    """The setting the app was built with, or the command line's; both set and different: refuse."""
+    if theirs in (default, ours):
+        return ours
+    if ours != default:
+        raise ValueError(
+            f"app {spec!r} was built with its own {name}, and the command line gives another:"
+            f" give it in one place only"
+        )
+    return theirs
+
+
+def _ring_view(ring: KeyRing) -> tuple[Any, ...]:
+    """What tells two key rings apart (an ``Identity`` compares by object, not by key)."""
+    retired = tuple((r.identity.kid, r.retired_at, r.overlap_until) for r in ring.retired)
+    return ring.current.kid, retired, ring.statements
+
+
+def _adopt_settings(server: AgentServer, source: AgentServer, spec: str, *, shared_store: bool) -> None:
+    """Serve ``source``'s security settings, not the defaults of a server built from flags.
+
+    An app built with a policy that allows two goals must not be served under the default
+    policy that allows every goal: the configuration would fail open. Its policy, limits and
+    priority rights are taken unless the command line sets another (then serving is refused),
+    its revocations are added to the command line's, its key ring, resolver, body limit and
+    card builder (the A2A card) are kept, and a store other than the in-memory one is
+    refused unless ``--redis-url`` gives the shared store (revocations and sessions live there).
+    """
+    server.policy = _one_of("policy", spec, server.policy, source.policy, DEFAULT_POLICY)
+    server.limits = _one_of("server limits", spec, server.limits, source.limits, ServerLimits())
+    server.priority_rights = _one_of(
+        "priority rights", spec, server.priority_rights, source.priority_rights, PriorityRights()
+    )
+    server.revocations = server.revocations + tuple(
+        r for r in source.revocations if r not in server.revocations
+    )
+    if source.key_ring is not None:
+        ours = server.key_ring
+        if ours is not None and ours.retired and _ring_view(ours) != _ring_view(source.key_ring):
+            raise ValueError(f"app {spec!r} was built with another key ring than the key file's")
+        server.key_ring = source.key_ring
+    if (
+        not isinstance(source.store, MemoryStore)
+        and isinstance(server.store, MemoryStore)
+        and not shared_store
+    ):
+        raise ValueError(
+            f"app {spec!r} keeps its state in a {type(source.store).__name__}: serve it with --redis-url"
+        )
+    server.resolver = source.resolver
+    server.max_body = source.max_body
+    if source._card_builder is not None:
+        server.set_card_builder(source._card_builder)
+    if server._audit is None:
+        server._audit = source._audit
+
+
+def _mount_app(server: AgentServer, spec: str, *, shared_store: bool = False) -> None:
     """Serve the intents of ``spec`` on ``server`` (see the module documentation)."""
     obj = _load_object(spec)
     source = obj if isinstance(obj, AgentServer) else getattr(obj, "server", None)
@@ -171,6 +228,7 @@ def _mount_app(server: AgentServer, spec: str) -> None:
         server.description = source.description
         server.version = source.version
         server.url = server.url or source.url  # the operator's --url, else the app's own
+        _adopt_settings(server, source, spec, shared_store=shared_store)
         # Approved actions run with THIS server's store (shared by the workers), so the
         # source's handlers are called raw and their NeedsApproval is stored here.
         server.adopt_approvals(source)
@@ -212,8 +270,16 @@ def build_server(
     priority_rights: PriorityRights | None = None,
     limits: ServerLimits | None = None,
     url: str = "",
+    shared_store: bool = False,
 ) -> AgentServer:
-    """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts."""
+    """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts.
+
+    An ``app`` that is an ``AgentServer`` (or holds one) is served with its own policy,
+    limits, priority rights, revocations, key ring, resolver and card builder (a setting
+    given both here and in the app, differently, is a ``ValueError``: the configuration
+    must not silently fail open). ``shared_store``: the store will be the shared Redis
+    store (``serve`` checks the app before the workers build it).
+    """
     server = AgentServer(
         identity,
         policy,
@@ -228,7 +294,7 @@ def build_server(
         limits=limits,
     )
     if app:
-        _mount_app(server, app)
+        _mount_app(server, app, shared_store=shared_store)
     else:
         _default_app(server)
     return server
@@ -397,7 +463,14 @@ def serve(
     rights, limits = load_scheduling(policy_path)
     policy = load_policy(policy_path)
     build_server(
-        Identity.load(key_file), policy=policy, app=app, priority_rights=rights, limits=limits, url=url
+        Identity.load(key_file),
+        policy=policy,
+        app=app,
+        key_ring=KeyRing.load(key_file),
+        priority_rights=rights,
+        limits=limits,
+        url=url,
+        shared_store=bool(redis_url),
     )
     uvicorn.run(
         FACTORY,

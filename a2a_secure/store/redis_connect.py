@@ -173,7 +173,22 @@ def client_from_url(url: str, *, socket_timeout: float) -> tuple[Any, Deployment
     if deployment is Deployment.SINGLE:
         import redis.asyncio as redis_asyncio  # noqa: PLC0415 - optional extra
 
-        client = redis_asyncio.Redis.from_url(url, retry=_no_retry(), **timeouts, **_maint_off())
+        try:
+            if not url.lower().startswith("unix:"):
+                # redis-py reads "/s3cr3t" as database 0 and "/1/2" as 12: a password
+                # fragment after an unencoded "/" would select a database silently.
+                db_path = urlsplit(url).path
+                if db_path not in ("", "/"):
+                    _number(db_path[1:], "database number")
+            client = redis_asyncio.Redis.from_url(url, retry=_no_retry(), **timeouts, **_maint_off())
+        except ValueError:
+            # redis-py's message quotes the part it could not read ("Port could not be cast to
+            # integer value as 's3cr3t'"): an unencoded "/" in a password puts the password
+            # there, and startup errors are printed and logged. Ours names only the part.
+            raise ValueError(
+                "the Redis URL cannot be read (host, port, database or an option); percent-encode"
+                " a password that holds '/', '?', '#' or '@'"
+            ) from None
         return client, deployment
 
     parts = urlsplit(url)

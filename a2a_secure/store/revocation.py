@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -279,24 +279,45 @@ class FileRevocations:
                 os.unlink(tmp)
             raise
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """An exclusive lock (``flock`` on a lock file beside the list) over read-change-write.
+
+        Two ``a2a-secure revoke`` processes that each read the list, add their entry and
+        replace the file would both say "revoked" while the second replacement drops the
+        first entry. The lock file is separate because the list itself is replaced, not
+        rewritten: a lock on the old inode would not exclude a writer of the new one.
+        """
+        import fcntl  # noqa: PLC0415 - POSIX; only writers need it
+
+        lock = self.path.with_name(f".{self.path.name}.lock")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held for one small read and write
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     async def revoke(self, target: str, *, reason: str = "", now: float | None = None) -> bool:
         """See :meth:`Revocations.revoke`."""
         entry = _entry(target, reason, now)
-        by_did = {did: dict(m) for did, m in self._read().items()}
-        if entry.field in by_did.get(entry.did, {}):
-            return False
-        by_did.setdefault(entry.did, {})[entry.field] = entry
-        self._write(by_did)
+        with self._locked():
+            by_did = {did: dict(m) for did, m in self._read().items()}
+            if entry.field in by_did.get(entry.did, {}):
+                return False
+            by_did.setdefault(entry.did, {})[entry.field] = entry
+            self._write(by_did)
         return True
 
     async def unrevoke(self, target: str) -> bool:
         """See :meth:`Revocations.unrevoke`."""
         check_target(target)
         probe = Revocation(target)
-        by_did = {did: dict(m) for did, m in self._read().items()}
-        if by_did.get(probe.did, {}).pop(probe.field, None) is None:
-            return False
-        if not by_did[probe.did]:
-            del by_did[probe.did]
-        self._write(by_did)
+        with self._locked():
+            by_did = {did: dict(m) for did, m in self._read().items()}
+            if by_did.get(probe.did, {}).pop(probe.field, None) is None:
+                return False
+            if not by_did[probe.did]:
+                del by_did[probe.did]
+            self._write(by_did)
         return True
