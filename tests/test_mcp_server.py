@@ -199,7 +199,7 @@ async def test_mcp_calls_go_only_to_the_card_the_last_tools_list_showed(tmp_path
         (tmp_path / "registry.json").write_bytes(encoding.dumps(registry))
         identity("orchestrator").save(tmp_path / "me.key")
         args = ["-m", "a2a_secure", "mcp", "--key-file", str(tmp_path / "me.key"),
-                "--registry", str(tmp_path / "registry.json")]  # fmt: skip
+                "--registry", str(tmp_path / "registry.json"), "--allow-loopback-dev"]  # fmt: skip
         async with stdio_session(args, tmp_path, on_message) as session:
             init = session.initialize_result
             unlisted = await session.call_tool("alpha__note", {"n": 0})
