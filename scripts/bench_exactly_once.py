@@ -108,8 +108,8 @@ async def measure(url: str, ids: int, sessions: int, answer_bytes: int) -> dict[
             )
             await store.finish_intent(client.did, iid, claim.intent_hash, reply)
         grown_ids = (await used()) - base
-        per_key = [int(await r.memory_usage(store._k_intent(client.did, iid)) or 0) for iid in iids[:200]]
-        zset = int(await r.memory_usage(store._k_intents(client.did)) or 0)
+        per_key = [int(await r.memory_usage(store._k_intent("", client.did, iid)) or 0) for iid in iids[:200]]
+        zset = int(await r.memory_usage(store._k_intents("", client.did)) or 0)
 
         base = await used()
         recs = []

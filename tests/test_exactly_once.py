@@ -459,11 +459,15 @@ async def test_the_claim_holds_the_answer_without_signatures() -> None:
         w, s1, with_id({"goal": "counter", "inputs": {"n": 2}, "constraints": {"stream": True}})
     )
     await events_of(reply)
-    claim = await w.store.get_claim(w.client_id.did, IID, encoding.hash_of(req.params["intent"]), w.clock())
+    claim = await w.store.get_claim(
+        w.client_id.did, IID, encoding.hash_of(req.params["intent"]), w.clock(), agent=w.server_id.did
+    )
     assert claim.kind is ClaimKind.DONE and claim.reply is not None
     assert claim.reply.events is not None and len(claim.reply.events) == 3
     assert all("response_jws" not in ev for ev in claim.reply.events)
-    other = await w.store.get_claim(w.client_id.did, IID, "sha256:" + "0" * 64, w.clock())
+    other = await w.store.get_claim(
+        w.client_id.did, IID, "sha256:" + "0" * 64, w.clock(), agent=w.server_id.did
+    )
     assert other.kind is ClaimKind.CONFLICT
 
 

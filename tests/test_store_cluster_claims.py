@@ -74,13 +74,13 @@ async def kind_of(store: RedisStore, iid: str = X, h: str = H1) -> ClaimKind:
 
 
 async def rate_count(store: RedisStore) -> int:
-    return int(await store.client.get(store._k_rate(CLIENT.did, 3600, T0 - T0 % 3600)) or 0)
+    return int(await store.client.get(store._k_rate("", CLIENT.did, 3600, T0 - T0 % 3600)) or 0)
 
 
 async def test_claims_live_in_the_dids_slot_with_its_rate_window(cstore: RedisStore) -> None:
-    slot = key_slot(cstore._k_rate(CLIENT.did, 3600, T0).encode())
-    assert key_slot(cstore._k_intent(CLIENT.did, X).encode()) == slot
-    assert key_slot(cstore._k_intents(CLIENT.did).encode()) == slot
+    slot = key_slot(cstore._k_rate("", CLIENT.did, 3600, T0).encode())
+    assert key_slot(cstore._k_intent("", CLIENT.did, X).encode()) == slot
+    assert key_slot(cstore._k_intents("", CLIENT.did).encode()) == slot
     assert key_slot(cstore._k_revoked(CLIENT.did).encode()) == slot
 
 
@@ -145,7 +145,7 @@ async def test_a_request_that_does_not_run_leaves_a_claim_it_did_not_make(cstore
 async def test_unclaim_deletes_only_the_owners_unanswered_claim(cstore: RedisStore) -> None:
     (rec,) = await open_n(cstore, 1)
     await begin(cstore, rec.session_id, 1)
-    keys = [cstore._k_intent(CLIENT.did, X), cstore._k_intents(CLIENT.did)]
+    keys = [cstore._k_intent("", CLIENT.did, X), cstore._k_intents("", CLIENT.did)]
     owner = await cstore.client.hget(keys[0], "o")
     assert isinstance(owner, bytes) and len(owner) == 16
 
@@ -165,8 +165,8 @@ async def test_unclaim_deletes_only_the_owners_unanswered_claim(cstore: RedisSto
     assert await kind_of(cstore) is ClaimKind.DONE
     # Unanswered, the owner's own token deletes it, and its place in the DID's bound.
     await begin(cstore, rec.session_id, 2, claim("Z" * 22))
-    owner = await cstore.client.hget(cstore._k_intent(CLIENT.did, "Z" * 22), "o")
-    keys[0] = cstore._k_intent(CLIENT.did, "Z" * 22)
+    owner = await cstore.client.hget(cstore._k_intent("", CLIENT.did, "Z" * 22), "o")
+    keys[0] = cstore._k_intent("", CLIENT.did, "Z" * 22)
     args = ["Z" * 22, bytes.fromhex(H1[7:]), owner]
     assert await cstore._script(cstore._c_unclaim, keys, args) == 1
     assert await kind_of(cstore, "Z" * 22) is ClaimKind.UNKNOWN
@@ -211,10 +211,10 @@ async def test_a_failed_session_script_gives_the_claim_back(cstore: RedisStore) 
 
 async def test_a_failed_claim_script_gives_the_sequence_back(cstore: RedisStore) -> None:
     (rec,) = await open_n(cstore, 1)
-    await cstore.client.set(cstore._k_intents(CLIENT.did), b"not a zset")
+    await cstore.client.set(cstore._k_intents("", CLIENT.did), b"not a zset")
     with pytest.raises(Unavailable):
         await begin(cstore, rec.session_id, 1)
-    await cstore.client.delete(cstore._k_intents(CLIENT.did))
+    await cstore.client.delete(cstore._k_intents("", CLIENT.did))
     b, c = await begin(cstore, rec.session_id, 1)
     assert b.kind is BeginKind.NEW and c.kind is ClaimKind.NEW
 
@@ -264,7 +264,7 @@ async def test_wait_replicas_refuses_an_unconfirmed_claim(redis_cluster: LocalCl
     )
     try:
         (rec,) = await open_n(store, 1)
-        key = store._k_intent(CLIENT.did, X)
+        key = store._k_intent("", CLIENT.did, X)
         primary = redis_cluster.primary_of_slot(key_slot(key.encode()))
         replica = redis_cluster.replica_of(primary)
         # The replica of the DID's slot is frozen: the claim is not confirmed, so the
