@@ -17,8 +17,14 @@ redis-py on ``NOSCRIPT`` after a Redis restart). Semantics are those of
 * **A session is one hash** ``s:<session_id>``: ``r`` its compact record, ``e`` its
   ``expires_at``, ``l`` the last accepted sequence, ``h`` that request's hash (32 raw
   bytes), ``y`` the stored reply once the request finished. About 0.6 KiB in Redis.
-* **Rate counters** are fixed windows per (client DID, period):
-  ``r:<did>:<period>:<window start>``, checked before the increment, expiring with the window.
+* **Rate counters** are fixed windows per (agent, client DID, period):
+  ``r:<agent>|<did>:<period>:<window start>``, checked before the increment, expiring with
+  the window.
+* **Agents sharing a prefix.** A key of a pending handshake (``p:<nonce_b>:<agent>``), a
+  rate window or an ``intent_id`` claim names its agent (the server DID), so that another
+  agent never finds it; a session is found by its random id and its record names the agent,
+  which the engine checks. Capacity bounds (``ps:``, ``pa``, ``sa``, ``ix``) and the deny
+  list (``rv:``) are the store's. The table is in SECURITY.md ("Agents sharing one store").
 
 **Failures.** Any Redis error (connection refused or reset, timeout, loading, OOM, read-only
 replica, a script error) raises :class:`~a2a_secure.errors.Unavailable` (-32048, HTTP 503,
