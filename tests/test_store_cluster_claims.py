@@ -288,3 +288,53 @@ async def test_wait_replicas_refuses_an_unconfirmed_claim(redis_cluster: LocalCl
     finally:
         await store.aclose()
         delete_prefix(redis_cluster.url, prefix)
+
+
+# -- the store's bound on claims (ServerLimits.max_intent_ids_total) -----------------------------------
+def capped(iid: str, total: int, h: str = H1) -> ClaimRequest:
+    return ClaimRequest(iid, h, T0 + 100, T0 + 1000, 100, total)
+
+
+async def reservations(store: RedisStore) -> int:
+    return int(await store.client.zcard(store._k_intents_shard(0)))
+
+
+async def test_a_full_store_gives_the_sequence_count_and_claim_back(cstore: RedisStore) -> None:
+    s1, s2 = (r.session_id for r in await open_n(cstore, 2))
+    b, c = await begin(cstore, s1, 1, capped("A" * 22, 1))
+    assert b.kind is BeginKind.NEW and c.kind is ClaimKind.NEW
+    await cstore.finish_request(s1, 1, StoredReply(200, {"one": 1}))
+    assert await reservations(cstore) == 1
+    # The CLAIM script made "B" NEW before the reservation was refused: all of it goes back.
+    b, c = await begin(cstore, s1, 2, capped("B" * 22, 1))
+    assert b.kind is BeginKind.RATE_LIMITED and b.last_sequence == 1
+    assert c.kind is ClaimKind.TOTAL_FULL and c.retry_after == 60
+    assert await kind_of(cstore, "B" * 22) is ClaimKind.UNKNOWN
+    assert await rate_count(cstore) == 1 and await reservations(cstore) == 1
+    b, _ = await begin(cstore, s1, 1)  # the previous request's answer was restored
+    assert b.kind is BeginKind.REPLAY and b.reply == StoredReply(200, {"one": 1})
+    # An id the store holds is answered while it is full, and takes no second place.
+    b, c = await begin(cstore, s2, 1, capped("A" * 22, 1))
+    assert b.kind is BeginKind.NEW and c.kind is ClaimKind.RUNNING
+    assert await reservations(cstore) == 1
+
+
+async def test_a_place_reserved_for_a_request_that_does_not_run_is_released(cstore: RedisStore) -> None:
+    (rec,) = await open_n(cstore, 1)
+    assert (await begin(cstore, rec.session_id, 3, capped("C" * 22, 5)))[0].kind is BeginKind.NEW
+    b, c = await begin(cstore, rec.session_id, 2, capped("D" * 22, 5))  # stale
+    assert b.kind is BeginKind.STALE and c is None
+    assert await kind_of(cstore, "D" * 22) is ClaimKind.UNKNOWN
+    assert await reservations(cstore) == 1  # only C's
+
+
+async def test_a_failed_reservation_runs_nothing(cstore: RedisStore) -> None:
+    (rec,) = await open_n(cstore, 1)
+    await cstore.client.set(cstore._k_intents_shard(0), b"not a zset")
+    with pytest.raises(Unavailable):
+        await begin(cstore, rec.session_id, 1, capped("E" * 22, 5))
+    assert await kind_of(cstore, "E" * 22) is ClaimKind.UNKNOWN
+    assert await rate_count(cstore) == 0
+    await cstore.client.delete(cstore._k_intents_shard(0))
+    b, c = await begin(cstore, rec.session_id, 1, capped("E" * 22, 5))
+    assert b.kind is BeginKind.NEW and c.kind is ClaimKind.NEW
