@@ -13,9 +13,11 @@ import contextlib
 import copy
 import dataclasses
 import re
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import cluster_helpers
 import pytest
 from approval_helpers import CALLER, PERSON, POLICY, actions, approval, ask, start_desk
 from attack_helpers import Wire
@@ -90,22 +92,29 @@ async def test_an_action_created_at_one_agent_cannot_be_approved_at_another() ->
 
 
 # -- two agents on one store, over HTTP: what each key space of the store belongs to ---------------
-# Each test runs on one MemoryStore shared by both servers, and on one Redis (one prefix, a
-# RedisStore per server, as two processes would have). Agent A is permissive; agent B blocks
-# the goal "blocked" and is the one under attack.
+# Each test runs on one MemoryStore shared by both servers, on one Redis and on a Redis
+# Cluster (one prefix, a RedisStore per server, as two processes would have). Agent A is
+# permissive; agent B blocks the goal "blocked" and is the one under attack.
 PERMISSIVE = Policy.build(rate_limit=100_000, session_timeout=900)
 IID = "shared-store-intent-id-0001"
 
 
-@pytest.fixture(params=["memory", "redis"])
-def one_store(request: pytest.FixtureRequest) -> Callable[[], Store]:
-    """Makes the store of each agent: the same MemoryStore, or RedisStores on one prefix."""
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def one_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], Store]]:
+    """Makes the store of each agent: the same MemoryStore, or RedisStores on one prefix (of
+    one Redis, or spread over a local Redis Cluster, tests/cluster_helpers.py)."""
     if request.param == "memory":
         shared = MemoryStore()
-        return lambda: shared
-    url = request.getfixturevalue("redis_url")
-    prefix = request.getfixturevalue("redis_prefix")
-    return lambda: RedisStore(url, prefix=prefix)
+        yield lambda: shared
+    elif request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+        prefix = request.getfixturevalue("redis_prefix")
+        yield lambda: RedisStore(url, prefix=prefix)
+    else:
+        url = request.getfixturevalue("redis_cluster").url
+        prefix = f"a2a-test:{uuid.uuid4().hex}:"
+        yield lambda: RedisStore(url, prefix=prefix)
+        cluster_helpers.delete_prefix(url, prefix)
 
 
 @contextlib.asynccontextmanager
