@@ -354,3 +354,21 @@ async def test_the_default_client_gets_through_a_full_store_without_an_id(claim_
         assert len(server.seen) == 2  # type: ignore[attr-defined]
     finally:
         await claim_store.aclose()
+
+
+async def test_tool_execute_of_a_goal_the_policy_blocks_leaves_the_id_for_the_corrected_call() -> None:
+    # tool.execute's check of steps 9-10 for its inner goal comes before the claim as well.
+    async with start_desk() as w:
+        sess = await w.open_session(Identity.generate("tool-caller"))
+        iid = "tool-execute-intent-id-01"
+        blocked = {"goal": "tool.execute", "inputs": {"tool": "blocked", "arguments": {}}, "intent_id": iid}
+        req = sess.prepare_intent(blocked)
+        resp = await w.send(req)
+        assert resp.status_code == 403, resp.text
+        assert sess.error_from_reply(req, resp.json()["error"]).code == -32042
+        echo = {"goal": "tool.execute", "inputs": {"tool": "echo", "arguments": {"a": 1}}, "intent_id": iid}
+        req = sess.prepare_intent(echo)
+        resp = await w.send(req)
+        assert resp.status_code == 200, resp.text
+        assert sess.verify_result(req, resp.json()["result"]).result == {"echo": {"a": 1}}
+        assert w.calls["echo"] == 1 and w.calls["blocked"] == 0

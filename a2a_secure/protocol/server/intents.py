@@ -244,6 +244,7 @@ class IntentProcessor:
             raise MethodNotFound(f"no handler for intent {goal[:64]!r}")
         if intent.stream is False and dispatcher.is_always_streamed(goal):
             raise InvalidParams(f"intent {goal[:64]!r} is always streamed; stream: false is not allowed")
+        dispatcher.admit(goal, intent.inputs, session.policy)  # tool.execute: its inner goal's
         return priority
 
     def _admissible(self, session: SessionRecord, intent: Intent) -> bool:
