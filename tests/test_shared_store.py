@@ -57,7 +57,8 @@ async def test_a_session_opened_with_one_agent_is_unknown_at_another_sharing_its
         req = sess.prepare_intent({"goal": "create_event", "inputs": {"title": "standup"}})
         resp = await b.send(req)
         assert resp.status_code == 401, resp.text
-        assert resp.json()["error"]["code"] == -32043
+        # As unknown as any other id: B says nothing of the session or of A's keys.
+        assert resp.json()["error"] == {"code": -32043, "message": "unknown, expired or closed session"}
         assert b.calls == a.calls == {}, "an intent ran at an agent the client never shook hands with"
         # The session itself is untouched: its agent still serves it, with that very sequence.
         assert (await a.send(req)).status_code == 200
