@@ -8,10 +8,12 @@ intent with a random ``intent_id``, kept across its retries and re-handshakes.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import cluster_helpers
 import httpx
 import pytest
 from approval_helpers import start_desk
@@ -289,11 +291,18 @@ async def test_a_priority_above_the_callers_right_leaves_the_id_for_the_correcte
     assert server.seen == [iid]  # type: ignore[attr-defined]
 
 
-@pytest.fixture(params=["memory", "redis"])
-def claim_store(request: pytest.FixtureRequest) -> Store:
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def claim_store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    """A MemoryStore, a RedisStore on one Redis, or one spread over a local Redis Cluster."""
     if request.param == "memory":
-        return MemoryStore()
-    return RedisStore(request.getfixturevalue("redis_url"), prefix=request.getfixturevalue("redis_prefix"))
+        yield MemoryStore()
+    elif request.param == "redis":
+        yield RedisStore(request.getfixturevalue("redis_url"), prefix=request.getfixturevalue("redis_prefix"))
+    else:
+        url = request.getfixturevalue("redis_cluster").url
+        prefix = f"a2a-test:{uuid.uuid4().hex}:"
+        yield RedisStore(url, prefix=prefix)
+        cluster_helpers.delete_prefix(url, prefix)
 
 
 async def test_a_full_store_refuses_a_new_id_and_consumes_nothing(claim_store: Store) -> None:
