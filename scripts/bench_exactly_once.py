@@ -67,9 +67,10 @@ async def measure(url: str, ids: int, sessions: int, answer_bytes: int) -> dict[
             policy_signature="e30.e30.AAAA",
             created_at=now,
             expires_at=now + 60,
+            server_did=server.did,
         )
         assert await store.add_pending(pending, max_per_source=10**9, max_total=10**9, now=now)
-        assert await store.mark_proven(nonce_b, client.kid, now)
+        assert await store.mark_proven(nonce_b, client.kid, now, agent=server.did)
         rec = SessionRecord(
             session_id=encoding.b64u_encode(uuid.uuid4().bytes * 2),
             session_commitment=encoding.hash_of({"commit": i}),
@@ -82,7 +83,7 @@ async def measure(url: str, ids: int, sessions: int, answer_bytes: int) -> dict[
             expires_at=now + 3600,
             client_agent_id="bench-client",
         )
-        await store.open_session(nonce_b, rec, max_sessions=10**9, now=now)
+        await store.open_session(nonce_b, rec, max_sessions=10**9, now=now, agent=server.did)
         return rec
 
     result_value = {"text": "x" * (answer_bytes - 11)}  # {"text":"…"} is answer_bytes long
@@ -95,7 +96,7 @@ async def measure(url: str, ids: int, sessions: int, answer_bytes: int) -> dict[
         for seq in range(1, ids + 1):
             iid = new_intent_id(os.urandom)
             iids.append(iid)
-            claim = ClaimRequest(iid, encoding.hash_of({"i": iid}), now + 100, now + 86_400, 10**9)
+            claim = ClaimRequest(iid, encoding.hash_of({"i": iid}), now + 100, now + 86_400, 10**9, 10**9)
             await store.begin_intent(
                 sess.session_id,
                 client.did,
@@ -105,11 +106,15 @@ async def measure(url: str, ids: int, sessions: int, answer_bytes: int) -> dict[
                 rate_period=3600,
                 now=now,
                 claim=claim,
+                agent=server.did,
             )
-            await store.finish_intent(client.did, iid, claim.intent_hash, reply)
+            await store.finish_intent(client.did, iid, claim.intent_hash, reply, agent=server.did)
         grown_ids = (await used()) - base
-        per_key = [int(await r.memory_usage(store._k_intent(client.did, iid)) or 0) for iid in iids[:200]]
-        zset = int(await r.memory_usage(store._k_intents(client.did)) or 0)
+        per_key = [
+            int(await r.memory_usage(store._k_intent(server.did, client.did, iid)) or 0) for iid in iids[:200]
+        ]
+        zset = int(await r.memory_usage(store._k_intents(server.did, client.did)) or 0)
+        zset += int(await r.memory_usage(store._k_intents_all()) or 0)  # the store's bound
 
         base = await used()
         recs = []

@@ -28,7 +28,9 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.approval import ActionContext, ApprovalSettings
 from a2a_secure.protocol.client import ClientSession, PreparedRequest
 from a2a_secure.protocol.policy import Policy
+from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer
+from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.testing import FakeClock, serve_app
 
@@ -114,7 +116,8 @@ def build_desk(
     settings: ApprovalSettings | None = None,
     approvers: tuple[str, ...] = (PERSON.did,),
     identity: Identity | None = None,
-    store: MemoryStore | None = None,
+    store: Store | None = None,
+    limits: ServerLimits | None = None,
 ) -> AgentServer:
     """The desk agent: approvals by ``approvers``, tools on, counting handlers and executors."""
     server = AgentServer(
@@ -129,6 +132,7 @@ def build_desk(
         approvers=approvers,
         approval=settings,
         serve_tools=True,
+        limits=limits,
     )
     register_actions(server, calls, mail_approvers=[MAIL_OFFICER.did])
     return server
@@ -141,7 +145,8 @@ async def start_desk(
     settings: ApprovalSettings | None = None,
     approvers: tuple[str, ...] = (PERSON.did,),
     identity: Identity | None = None,
-    store: MemoryStore | None = None,
+    store: Store | None = None,
+    limits: ServerLimits | None = None,
 ) -> AsyncIterator[Wire]:
     """The desk on 127.0.0.1, as a ``Wire`` (its ``calls`` count handlers and executors)."""
     clock = FakeClock(float(int(time.time())))
@@ -156,6 +161,7 @@ async def start_desk(
         approvers=approvers,
         identity=identity,
         store=store,
+        limits=limits,
     )
     async with serve_app(server.app()) as url, httpx.AsyncClient(timeout=15) as http:
         yield Wire(server, url, http, clock, sink, calls, ExampleMethod())

@@ -1000,18 +1000,18 @@ class RecordingStore(MemoryStore):
         super().__init__()
         self.ledger = ledger
 
-    async def mark_proven(self, nonce_b: str, kid: str, now: float) -> bool:
-        pending = self._pending.get(nonce_b)
-        ok = await super().mark_proven(nonce_b, kid, now)
+    async def mark_proven(self, nonce_b: str, kid: str, now: float, *, agent: str = "") -> bool:
+        pending = self._pending.get((agent, nonce_b))
+        ok = await super().mark_proven(nonce_b, kid, now, agent=agent)
         if ok and pending is not None:
             self.ledger.server_proven.append((nonce_b, pending.client_did))
         return ok
 
     async def open_session(
-        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float
+        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float, agent: str = ""
     ) -> OpenResult:
-        pending = self._pending.get(nonce_b)  # read before it is consumed (no await between)
-        result = await super().open_session(nonce_b, session, max_sessions=max_sessions, now=now)
+        pending = self._pending.get((agent, nonce_b))  # read before it is consumed (no await between)
+        result = await super().open_session(nonce_b, session, max_sessions=max_sessions, now=now, agent=agent)
         if result is OpenResult.OPENED and pending is not None:
             self.ledger.server_opened[session.session_id] = View(
                 client_did=session.client_did,
@@ -1100,18 +1100,18 @@ class RecordingRedisStore(RedisStore):
         super().__init__(url, prefix=prefix, socket_timeout=2.0)
         self.ledger = ledger
 
-    async def mark_proven(self, nonce_b: str, kid: str, now: float) -> bool:
-        pending = await self.get_pending(nonce_b, now)
-        ok = await super().mark_proven(nonce_b, kid, now)
+    async def mark_proven(self, nonce_b: str, kid: str, now: float, *, agent: str = "") -> bool:
+        pending = await self.get_pending(nonce_b, now, agent=agent)
+        ok = await super().mark_proven(nonce_b, kid, now, agent=agent)
         if ok and pending is not None:
             self.ledger.server_proven.append((nonce_b, pending.client_did))
         return ok
 
     async def open_session(
-        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float
+        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float, agent: str = ""
     ) -> OpenResult:
-        pending = await self.get_pending(nonce_b, now)
-        result = await super().open_session(nonce_b, session, max_sessions=max_sessions, now=now)
+        pending = await self.get_pending(nonce_b, now, agent=agent)
+        result = await super().open_session(nonce_b, session, max_sessions=max_sessions, now=now, agent=agent)
         if result is OpenResult.OPENED and pending is not None:
             self.ledger.server_opened[session.session_id] = View(
                 client_did=session.client_did,

@@ -1108,7 +1108,7 @@ def state_without_pending(state: dict[str, Any], nonce_b: str) -> dict[str, Any]
     """``state`` after the lazy eviction of the expired pending handshake ``nonce_b``."""
     out = copy.copy(state)
     pending = dict(out["pending"])
-    gone = pending.pop(nonce_b)
+    gone = pending.pop(next(key for key in pending if key[1] == nonce_b))  # (agent, nonce_b)
     by_source = dict(out["by_source"])
     by_source[gone.source] -= 1
     if not by_source[gone.source]:

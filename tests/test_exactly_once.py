@@ -223,6 +223,38 @@ async def test_a_refused_intent_does_not_use_up_its_id() -> None:
     assert len(w.store._claims) == 1
 
 
+async def test_a_priority_above_the_callers_right_does_not_use_up_its_id() -> None:
+    # §12.5: steps 9 and 10 come before the claim; the priority right is part of step 9.
+    w = make_world()  # every caller may use priorities up to 3
+    sess, _ = await w.open_session()
+    req, reply = await send(w, sess, with_id({"goal": "echo", "inputs": {}, "priority": 5}))
+    assert error_code(reply) == -32042 and sess.error_from_reply(req, reply.error).signed
+    assert w.store._claims == {}
+    # The corrected intent (another intent hash, the same id) runs, rather than a 409.
+    req2, reply2 = await send(w, sess, with_id({"goal": "echo", "inputs": {}, "priority": 3}))
+    result_of(sess, req2, reply2)
+    assert w.handlers.count("echo") == 1
+
+
+async def test_stream_false_on_an_always_streamed_goal_does_not_use_up_its_id() -> None:
+    w = make_world()
+
+    async def ticks(inputs: Any, ctx: IntentContext) -> AsyncIterator[Any]:
+        w.handlers.calls.append((ctx.goal, ctx.session_id, ctx.sequence))
+        yield {"tick": 1}
+
+    w.handlers.dispatcher.add_stream("ticks", ticks, always=True)
+    sess, _ = await w.open_session()
+    _req, reply = await send(
+        w, sess, with_id({"goal": "ticks", "inputs": {}, "constraints": {"stream": False}})
+    )
+    assert error_code(reply) == -32602
+    assert w.store._claims == {}
+    _req2, reply2 = await send(w, sess, with_id({"goal": "ticks", "inputs": {}}))
+    events = await events_of(reply2)
+    assert events[-1]["final"] is True and w.handlers.count("ticks") == 1
+
+
 # -- running, lost, full, expired ---------------------------------------------------------------------
 
 
@@ -459,11 +491,15 @@ async def test_the_claim_holds_the_answer_without_signatures() -> None:
         w, s1, with_id({"goal": "counter", "inputs": {"n": 2}, "constraints": {"stream": True}})
     )
     await events_of(reply)
-    claim = await w.store.get_claim(w.client_id.did, IID, encoding.hash_of(req.params["intent"]), w.clock())
+    claim = await w.store.get_claim(
+        w.client_id.did, IID, encoding.hash_of(req.params["intent"]), w.clock(), agent=w.server_id.did
+    )
     assert claim.kind is ClaimKind.DONE and claim.reply is not None
     assert claim.reply.events is not None and len(claim.reply.events) == 3
     assert all("response_jws" not in ev for ev in claim.reply.events)
-    other = await w.store.get_claim(w.client_id.did, IID, "sha256:" + "0" * 64, w.clock())
+    other = await w.store.get_claim(
+        w.client_id.did, IID, "sha256:" + "0" * 64, w.clock(), agent=w.server_id.did
+    )
     assert other.kind is ClaimKind.CONFLICT
 
 

@@ -8,21 +8,30 @@ intent with a random ``intent_id``, kept across its retries and re-handshakes.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import cluster_helpers
 import httpx
 import pytest
+from approval_helpers import start_desk
 from http_helpers import build_server, identity
+from redis_helpers import redis_prefix, redis_url  # noqa: F401
 
 from a2a_secure.agent import A2AAgent, RegistryEntry
 from a2a_secure.client import extensions as card_extensions
 from a2a_secure.client.http import A2AClient
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity import encoding
+from a2a_secure.identity.keys import Identity
+from a2a_secure.protocol.intent_id import is_ids_full
 from a2a_secure.protocol.server import IntentContext, ServerLimits
 from a2a_secure.server.app import AgentServer
+from a2a_secure.store.base import Store
+from a2a_secure.store.memory import MemoryStore
+from a2a_secure.store.redis import RedisStore
 from a2a_secure.testing import serve_app
 
 
@@ -31,8 +40,10 @@ def _fresh_card_cache() -> None:
     card_extensions.forget()
 
 
-def recording_server(limits: ServerLimits | None = None, name: str = "eo-server") -> AgentServer:
-    server = build_server(identity(name), limits=limits)
+def recording_server(
+    limits: ServerLimits | None = None, name: str = "eo-server", store: Store | None = None
+) -> AgentServer:
+    server = build_server(identity(name), limits=limits, store=store)
     server.seen = []  # type: ignore[attr-defined]
     server.card_hits = Counter()  # type: ignore[attr-defined]
 
@@ -262,3 +273,111 @@ async def test_a_full_did_refuses_an_id_the_caller_chose_or_required() -> None:
             await chooser.request(server.identity.did, {"goal": "record", "inputs": {}}, intent_id="C" * 22)
         assert refused.value.code == -32048 and "intent_ids remembered" in refused.value.message
     assert len(server.seen) == 2  # type: ignore[attr-defined]
+
+
+async def test_a_priority_above_the_callers_right_leaves_the_id_for_the_corrected_intent() -> None:
+    server = recording_server()  # every caller may use priorities up to 3
+    iid = "order-4712-priority-00001"
+    async with serve_app(server.app()) as url, A2AClient(identity("eager")) as client:
+        with pytest.raises(A2AError) as refused:
+            await client.request(
+                server.identity.did, {"goal": "record", "inputs": {}}, endpoint=url, priority=5, intent_id=iid
+            )
+        assert refused.value.code == -32042 and refused.value.signed
+        res = await client.request(
+            server.identity.did, {"goal": "record", "inputs": {}}, endpoint=url, intent_id=iid
+        )
+        assert res.result["run"] == 1
+    assert server.seen == [iid]  # type: ignore[attr-defined]
+
+
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def claim_store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    """A MemoryStore, a RedisStore on one Redis, or one spread over a local Redis Cluster."""
+    if request.param == "memory":
+        yield MemoryStore()
+    elif request.param == "redis":
+        yield RedisStore(request.getfixturevalue("redis_url"), prefix=request.getfixturevalue("redis_prefix"))
+    else:
+        url = request.getfixturevalue("redis_cluster").url
+        prefix = f"a2a-test:{uuid.uuid4().hex}:"
+        yield RedisStore(url, prefix=prefix)
+        cluster_helpers.delete_prefix(url, prefix)
+
+
+async def test_a_full_store_refuses_a_new_id_and_consumes_nothing(claim_store: Store) -> None:
+    # Two ids in the whole store, whoever the DIDs: a third is refused (503, signed) before
+    # anything is claimed or consumed; an id already there is still answered.
+    limits = ServerLimits(max_intent_ids_total=2, intent_id_retention=1)
+    try:
+        async with start_desk(store=claim_store, limits=limits) as w:
+            first = {"goal": "echo", "inputs": {"n": 1}, "intent_id": "first-intent-id-000000001"}
+            for n, name in enumerate(("did-1", "did-2")):
+                sess = await w.open_session(Identity.generate(name))
+                intent = {**first, "intent_id": f"first-intent-id-00000000{n}"}
+                assert (await w.send(sess.prepare_intent(intent))).status_code == 200
+            newcomer = await w.open_session(Identity.generate("did-3"))
+            req = newcomer.prepare_intent(
+                {"goal": "echo", "inputs": {"n": 3}, "intent_id": "third-intent-id-0000003"}
+            )
+            resp = await w.send(req)
+            assert resp.status_code == 503 and resp.headers["retry-after"].isdigit(), resp.text
+            error = newcomer.error_from_reply(req, resp.json()["error"])
+            assert error.signed and error.code == -32048
+            assert error.message == "this server already has 2 intent_ids remembered" and is_ids_full(error)
+            assert w.calls["echo"] == 2
+            # Nothing was consumed: once the two claims have lapsed, the same bytes run.
+            w.clock.advance(200)
+            resp = await w.send(req)
+            assert resp.status_code == 200, resp.text
+            assert w.calls["echo"] == 3
+    finally:
+        await claim_store.aclose()
+
+
+async def test_a_full_store_still_answers_an_id_it_holds(claim_store: Store) -> None:
+    limits = ServerLimits(max_intent_ids_total=1)
+    try:
+        async with start_desk(store=claim_store, limits=limits) as w:
+            intent = {"goal": "echo", "inputs": {"n": 1}, "intent_id": "the-only-intent-id-00001"}
+            holder = Identity.generate("holder")
+            sess = await w.open_session(holder)
+            assert (await w.send(sess.prepare_intent(intent))).status_code == 200
+            again = await w.open_session(holder)
+            resend = await w.send(again.prepare_intent(intent))
+            assert resend.status_code == 200
+            assert w.calls["echo"] == 1
+    finally:
+        await claim_store.aclose()
+
+
+async def test_the_default_client_gets_through_a_full_store_without_an_id(claim_store: Store) -> None:
+    server = recording_server(ServerLimits(max_intent_ids_total=1), store=claim_store)
+    try:
+        async with serve_app(server.app()) as url:
+            for name in ("first", "second"):
+                async with A2AClient(identity(name)) as client:
+                    await client.handshake(server.identity.did, url)
+                    res = await client.request(server.identity.did, {"goal": "record", "inputs": {}})
+                    assert (res.intent_id is None) is (name == "second")
+        assert len(server.seen) == 2  # type: ignore[attr-defined]
+    finally:
+        await claim_store.aclose()
+
+
+async def test_tool_execute_of_a_goal_the_policy_blocks_leaves_the_id_for_the_corrected_call() -> None:
+    # tool.execute's check of steps 9-10 for its inner goal comes before the claim as well.
+    async with start_desk() as w:
+        sess = await w.open_session(Identity.generate("tool-caller"))
+        iid = "tool-execute-intent-id-01"
+        blocked = {"goal": "tool.execute", "inputs": {"tool": "blocked", "arguments": {}}, "intent_id": iid}
+        req = sess.prepare_intent(blocked)
+        resp = await w.send(req)
+        assert resp.status_code == 403, resp.text
+        assert sess.error_from_reply(req, resp.json()["error"]).code == -32042
+        echo = {"goal": "tool.execute", "inputs": {"tool": "echo", "arguments": {"a": 1}}, "intent_id": iid}
+        req = sess.prepare_intent(echo)
+        resp = await w.send(req)
+        assert resp.status_code == 200, resp.text
+        assert sess.verify_result(req, resp.json()["result"]).result == {"echo": {"a": 1}}
+        assert w.calls["echo"] == 1 and w.calls["blocked"] == 0

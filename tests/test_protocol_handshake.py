@@ -73,14 +73,14 @@ def other_nonce() -> str:
 async def test_honest_handshake_creates_exactly_one_session(w: World) -> None:
     flow = Flow(w)
     await flow.start()
-    assert w.store.counts() == {"pending": 1, "sessions": 0, "rates": 0}
-    pending = w.store._pending[flow.challenge["nonce_b"]]
+    assert w.store.counts() == {"pending": 1, "sessions": 0, "rates": 0, "claims": 0}
+    pending = w.store._pending[(w.server_id.did, flow.challenge["nonce_b"])]
     assert pending.proven_kid is None and pending.client_did == w.client_id.did
     assert pending.expires_at == pending.created_at + 60
     await flow.prove()
-    assert w.store._pending[flow.challenge["nonce_b"]].proven_kid == w.client_id.kid
+    assert w.store._pending[(w.server_id.did, flow.challenge["nonce_b"])].proven_kid == w.client_id.kid
     sess = await flow.complete()
-    assert w.store.counts() == {"pending": 0, "sessions": 1, "rates": 0}
+    assert w.store.counts() == {"pending": 0, "sessions": 1, "rates": 0, "claims": 0}
     assert flow.hs.state is HandshakeState.DONE
     rec = w.store._sessions[sess.session_id]
     assert rec.client_did == w.client_id.did and rec.server_did == w.server_id.did
@@ -301,7 +301,7 @@ async def test_hello_capacity_per_source_and_total() -> None:
     # No valid entry was evicted: every earlier handshake still completes.
     for flow in (a1, a2, b1):
         await flow.complete()
-    assert w.store.counts() == {"pending": 0, "sessions": 3, "rates": 0}
+    assert w.store.counts() == {"pending": 0, "sessions": 3, "rates": 0, "claims": 0}
     await Flow(w, source="10.0.0.1").complete()
 
 
@@ -385,7 +385,7 @@ async def test_proof_forgery_is_authentication_failure(w: World, case: str) -> N
     flow = await Flow(w).start()
     forged = _proof_forgeries(flow, w)[case]
     await reject(w, "proof", {**flow.proof, "proof_jws": forged}, AUTH)
-    assert w.store._pending[flow.challenge["nonce_b"]].proven_kid is None
+    assert w.store._pending[(w.server_id.did, flow.challenge["nonce_b"])].proven_kid is None
     await flow.complete()  # the pending handshake was left as it was
 
 
@@ -430,7 +430,7 @@ async def test_proof_after_pending_expired(w: World) -> None:
     w.clock.advance(61)
     reply = await w.call("proof", flow.proof)
     assert reply.error is not None and (reply.error["code"], reply.http_status) == HS_UNKNOWN
-    assert w.store.counts() == {"pending": 0, "sessions": 0, "rates": 0}
+    assert w.store.counts() == {"pending": 0, "sessions": 0, "rates": 0, "claims": 0}
 
 
 async def test_proof_just_before_pending_expiry_passes(w: World) -> None:
@@ -538,7 +538,7 @@ async def test_accept_forgery_is_authentication_failure(w: World, case: str) -> 
     flow = await (await Flow(w).start()).prove()
     forged = _accept_forgeries(flow, w)[case]
     await reject(w, "accept_policy", {**flow.accept_msg, "accept_jws": forged}, AUTH)
-    assert w.store.counts() == {"pending": 1, "sessions": 0, "rates": 0}
+    assert w.store.counts() == {"pending": 1, "sessions": 0, "rates": 0, "claims": 0}
     await flow.accept()
 
 
@@ -623,7 +623,7 @@ async def test_accept_after_pending_expired(w: World) -> None:
     w.clock.advance(61)
     reply = await w.call("accept_policy", flow.accept_msg)
     assert reply.error is not None and (reply.error["code"], reply.http_status) == HS_UNKNOWN
-    assert w.store.counts() == {"pending": 0, "sessions": 0, "rates": 0}
+    assert w.store.counts() == {"pending": 0, "sessions": 0, "rates": 0, "claims": 0}
 
 
 async def test_accept_from_another_handshake(w: World) -> None:

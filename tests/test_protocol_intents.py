@@ -104,7 +104,7 @@ async def sess(w: World) -> ClientSession:
 # -- 1. the honest path ------------------------------------------------------------------------
 async def test_handshake_intents_retry_and_close(w: World) -> None:
     sess = await open_session(w)
-    assert w.store.counts() == {"pending": 0, "sessions": 1, "rates": 0}
+    assert w.store.counts() == {"pending": 0, "sessions": 1, "rates": 0, "claims": 0}
     results = []
     for i, goal in enumerate(["echo", "translate", "echo", "echo"], start=1):
         req = sess.prepare_intent({"goal": goal, "domain": "test", "inputs": {"i": i}})

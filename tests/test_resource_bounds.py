@@ -154,7 +154,7 @@ async def test_hello_flood_is_bounded_per_source_and_in_total_and_evicts_nothing
         # ... and the honest handshakes started before the flood complete.
         for hs, proof in zip(honest, proofs, strict=True):
             await complete(a, url, hs, proof)
-        assert store.counts() == {"pending": 6, "sessions": 2, "rates": 0}
+        assert store.counts() == {"pending": 6, "sessions": 2, "rates": 0, "claims": 0}
         # Their two slots are free again (for C); then full again.
         for expected in (200, 200, 503):
             resp = await c.post(url + "/a2a/handshake", content=flood, headers=JSON)

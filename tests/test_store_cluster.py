@@ -79,7 +79,7 @@ async def test_sessions_spread_evenly_over_the_primaries(
 async def test_each_script_touches_one_key_in_its_owners_slot(cstore: RedisStore) -> None:
     sid, did = session(1).session_id, CLIENT.did
     assert key_slot(cstore._k_session(sid).encode()) == key_slot(cstore._k_session_tag(sid).encode() + b"x")
-    assert key_slot(cstore._k_rate(did, 60, 0).encode()) == key_slot(
+    assert key_slot(cstore._k_rate("", did, 60, 0).encode()) == key_slot(
         cstore._k_did_tag(did).encode() + b"i:abc"
     )
     assert key_slot(cstore._k_session(sid).encode()) != key_slot(
@@ -264,7 +264,9 @@ def test_a_compensation_that_meets_a_closed_connection_answers_503_and_runs_noth
             sess, _ = await w.open_session()
             policy = w.server.policy
             t = int(w.clock())
-            rate_key = store._k_rate(w.client_id.did, policy.rate_period, t - t % policy.rate_period)
+            rate_key = store._k_rate(
+                w.server_id.did, w.client_id.did, policy.rate_period, t - t % policy.rate_period
+            )
             await store.client.hset(rate_key, "not", "a counter")
             req = sess.prepare_intent({"goal": "echo", "inputs": {"n": 1}})
             unbegin = store._c_unbegin.sha

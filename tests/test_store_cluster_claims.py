@@ -74,13 +74,13 @@ async def kind_of(store: RedisStore, iid: str = X, h: str = H1) -> ClaimKind:
 
 
 async def rate_count(store: RedisStore) -> int:
-    return int(await store.client.get(store._k_rate(CLIENT.did, 3600, T0 - T0 % 3600)) or 0)
+    return int(await store.client.get(store._k_rate("", CLIENT.did, 3600, T0 - T0 % 3600)) or 0)
 
 
 async def test_claims_live_in_the_dids_slot_with_its_rate_window(cstore: RedisStore) -> None:
-    slot = key_slot(cstore._k_rate(CLIENT.did, 3600, T0).encode())
-    assert key_slot(cstore._k_intent(CLIENT.did, X).encode()) == slot
-    assert key_slot(cstore._k_intents(CLIENT.did).encode()) == slot
+    slot = key_slot(cstore._k_rate("", CLIENT.did, 3600, T0).encode())
+    assert key_slot(cstore._k_intent("", CLIENT.did, X).encode()) == slot
+    assert key_slot(cstore._k_intents("", CLIENT.did).encode()) == slot
     assert key_slot(cstore._k_revoked(CLIENT.did).encode()) == slot
 
 
@@ -145,7 +145,7 @@ async def test_a_request_that_does_not_run_leaves_a_claim_it_did_not_make(cstore
 async def test_unclaim_deletes_only_the_owners_unanswered_claim(cstore: RedisStore) -> None:
     (rec,) = await open_n(cstore, 1)
     await begin(cstore, rec.session_id, 1)
-    keys = [cstore._k_intent(CLIENT.did, X), cstore._k_intents(CLIENT.did)]
+    keys = [cstore._k_intent("", CLIENT.did, X), cstore._k_intents("", CLIENT.did)]
     owner = await cstore.client.hget(keys[0], "o")
     assert isinstance(owner, bytes) and len(owner) == 16
 
@@ -165,8 +165,8 @@ async def test_unclaim_deletes_only_the_owners_unanswered_claim(cstore: RedisSto
     assert await kind_of(cstore) is ClaimKind.DONE
     # Unanswered, the owner's own token deletes it, and its place in the DID's bound.
     await begin(cstore, rec.session_id, 2, claim("Z" * 22))
-    owner = await cstore.client.hget(cstore._k_intent(CLIENT.did, "Z" * 22), "o")
-    keys[0] = cstore._k_intent(CLIENT.did, "Z" * 22)
+    owner = await cstore.client.hget(cstore._k_intent("", CLIENT.did, "Z" * 22), "o")
+    keys[0] = cstore._k_intent("", CLIENT.did, "Z" * 22)
     args = ["Z" * 22, bytes.fromhex(H1[7:]), owner]
     assert await cstore._script(cstore._c_unclaim, keys, args) == 1
     assert await kind_of(cstore, "Z" * 22) is ClaimKind.UNKNOWN
@@ -211,10 +211,10 @@ async def test_a_failed_session_script_gives_the_claim_back(cstore: RedisStore) 
 
 async def test_a_failed_claim_script_gives_the_sequence_back(cstore: RedisStore) -> None:
     (rec,) = await open_n(cstore, 1)
-    await cstore.client.set(cstore._k_intents(CLIENT.did), b"not a zset")
+    await cstore.client.set(cstore._k_intents("", CLIENT.did), b"not a zset")
     with pytest.raises(Unavailable):
         await begin(cstore, rec.session_id, 1)
-    await cstore.client.delete(cstore._k_intents(CLIENT.did))
+    await cstore.client.delete(cstore._k_intents("", CLIENT.did))
     b, c = await begin(cstore, rec.session_id, 1)
     assert b.kind is BeginKind.NEW and c.kind is ClaimKind.NEW
 
@@ -264,7 +264,7 @@ async def test_wait_replicas_refuses_an_unconfirmed_claim(redis_cluster: LocalCl
     )
     try:
         (rec,) = await open_n(store, 1)
-        key = store._k_intent(CLIENT.did, X)
+        key = store._k_intent("", CLIENT.did, X)
         primary = redis_cluster.primary_of_slot(key_slot(key.encode()))
         replica = redis_cluster.replica_of(primary)
         # The replica of the DID's slot is frozen: the claim is not confirmed, so the
@@ -288,3 +288,53 @@ async def test_wait_replicas_refuses_an_unconfirmed_claim(redis_cluster: LocalCl
     finally:
         await store.aclose()
         delete_prefix(redis_cluster.url, prefix)
+
+
+# -- the store's bound on claims (ServerLimits.max_intent_ids_total) -----------------------------------
+def capped(iid: str, total: int, h: str = H1) -> ClaimRequest:
+    return ClaimRequest(iid, h, T0 + 100, T0 + 1000, 100, total)
+
+
+async def reservations(store: RedisStore) -> int:
+    return int(await store.client.zcard(store._k_intents_shard(0)))
+
+
+async def test_a_full_store_gives_the_sequence_count_and_claim_back(cstore: RedisStore) -> None:
+    s1, s2 = (r.session_id for r in await open_n(cstore, 2))
+    b, c = await begin(cstore, s1, 1, capped("A" * 22, 1))
+    assert b.kind is BeginKind.NEW and c.kind is ClaimKind.NEW
+    await cstore.finish_request(s1, 1, StoredReply(200, {"one": 1}))
+    assert await reservations(cstore) == 1
+    # The CLAIM script made "B" NEW before the reservation was refused: all of it goes back.
+    b, c = await begin(cstore, s1, 2, capped("B" * 22, 1))
+    assert b.kind is BeginKind.RATE_LIMITED and b.last_sequence == 1
+    assert c.kind is ClaimKind.TOTAL_FULL and c.retry_after == 60
+    assert await kind_of(cstore, "B" * 22) is ClaimKind.UNKNOWN
+    assert await rate_count(cstore) == 1 and await reservations(cstore) == 1
+    b, _ = await begin(cstore, s1, 1)  # the previous request's answer was restored
+    assert b.kind is BeginKind.REPLAY and b.reply == StoredReply(200, {"one": 1})
+    # An id the store holds is answered while it is full, and takes no second place.
+    b, c = await begin(cstore, s2, 1, capped("A" * 22, 1))
+    assert b.kind is BeginKind.NEW and c.kind is ClaimKind.RUNNING
+    assert await reservations(cstore) == 1
+
+
+async def test_a_place_reserved_for_a_request_that_does_not_run_is_released(cstore: RedisStore) -> None:
+    (rec,) = await open_n(cstore, 1)
+    assert (await begin(cstore, rec.session_id, 3, capped("C" * 22, 5)))[0].kind is BeginKind.NEW
+    b, c = await begin(cstore, rec.session_id, 2, capped("D" * 22, 5))  # stale
+    assert b.kind is BeginKind.STALE and c is None
+    assert await kind_of(cstore, "D" * 22) is ClaimKind.UNKNOWN
+    assert await reservations(cstore) == 1  # only C's
+
+
+async def test_a_failed_reservation_runs_nothing(cstore: RedisStore) -> None:
+    (rec,) = await open_n(cstore, 1)
+    await cstore.client.set(cstore._k_intents_shard(0), b"not a zset")
+    with pytest.raises(Unavailable):
+        await begin(cstore, rec.session_id, 1, capped("E" * 22, 5))
+    assert await kind_of(cstore, "E" * 22) is ClaimKind.UNKNOWN
+    assert await rate_count(cstore) == 0
+    await cstore.client.delete(cstore._k_intents_shard(0))
+    b, c = await begin(cstore, rec.session_id, 1, capped("E" * 22, 5))
+    assert b.kind is BeginKind.NEW and c.kind is ClaimKind.NEW

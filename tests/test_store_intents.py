@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_store_contract import BIG, CLIENT, T0, StoreFactory, store_factory  # noqa: F401
+from test_store_contract import BIG, CLIENT, OTHER, T0, StoreFactory, store_factory  # noqa: F401
 from test_store_contract import opened as open_session
 
 from a2a_secure.store.base import BeginKind, StoredReply
@@ -137,6 +137,37 @@ async def test_full_consumes_nothing_and_evicts_nothing(store_factory: StoreFact
         assert (await store.get_claim(CLIENT.did, f"{i}" * 22, H1, T0)).kind is ClaimKind.RUNNING
     # Once the oldest expires there is room.
     _, c = await begin(store, 5, claim(iid="x" * 22, cap=3, expires=3000), now=T0 + 1000)
+    assert c.kind is ClaimKind.NEW
+
+
+async def test_the_stores_bound_counts_every_did_and_consumes_nothing(store_factory: StoreFactory) -> None:  # noqa: F811
+    # max_intent_ids_total: DIDs cost nothing, so the store bounds its ids in all.
+    store = await opened(store_factory)
+    other = (await open_session(store, 2, did=OTHER.did, lifetime=10_000)).session_id
+
+    def total(iid: str, expires: int = 1000) -> ClaimRequest:
+        return ClaimRequest(iid, H1, T0 + 100, T0 + expires, BIG, 2)
+
+    assert (await begin(store, 1, total("0" * 22, 1000)))[1].kind is ClaimKind.NEW
+    b, c = await store.begin_intent(
+        other,
+        OTHER.did,
+        1,
+        "sha256:" + "9" * 64,
+        rate_limit=BIG,
+        rate_period=3600,
+        now=T0,
+        claim=total("1" * 22),
+    )
+    assert c.kind is ClaimKind.NEW
+    b, c = await begin(store, 2, total("x" * 22))
+    assert c.kind is ClaimKind.TOTAL_FULL and b.kind is BeginKind.RATE_LIMITED
+    assert b.last_sequence == 1 and c.retry_after >= 1
+    # Not consumed: the same sequence is still new for an id the store holds.
+    b, c = await begin(store, 2, total("0" * 22))
+    assert b.kind is BeginKind.NEW and c.kind is ClaimKind.RUNNING
+    # Once the oldest expires there is room.
+    _, c = await begin(store, 3, total("x" * 22, 3000), now=T0 + 1000)
     assert c.kind is ClaimKind.NEW
 
 

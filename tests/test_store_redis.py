@@ -410,19 +410,20 @@ def _keys(url: str, prefix: str) -> dict[bytes, int]:
 
 async def test_redis_keys_and_ttls(rstore: RedisStore, redis_url: str, redis_prefix: str) -> None:  # noqa: F811
     now = time.time()
-    p = pending("ttl", now=now)
+    p = dataclasses.replace(pending("ttl", now=now), server_did=SERVER.did)
     assert await rstore.add_pending(p, max_per_source=4, max_total=10, now=now)
     ttls = _keys(redis_url, redis_prefix)
     assert set(ttls) == {
-        f"{redis_prefix}p:{p.nonce_b}".encode(),
+        f"{redis_prefix}p:{p.nonce_b}:{SERVER.did}".encode(),  # the agent's handshake
         f"{redis_prefix}ps:{p.source}".encode(),
         f"{redis_prefix}pa".encode(),
     }
     # Every key is reclaimed a little after its logical expiry, none lives forever.
     assert all(0 < t <= 61_000 + 1_000 for t in ttls.values()), ttls
-    assert await rstore.mark_proven(p.nonce_b, CLIENT.kid, now)
+    assert await rstore.mark_proven(p.nonce_b, CLIENT.kid, now, agent=SERVER.did)
     s = session("ttl", now=now, lifetime=120)
-    assert await rstore.open_session(p.nonce_b, s, max_sessions=10, now=now) is OpenResult.OPENED
+    opened = await rstore.open_session(p.nonce_b, s, max_sessions=10, now=now, agent=SERVER.did)
+    assert opened is OpenResult.OPENED
     ttls = _keys(redis_url, redis_prefix)
     # The pending handshake and its set memberships are gone; the source's empty set with it.
     assert set(ttls) == {f"{redis_prefix}s:{s.session_id}".encode(), f"{redis_prefix}sa".encode()}

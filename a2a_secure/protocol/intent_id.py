@@ -25,6 +25,7 @@ __all__ = [
     "ids_full_message",
     "is_ids_full",
     "new_intent_id",
+    "store_full_message",
 ]
 
 INTENT_ID: Final = "intent_id"
@@ -53,7 +54,8 @@ def new_intent_id(random_bytes: Callable[[int], bytes]) -> str:
 
 
 _IDS_FULL = "this DID already has {} intent_ids remembered"
-_IDS_FULL_RE = re.compile(r"this DID already has \d+ intent_ids remembered")
+_STORE_FULL = "this server already has {} intent_ids remembered"
+_IDS_FULL_RE = re.compile(r"this (?:DID|server) already has \d+ intent_ids remembered")
 
 
 def ids_full_message(limit: int) -> str:
@@ -61,8 +63,13 @@ def ids_full_message(limit: int) -> str:
     return _IDS_FULL.format(limit)
 
 
+def store_full_message(limit: int) -> str:
+    """The message of the 503 that refuses a new id when the store holds ``limit`` in all."""
+    return _STORE_FULL.format(limit)
+
+
 def is_ids_full(exc: A2AError) -> bool:
-    """Whether ``exc`` is the server's signed refusal of a new id for a full DID.
+    """Whether ``exc`` is the server's signed refusal of a new id for a full DID or store.
 
     That refusal consumes nothing and runs nothing (PROTOCOL.md §12.5), so a client that
     chose no id itself may send the intent again without one.

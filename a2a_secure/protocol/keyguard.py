@@ -168,5 +168,10 @@ class KeyGuard:
             return identity
         signer = self.ring.signer(kid, now) if self.ring is not None else None
         if signer is None:
+            retired = self.ring.retired if self.ring is not None else ()
+            if not any(r.identity.kid == kid for r in retired):
+                # Never a key of this agent: a session of another agent sharing the store, as
+                # unknown here as any other (this agent does not speak of that agent's keys).
+                raise SessionUnknown("unknown, expired or closed session")
             raise SessionUnknown(f"session ended: it was opened with the retired server key {kid[:300]}")
         return signer

@@ -86,20 +86,27 @@ class ToolService:
             )
         return {"tools": tools}
 
-    async def execute(self, inputs: Any, context: IntentContext) -> Any:
-        """``tool.execute`` ``{"tool", "arguments"}``: run one tool as a direct intent would."""
+    def admit_execute(self, inputs: Any, policy: Policy) -> None:
+        """The pure checks of ``tool.execute``: its inputs, and §6.1 steps 9-10 for the inner
+        goal. Also run before an ``intent_id`` is claimed, so that a refused inner goal does
+        not use the id up (PROTOCOL.md §12.5)."""
         exact_members(inputs, _EXECUTE_MEMBERS, "tool.execute inputs")
         tool = require_str(inputs["tool"], "tool", min_len=1, max_len=128)
-        arguments = require_object(inputs["arguments"], "arguments")
+        require_object(inputs["arguments"], "arguments")
         if tool.startswith(TOOL_PREFIX):
             raise PolicyViolation("tool.execute does not run tool.* goals")
         # The check of PROTOCOL.md §6.1 step 9, for the inner goal.
-        if not (await self._policy(context)).allows(tool):
+        if not policy.allows(tool):
             raise PolicyViolation(f"intent {tool[:64]!r} is not allowed by the session policy")
         if not self.dispatcher.has(tool):
             raise MethodNotFound(f"no handler for intent {tool[:64]!r}")
         if self.dispatcher.is_always_streamed(tool):
             raise InvalidParams(f"intent {tool[:64]!r} is always streamed; tool.execute cannot run it")
+
+    async def execute(self, inputs: Any, context: IntentContext) -> Any:
+        """``tool.execute`` ``{"tool", "arguments"}``: run one tool as a direct intent would."""
+        self.admit_execute(inputs, await self._policy(context))
+        tool, arguments = inputs["tool"], inputs["arguments"]
         inner = dataclasses.replace(context, goal=tool)
         if self.dispatcher.is_streaming(tool):
             # As a streaming goal asked without stream: the array of its partial results.

@@ -61,6 +61,7 @@ from a2a_secure.protocol.server import (
     ServerLimits,
     ServerProtocol,
 )
+from a2a_secure.protocol.server.dispatcher import Admission
 from a2a_secure.protocol.server.exactly_once import server_extensions
 from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolService
 from a2a_secure.store.actions import ActionStore
@@ -424,9 +425,15 @@ class AgentServer(IntentDispatcher):
             return
         self.add(goal, _as_async(fn))
 
-    def add(self, goal: str, handler: Callable[[Any, IntentContext], Awaitable[Any]]) -> None:
+    def add(
+        self,
+        goal: str,
+        handler: Callable[[Any, IntentContext], Awaitable[Any]],
+        *,
+        admit: Admission | None = None,
+    ) -> None:
         """See :meth:`IntentDispatcher.add`; the card and core are rebuilt to list it."""
-        super().add(goal, handler)
+        super().add(goal, handler, admit=admit)
         self._card = None
         self._protocol = None
 
@@ -540,7 +547,7 @@ class AgentServer(IntentDispatcher):
         """Serve ``tool.list`` and ``tool.execute`` (each still needs the session's policy)."""
         catalog = ToolService(self, lambda: self._intent_schemas, self.store, self._clock)
         self.add(TOOL_LIST, catalog.list_tools)
-        self.add(TOOL_EXECUTE, catalog.execute)
+        self.add(TOOL_EXECUTE, catalog.execute, admit=catalog.admit_execute)
 
     def adopt_approvals(self, source: AgentServer) -> None:
         """Serve ``source``'s approved actions, approvers and descriptions with this server's store."""

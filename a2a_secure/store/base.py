@@ -30,7 +30,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class PendingHandshake:
-    """A handshake between CHALLENGE and SESSION, found by the server's nonce ``nonce_b``."""
+    """A handshake between CHALLENGE and SESSION, found by the agent that sent the CHALLENGE
+    (``server_did``) and the server's nonce ``nonce_b``."""
 
     nonce_b: str
     nonce_a: str
@@ -48,6 +49,9 @@ class PendingHandshake:
     expires_at: int
     source: str = ""
     proven_kid: str | None = None
+    # The agent that sent the CHALLENGE: the store keys the handshake by it, so that another
+    # agent sharing the store never finds it ("" only in a store that serves one agent).
+    server_did: str = ""
 
     def proven(self, kid: str) -> PendingHandshake:
         """The same handshake, proven with the client key ``kid``."""
@@ -72,6 +76,7 @@ class PendingHandshake:
             "expires_at": self.expires_at,
             "source": self.source,
             "proven_kid": self.proven_kid,
+            "server_did": self.server_did,
         }
 
     @classmethod
@@ -209,29 +214,37 @@ class OpenResult(enum.Enum):
 
 @runtime_checkable
 class Store(Protocol):
-    """Server state, one atomic operation per method. ``now`` is Unix seconds."""
+    """Server state, one atomic operation per method. ``now`` is Unix seconds.
+
+    Several agents may share one store. ``agent`` (the server DID) names the agent a call is
+    for: a pending handshake, a rate window, an intent id claim is found only by the agent
+    it belongs to (SECURITY.md, "Agents sharing one store"). A session is found by its
+    random id at every agent, and names its agent in ``server_did``, which the engine
+    checks before anything else (§6.1 step 2).
+    """
 
     async def add_pending(
         self, pending: PendingHandshake, *, max_per_source: int, max_total: int, now: float
     ) -> bool:
-        """Store a new pending handshake; False (nothing stored) when a bound is reached.
+        """Store a new pending handshake of the agent ``pending.server_did``; False (nothing
+        stored) when a bound is reached.
 
         Entries still inside their 60 s window are never evicted to make room.
         """
         ...
 
-    async def get_pending(self, nonce_b: str, now: float) -> PendingHandshake | None:
-        """The pending handshake for ``nonce_b`` if it exists and has not expired."""
+    async def get_pending(self, nonce_b: str, now: float, *, agent: str = "") -> PendingHandshake | None:
+        """The pending handshake of ``agent`` for ``nonce_b`` if it exists and has not expired."""
         ...
 
-    async def mark_proven(self, nonce_b: str, kid: str, now: float) -> bool:
+    async def mark_proven(self, nonce_b: str, kid: str, now: float, *, agent: str = "") -> bool:
         """Mark the handshake proven with ``kid``; False if unknown, expired or already proven."""
         ...
 
     async def open_session(
-        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float
+        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float, agent: str = ""
     ) -> OpenResult:
-        """Consume the proven pending handshake and create ``session``, atomically."""
+        """Consume ``agent``'s proven pending handshake and create ``session``, atomically."""
         ...
 
     async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
@@ -248,8 +261,12 @@ class Store(Protocol):
         rate_limit: int | None,
         rate_period: int,
         now: float,
+        agent: str = "",
     ) -> Begin:
-        """§6.1 steps 7-8 as one atomic check-and-update (``rate_limit`` None: not counted)."""
+        """§6.1 steps 7-8 as one atomic check-and-update (``rate_limit`` None: not counted).
+
+        The rate window is ``agent``'s for ``client_did``: each agent's limit is its own.
+        """
         ...
 
     async def finish_request(self, session_id: str, sequence: int, reply: StoredReply) -> None:

@@ -1,12 +1,14 @@
 """What a store remembers about intent ids (the ``intent_id`` extension, PROTOCOL.md §12.5).
 
 A request that carries an ``intent_id`` is, besides §6.1 steps 7-8, a *claim* of
-(client DID, intent_id): the first request with that id runs, every later one (on any
-session, at any worker) gets that run's answer, or waits for it, and never runs the intent
-again. The claim is made in the same atomic step as the sequence check and the rate count
-(:meth:`IntentStore.begin_intent`), so a shared store answers it in the same round trip. (A
-RedisStore spread over a cluster makes it as two single-slot scripts in that round trip,
-and gives back what a request that does not run took: see redis_cluster.py.)
+(agent, client DID, intent_id), the agent being the server DID (several agents may share
+one store; an id claimed at one of them is unknown at the others): the first request with
+that id runs, every later one (on any session, at any worker) gets that run's answer, or
+waits for it, and never runs the intent again. The claim is made in the same atomic step
+as the sequence check and the rate count (:meth:`IntentStore.begin_intent`), so a shared
+store answers it in the same round trip. (A RedisStore spread over a cluster makes it as
+two single-slot scripts in that round trip, and gives back what a request that does not
+run took: see redis_cluster.py.)
 
 A claim lives ``retention`` seconds (``ServerLimits.intent_id_retention``) whatever happens
 to the session that made it, and holds:
@@ -18,9 +20,12 @@ to the session that made it, and holds:
   (the worker died mid-run: the outcome is unknown, and the intent is not run again);
 * the answer (a :class:`~a2a_secure.store.base.StoredReply`, kept unsigned), once DONE.
 
-Each DID may hold at most ``max_per_did`` unexpired claims: past that a new id is refused
-(FULL, nothing consumed), never by evicting a claim still inside its retention window,
-which would let that intent run a second time.
+Each DID may hold at most ``max_per_did`` unexpired claims at each agent, and the store at
+most ``max_total`` in all (for every agent sharing it, as its open sessions are bounded):
+past either bound a new id is refused (FULL, TOTAL_FULL; nothing claimed, nothing
+consumed), never by evicting a claim still inside its retention window, which would let
+that intent run a second time. A request whose id is already claimed is answered from the
+claim even when the store is full: it adds nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class ClaimKind(enum.Enum):
     LOST = "lost"  # the same intent's run never reported an answer: outcome unknown
     CONFLICT = "conflict"  # the id was claimed for a different intent
     FULL = "full"  # the DID holds ``max_per_did`` claims: nothing claimed, nothing consumed
+    TOTAL_FULL = "total_full"  # the store holds ``max_total`` claims: likewise
     UNKNOWN = "unknown"  # no claim (only from :meth:`IntentStore.get_claim`)
 
 
@@ -55,11 +61,13 @@ class ClaimRequest:
     running_until: int
     expires_at: int
     max_per_did: int
+    # The bound on the claims of every agent and DID in the store (None: no bound).
+    max_total: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """The store's answer about a claim; ``retry_after`` (seconds) only for FULL."""
+    """The store's answer about a claim; ``retry_after`` (seconds) only for FULL, TOTAL_FULL."""
 
     kind: ClaimKind
     reply: StoredReply | None = None
@@ -81,20 +89,24 @@ class IntentStore(Store, Protocol):
         rate_period: int,
         now: float,
         claim: ClaimRequest,
+        agent: str = "",
     ) -> tuple[Begin, Claim | None]:
-        """:meth:`Store.begin_request` and, when it would answer NEW, the claim, atomically.
+        """:meth:`Store.begin_request` and, when it would answer NEW, ``agent``'s claim,
+        atomically.
 
-        The claim is None unless the request is new. A FULL claim comes with a Begin whose
-        kind is ``RATE_LIMITED``: nothing was consumed or counted.
+        The claim is None unless the request is new. A FULL or TOTAL_FULL claim comes with a
+        Begin whose kind is ``RATE_LIMITED``: nothing was consumed or counted.
         """
         ...
 
-    async def get_claim(self, client_did: str, intent_id: str, intent_hash: str, now: float) -> Claim:
+    async def get_claim(
+        self, client_did: str, intent_id: str, intent_hash: str, now: float, *, agent: str = ""
+    ) -> Claim:
         """The claim's state as seen by a request with ``intent_hash`` (never NEW or FULL)."""
         ...
 
     async def finish_intent(
-        self, client_did: str, intent_id: str, intent_hash: str, reply: StoredReply
+        self, client_did: str, intent_id: str, intent_hash: str, reply: StoredReply, *, agent: str = ""
     ) -> None:
         """Keep ``reply`` as the answer of the claim, if it is still there for that hash."""
         ...

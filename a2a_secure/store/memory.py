@@ -7,6 +7,7 @@ expired entries are swept; an entry still inside its window is never evicted.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,30 +48,37 @@ class _ClaimState:
 
 
 class MemoryStore:
-    """In-process implementation of :class:`a2a_secure.store.base.Store`."""
+    """In-process implementation of :class:`a2a_secure.store.base.Store`.
+
+    Several servers may share one instance: every key space names its agent (the server
+    DID) or is safe to share, as on Redis (SECURITY.md, "Agents sharing one store").
+    """
 
     def __init__(self) -> None:
-        self._pending: dict[str, PendingHandshake] = {}
+        # (agent, nonce_b) -> handshake: another agent never finds it.
+        self._pending: dict[tuple[str, str], PendingHandshake] = {}
         self._pending_by_source: dict[str, int] = {}
         self._sessions: dict[str, SessionRecord] = {}
         self._seq: dict[str, _SeqState] = {}
-        # (client DID, period) -> (window start, count): a fixed window per DID.
-        self._rates: dict[tuple[str, int], tuple[int, int]] = {}
+        # (agent, client DID, period) -> (window start, count): a fixed window per DID at
+        # each agent.
+        self._rates: dict[tuple[str, str, int], tuple[int, int]] = {}
         self._rates_sweep_at = _RATES_SWEEP_MIN
         # Client DID -> {key id or "*": entry}: the deny list (a2a_secure.store.revocation).
         self._revoked: dict[str, dict[str, Revocation]] = {}
         # Actions waiting for approval (store/actions.py), and the pending ones per caller.
         self._actions: dict[str, PendingAction] = {}
         self._actions_pending: dict[str, set[str]] = {}
-        # Intent ids (store/intents.py): (client DID, intent_id) -> claim, and per DID its
-        # ids with their expiry (the per-DID bound).
-        self._claims: dict[tuple[str, str], _ClaimState] = {}
-        self._claims_by_did: dict[str, dict[str, int]] = {}
-        self._claims_sweep_at = _RATES_SWEEP_MIN
+        # Intent ids (store/intents.py): (agent, client DID, intent_id) -> claim, per (agent,
+        # DID) its ids with their expiry (the per-DID bound), and every claim by expiry (the
+        # total bound: the earliest expiry is at the top, so expired claims leave in order).
+        self._claims: dict[tuple[str, str, str], _ClaimState] = {}
+        self._claims_by_did: dict[tuple[str, str], dict[str, int]] = {}
+        self._claims_by_expiry: list[tuple[int, tuple[str, str, str]]] = []
 
     # -- pending handshakes ---------------------------------------------------------------
-    def _drop_pending(self, nonce_b: str) -> None:
-        p = self._pending.pop(nonce_b, None)
+    def _drop_pending(self, key: tuple[str, str]) -> None:
+        p = self._pending.pop(key, None)
         if p is not None:
             left = self._pending_by_source.get(p.source, 0) - 1
             if left > 0:
@@ -79,8 +87,8 @@ class MemoryStore:
                 self._pending_by_source.pop(p.source, None)
 
     def _sweep_pending(self, now: float) -> None:
-        for nonce_b in [n for n, p in self._pending.items() if p.expires_at <= now]:
-            self._drop_pending(nonce_b)
+        for key in [k for k, p in self._pending.items() if p.expires_at <= now]:
+            self._drop_pending(key)
 
     async def add_pending(
         self, pending: PendingHandshake, *, max_per_source: int, max_total: int, now: float
@@ -96,35 +104,36 @@ class MemoryStore:
                 len(self._pending) >= max_total
                 or self._pending_by_source.get(pending.source, 0) >= max_per_source
             )
-        if full or pending.nonce_b in self._pending:
+        key = (pending.server_did, pending.nonce_b)
+        if full or key in self._pending:
             return False
-        self._pending[pending.nonce_b] = pending
+        self._pending[key] = pending
         self._pending_by_source[pending.source] = self._pending_by_source.get(pending.source, 0) + 1
         return True
 
-    async def get_pending(self, nonce_b: str, now: float) -> PendingHandshake | None:
+    async def get_pending(self, nonce_b: str, now: float, *, agent: str = "") -> PendingHandshake | None:
         """See :meth:`Store.get_pending`."""
-        p = self._pending.get(nonce_b)
+        p = self._pending.get((agent, nonce_b))
         if p is None:
             return None
         if p.expires_at <= now:
-            self._drop_pending(nonce_b)
+            self._drop_pending((agent, nonce_b))
             return None
         return p
 
-    async def mark_proven(self, nonce_b: str, kid: str, now: float) -> bool:
+    async def mark_proven(self, nonce_b: str, kid: str, now: float, *, agent: str = "") -> bool:
         """See :meth:`Store.mark_proven`."""
-        p = await self.get_pending(nonce_b, now)
+        p = await self.get_pending(nonce_b, now, agent=agent)
         if p is None or p.proven_kid is not None:
             return False
-        self._pending[nonce_b] = p.proven(kid)
+        self._pending[(agent, nonce_b)] = p.proven(kid)
         return True
 
     async def open_session(
-        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float
+        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float, agent: str = ""
     ) -> OpenResult:
         """See :meth:`Store.open_session`."""
-        p = await self.get_pending(nonce_b, now)
+        p = await self.get_pending(nonce_b, now, agent=agent)
         if p is None or p.proven_kid is None:
             return OpenResult.HANDSHAKE_GONE
         if len(self._sessions) >= max_sessions:
@@ -132,7 +141,7 @@ class MemoryStore:
                 self._forget(sid)
             if len(self._sessions) >= max_sessions:
                 return OpenResult.FULL
-        self._drop_pending(nonce_b)
+        self._drop_pending((agent, nonce_b))
         self._sessions[session.session_id] = session
         self._seq[session.session_id] = _SeqState()
         return OpenResult.OPENED
@@ -162,6 +171,7 @@ class MemoryStore:
         rate_limit: int | None,
         rate_period: int,
         now: float,
+        agent: str = "",
     ) -> Begin:
         """See :meth:`Store.begin_request`."""
         session = await self.get_session(session_id, now)
@@ -179,7 +189,7 @@ class MemoryStore:
         if sequence <= st.last:
             return Begin(BeginKind.STALE, st.last)
         if rate_limit is not None:
-            key = (client_did, rate_period)
+            key = (agent, client_did, rate_period)
             t = int(now)
             start, count = self._rates.get(key, (t - t % rate_period, 0))
             if t >= start + rate_period:
@@ -195,7 +205,7 @@ class MemoryStore:
     def _sweep_rates(self, t: int) -> None:
         # A window that has ended counts nothing: drop it, so that one entry per DID that
         # ever sent a request does not pile up (ATTACKS.md H6). Amortised O(1) per request.
-        for key in [k for k, (start, _) in self._rates.items() if t >= start + k[1]]:
+        for key in [k for k, (start, _) in self._rates.items() if t >= start + k[2]]:
             del self._rates[key]
         self._rates_sweep_at = max(_RATES_SWEEP_MIN, 2 * len(self._rates))
 
@@ -206,20 +216,30 @@ class MemoryStore:
             st.reply = encoding.dumps(reply.to_dict())
 
     # -- intent ids (store/intents.py) ------------------------------------------------------
-    def _drop_claim(self, did: str, intent_id: str) -> None:
-        self._claims.pop((did, intent_id), None)
-        ids = self._claims_by_did.get(did)
+    def _drop_claim(self, key: tuple[str, str, str]) -> None:
+        self._claims.pop(key, None)
+        ids = self._claims_by_did.get(key[:2])
         if ids is not None:
-            ids.pop(intent_id, None)
+            ids.pop(key[2], None)
             if not ids:
-                del self._claims_by_did[did]
+                del self._claims_by_did[key[:2]]
 
-    def _live_claim(self, did: str, intent_id: str, now: float) -> _ClaimState | None:
-        c = self._claims.get((did, intent_id))
+    def _live_claim(self, key: tuple[str, str, str], now: float) -> _ClaimState | None:
+        c = self._claims.get(key)
         if c is not None and c.expires_at <= now:
-            self._drop_claim(did, intent_id)
+            self._drop_claim(key)
             return None
         return c
+
+    def _expire_claims(self, now: float) -> None:
+        # Amortised O(log n) per claim: every claim enters the heap once and leaves it at its
+        # expiry; an entry whose claim was made again since (a new expiry) is skipped.
+        heap = self._claims_by_expiry
+        while heap and heap[0][0] <= now:
+            expires_at, key = heapq.heappop(heap)
+            c = self._claims.get(key)
+            if c is not None and c.expires_at == expires_at:
+                self._drop_claim(key)
 
     @staticmethod
     def _seen(c: _ClaimState, intent_hash: str, now: float) -> Claim:
@@ -240,11 +260,12 @@ class MemoryStore:
         rate_period: int,
         now: float,
         claim: ClaimRequest,
+        agent: str = "",
     ) -> tuple[Begin, Claim | None]:
         """See :meth:`IntentStore.begin_intent`."""
         st = self._seq.get(session_id)
         saved = (st.last, st.request_hash, st.reply) if st is not None else None
-        rate_key = (client_did, rate_period)
+        rate_key = (agent, client_did, rate_period)
         saved_rate = self._rates.get(rate_key)
         # No await below suspends: begin_request, the claim and a roll-back are one step.
         begin = await self.begin_request(
@@ -255,18 +276,23 @@ class MemoryStore:
             rate_limit=rate_limit,
             rate_period=rate_period,
             now=now,
+            agent=agent,
         )
         if begin.kind is not BeginKind.NEW:
             return begin, None
-        c = self._live_claim(client_did, claim.intent_id, now)
+        key = (agent, client_did, claim.intent_id)
+        c = self._live_claim(key, now)
         if c is not None:
             return begin, self._seen(c, claim.intent_hash, now)
-        ids = self._claims_by_did.setdefault(client_did, {})
+        self._expire_claims(now)
+        ids = self._claims_by_did.get(key[:2], {})
+        refused: Claim | None = None
         if len(ids) >= claim.max_per_did:
-            for iid in [i for i, exp in ids.items() if exp <= now]:
-                self._drop_claim(client_did, iid)
-            ids = self._claims_by_did.setdefault(client_did, {})
-        if len(ids) >= claim.max_per_did:
+            refused = Claim(ClaimKind.FULL, retry_after=max(1, math.ceil(min(ids.values()) - now)))
+        elif claim.max_total is not None and len(self._claims) >= claim.max_total:
+            first = self._claims_by_expiry[0][0] if self._claims_by_expiry else now + 1
+            refused = Claim(ClaimKind.TOTAL_FULL, retry_after=max(1, math.ceil(first - now)))
+        if refused is not None:
             # Undo steps 7-8: a refused claim consumes nothing, as a rate-limited request.
             assert st is not None and saved is not None
             st.last, st.request_hash, st.reply = saved
@@ -274,34 +300,24 @@ class MemoryStore:
                 self._rates.pop(rate_key, None)
             else:
                 self._rates[rate_key] = saved_rate
-            retry = max(1, math.ceil(min(ids.values()) - now))
-            return Begin(BeginKind.RATE_LIMITED, saved[0], retry_after=retry), Claim(
-                ClaimKind.FULL, retry_after=retry
-            )
-        self._claims[(client_did, claim.intent_id)] = _ClaimState(
-            claim.intent_hash, claim.running_until, claim.expires_at
-        )
-        ids[claim.intent_id] = claim.expires_at
-        if len(self._claims) >= self._claims_sweep_at:
-            self._sweep_claims(now)
+            return Begin(BeginKind.RATE_LIMITED, saved[0], retry_after=refused.retry_after), refused
+        self._claims[key] = _ClaimState(claim.intent_hash, claim.running_until, claim.expires_at)
+        self._claims_by_did.setdefault(key[:2], {})[claim.intent_id] = claim.expires_at
+        heapq.heappush(self._claims_by_expiry, (claim.expires_at, key))
         return begin, Claim(ClaimKind.NEW)
 
-    def _sweep_claims(self, now: float) -> None:
-        # Amortised O(1): a DID that never comes back must not keep its claims forever.
-        for did, iid in [k for k, c in self._claims.items() if c.expires_at <= now]:
-            self._drop_claim(did, iid)
-        self._claims_sweep_at = max(_RATES_SWEEP_MIN, 2 * len(self._claims))
-
-    async def get_claim(self, client_did: str, intent_id: str, intent_hash: str, now: float) -> Claim:
+    async def get_claim(
+        self, client_did: str, intent_id: str, intent_hash: str, now: float, *, agent: str = ""
+    ) -> Claim:
         """See :meth:`IntentStore.get_claim`."""
-        c = self._live_claim(client_did, intent_id, now)
+        c = self._live_claim((agent, client_did, intent_id), now)
         return Claim(ClaimKind.UNKNOWN) if c is None else self._seen(c, intent_hash, now)
 
     async def finish_intent(
-        self, client_did: str, intent_id: str, intent_hash: str, reply: StoredReply
+        self, client_did: str, intent_id: str, intent_hash: str, reply: StoredReply, *, agent: str = ""
     ) -> None:
         """See :meth:`IntentStore.finish_intent`."""
-        c = self._claims.get((client_did, intent_id))
+        c = self._claims.get((agent, client_did, intent_id))
         if c is not None and c.intent_hash == intent_hash and c.reply is None:
             c.reply = encoding.dumps(reply.to_dict())
 
@@ -424,5 +440,10 @@ class MemoryStore:
 
     # -- introspection (tests, metrics) ---------------------------------------------------
     def counts(self) -> dict[str, int]:
-        """How many pending handshakes, sessions and rate windows are held."""
-        return {"pending": len(self._pending), "sessions": len(self._sessions), "rates": len(self._rates)}
+        """How many pending handshakes, sessions, rate windows and intent id claims are held."""
+        return {
+            "pending": len(self._pending),
+            "sessions": len(self._sessions),
+            "rates": len(self._rates),
+            "claims": len(self._claims),
+        }

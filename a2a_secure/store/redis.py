@@ -17,8 +17,14 @@ redis-py on ``NOSCRIPT`` after a Redis restart). Semantics are those of
 * **A session is one hash** ``s:<session_id>``: ``r`` its compact record, ``e`` its
   ``expires_at``, ``l`` the last accepted sequence, ``h`` that request's hash (32 raw
   bytes), ``y`` the stored reply once the request finished. About 0.6 KiB in Redis.
-* **Rate counters** are fixed windows per (client DID, period):
-  ``r:<did>:<period>:<window start>``, checked before the increment, expiring with the window.
+* **Rate counters** are fixed windows per (agent, client DID, period):
+  ``r:<agent>|<did>:<period>:<window start>``, checked before the increment, expiring with
+  the window.
+* **Agents sharing a prefix.** A key of a pending handshake (``p:<nonce_b>:<agent>``), a
+  rate window or an ``intent_id`` claim names its agent (the server DID), so that another
+  agent never finds it; a session is found by its random id and its record names the agent,
+  which the engine checks. Capacity bounds (``ps:``, ``pa``, ``sa``, ``ix``) and the deny
+  list (``rv:``) are the store's. The table is in SECURITY.md ("Agents sharing one store").
 
 **Failures.** Any Redis error (connection refused or reset, timeout, loading, OOM, read-only
 replica, a script error) raises :class:`~a2a_secure.errors.Unavailable` (-32048, HTTP 503,
@@ -77,6 +83,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import math
 import os
@@ -112,6 +119,10 @@ if TYPE_CHECKING:
 __all__ = ["RedisStore"]
 
 _log = logging.getLogger("a2a_secure.store.redis")
+
+# The Retry-After of a new intent_id refused because the store holds its bound of claims, on
+# a spread cluster (where the reservation does not tell when the earliest one lapses).
+_TOTAL_FULL_RETRY = 60
 
 # Redis TTLs only reclaim memory; the slack keeps a key alive a little past its logical
 # expiry so that a worker whose clock is slightly behind still finds it.
@@ -497,11 +508,14 @@ def _action_from(record: bytes, state: bytes, by: bytes, at: bytes) -> PendingAc
 # check (the claim's and the per-DID bound's included) comes before begin_writes, the first
 # write, so a FULL claim consumes nothing, as a rate-limited request does.
 # KEYS: session hash, session zset, rate counter (or the session hash when not counted),
-#       claim hash, the DID's claim zset, the DID's revocation hash
+#       claim hash, the DID's claim zset (at this agent), the store's claim zset, the DID's
+#       revocation hash
 # ARGV: 1-6 as _BEGIN_REQUEST, 7 client DID (_REVOCATION_GUARD), 8 intent_id, 9 intent hash,
-#       10 running_until, 11 expires_at, 12 claim ttl_ms, 13 max claims per DID
+#       10 running_until, 11 expires_at, 12 claim ttl_ms, 13 max claims per DID, 14 max
+#       claims in the store ('' = no bound), 15 the claim's member in the store's zset
 # Returns _BEGIN_REQUEST's answer (or the guard's) when not NEW; {1, last, claim kind[,
-# answer]} when NEW; {7, last, earliest expiry of the DID's claims} when the bound is reached.
+# answer]} when NEW; {7, last, earliest expiry of the DID's claims} when the DID's bound is
+# reached, {8, last, earliest expiry in the store} when the store's is.
 _BEGIN_INTENT = (
     _EXTEND
     + rcl.SEEN_CLAIM
@@ -518,6 +532,13 @@ if c[1] == -1 then
     local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
     return {7, last, first[2]}
   end
+  if ARGV[14] ~= '' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', ARGV[1])
+    if redis.call('ZCARD', KEYS[6]) >= tonumber(ARGV[14]) then
+      local first = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+      return {8, last, first[2] or ARGV[1]}
+    end
+  end
 end
 begin_writes(count)
 if c[1] ~= -1 then
@@ -529,6 +550,8 @@ redis.call('HSET', KEYS[4], 'h', ARGV[9], 'u', ARGV[10], 'e', ARGV[11])
 redis.call('PEXPIRE', KEYS[4], ttl)
 redis.call('ZADD', KEYS[5], ARGV[11], ARGV[8])
 extend(KEYS[5], ttl)
+redis.call('ZADD', KEYS[6], ARGV[11], ARGV[15])
+extend(KEYS[6], ttl)
 return {1, ARGV[2], 0}
 """
 )
@@ -822,8 +845,14 @@ class RedisStore:
     # -- keys ------------------------------------------------------------------------------------
     # On a cluster (the spread layout) every key has the hash tag of what it belongs to; the
     # single-Redis names are unchanged. See redis_cluster.py for the table.
-    def _k_pending(self, nonce_b: str) -> str:
-        return f"{self.prefix}{{p:{nonce_b}}}" if self._spread else f"{self.prefix}p:{nonce_b}"
+    # Several agents may share one prefix: a key of a pending handshake, a rate window or an
+    # intent id names its agent (the server DID, ``agent``), after a '|' that no DID holds,
+    # so that another agent never finds it (SECURITY.md, "Agents sharing one store").
+    def _k_pending(self, agent: str, nonce_b: str) -> str:
+        # nonce_b is base64url (no ':'), so the agent after it cannot change where it ends.
+        if self._spread:
+            return f"{self.prefix}{{p:{nonce_b}}}:{agent}"
+        return f"{self.prefix}p:{nonce_b}:{agent}"
 
     def _k_source(self, source: str) -> str:
         return f"{self.prefix}{{ps:{source}}}" if self._spread else f"{self.prefix}ps:{source}"
@@ -855,10 +884,10 @@ class RedisStore:
         """
         return f"{self.prefix}{{d:{did}}}:" if self._spread else f"{self.prefix}d:{did}:"
 
-    def _k_rate(self, client_did: str, period: int, start: int) -> str:
+    def _k_rate(self, agent: str, client_did: str, period: int, start: int) -> str:
         if self._spread:
-            return f"{self._k_did_tag(client_did)}r:{period}:{start}"
-        return f"{self.prefix}r:{client_did}:{period}:{start}"
+            return f"{self._k_did_tag(client_did)}r:{agent}|{period}:{start}"
+        return f"{self.prefix}r:{agent}|{client_did}:{period}:{start}"
 
     def _k_revoked(self, did: str) -> str:
         # The one place a DID's revocation key is named: in the DID's slot on a cluster.
@@ -890,16 +919,29 @@ class RedisStore:
     def _action_keys(self, action_id: str, caller_did: str) -> list[str]:
         return [self._k_action(action_id), self._k_actions_of(caller_did), self._k_actions()]
 
-    def _k_intent(self, client_did: str, intent_id: str) -> str:
+    def _k_intent(self, agent: str, client_did: str, intent_id: str) -> str:
         # A claim and its DID's bound: in the DID's slot on a cluster, with its rate window.
         if self._spread:
-            return f"{self._k_did_tag(client_did)}i:{intent_id}"
-        return f"{self.prefix}i:{client_did}:{intent_id}"
+            return f"{self._k_did_tag(client_did)}i:{agent}|{intent_id}"
+        return f"{self.prefix}i:{agent}|{client_did}:{intent_id}"
 
-    def _k_intents(self, client_did: str) -> str:
+    def _k_intents(self, agent: str, client_did: str) -> str:
         if self._spread:
-            return f"{self._k_did_tag(client_did)}ia"
-        return f"{self.prefix}ia:{client_did}"
+            return f"{self._k_did_tag(client_did)}ia:{agent}"
+        return f"{self.prefix}ia:{agent}|{client_did}"
+
+    def _k_intents_all(self) -> str:
+        """The store's bound on claims (every agent, every DID): one Redis."""
+        return f"{self.prefix}ix"
+
+    def _k_intents_shard(self, index: int) -> str:
+        """The store's bound on claims, shard ``index`` (spread cluster)."""
+        return f"{self.prefix}{{ix:{index}}}"
+
+    @staticmethod
+    def _claim_member(claim_key: str) -> bytes:
+        """A claim's member in the store's bound: 16 bytes naming its key."""
+        return hashlib.sha256(claim_key.encode()).digest()[:16]
 
     # -- the one place that talks to Redis ----------------------------------------------------------
     async def _unavailable(self, exc: Exception) -> Unavailable:
@@ -1207,7 +1249,11 @@ class RedisStore:
             )
         added = await self._script(
             self._add_pending,
-            [self._k_pending(pending.nonce_b), self._k_source(pending.source), self._k_pending_all()],
+            [
+                self._k_pending(pending.server_did, pending.nonce_b),
+                self._k_source(pending.source),
+                self._k_pending_all(),
+            ],
             [
                 _num(now),
                 max_per_source,
@@ -1222,14 +1268,14 @@ class RedisStore:
         )
         return bool(added)
 
-    async def get_pending(self, nonce_b: str, now: float) -> PendingHandshake | None:
+    async def get_pending(self, nonce_b: str, now: float, *, agent: str = "") -> PendingHandshake | None:
         """See :meth:`Store.get_pending`."""
         if self._spread:
-            out = await self._script(self._c_get_pending, [self._k_pending(nonce_b)], [_num(now)])
+            out = await self._script(self._c_get_pending, [self._k_pending(agent, nonce_b)], [_num(now)])
         else:
             out = await self._script(
                 self._get_pending,
-                [self._k_pending(nonce_b), self._k_pending_all()],
+                [self._k_pending(agent, nonce_b), self._k_pending_all()],
                 [_num(now), nonce_b, self.prefix],
             )
         if not out:
@@ -1238,27 +1284,28 @@ class RedisStore:
         pending = PendingHandshake.from_dict(encoding.loads(data))
         return pending if kid is None else pending.proven(kid.decode())
 
-    async def mark_proven(self, nonce_b: str, kid: str, now: float) -> bool:
+    async def mark_proven(self, nonce_b: str, kid: str, now: float, *, agent: str = "") -> bool:
         """See :meth:`Store.mark_proven`."""
+        pkey = self._k_pending(agent, nonce_b)
         if self._spread:
-            return bool(await self._script(self._c_mark_proven, [self._k_pending(nonce_b)], [kid, _num(now)]))
+            return bool(await self._script(self._c_mark_proven, [pkey], [kid, _num(now)]))
         added = await self._script(
             self._mark_proven,
-            [self._k_pending(nonce_b), self._k_pending_all()],
+            [pkey, self._k_pending_all()],
             [kid, _num(now), nonce_b, self.prefix],
         )
         return bool(added)
 
     async def open_session(
-        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float
+        self, nonce_b: str, session: SessionRecord, *, max_sessions: int, now: float, agent: str = ""
     ) -> OpenResult:
         """See :meth:`Store.open_session`."""
         if self._spread:
-            return await self._spread_open_session(nonce_b, session, max_sessions, now)
+            return await self._spread_open_session(agent, nonce_b, session, max_sessions, now)
         code = await self._script(
             self._open_session,
             [
-                self._k_pending(nonce_b),
+                self._k_pending(agent, nonce_b),
                 self._k_session(session.session_id),
                 self._k_sessions(),
                 self._k_pending_all(),
@@ -1301,7 +1348,7 @@ class RedisStore:
             ),
             (
                 self._c_add_pending,
-                [self._k_pending(nonce)],
+                [self._k_pending(pending.server_did, nonce)],
                 [_num(now), data, pending.expires_at, ttl, pending.source, str(shard)],
             ),
         ]
@@ -1313,7 +1360,7 @@ class RedisStore:
             if reply == 1:  # a reservation this call made (2: a live entry's, left alone)
                 undo.append((self._c_release, keys, [nonce]))
         if out[2] == 1:
-            undo.append((self._c_close_session, [self._k_pending(nonce)], []))  # DEL
+            undo.append((self._c_close_session, [self._k_pending(pending.server_did, nonce)], []))  # DEL
         if undo:
             await self._quietly(undo)
         failed = [reply for reply in out if isinstance(reply, Exception)]
@@ -1322,7 +1369,7 @@ class RedisStore:
         return False
 
     async def _spread_open_session(
-        self, nonce_b: str, session: SessionRecord, max_sessions: int, now: float
+        self, agent: str, nonce_b: str, session: SessionRecord, max_sessions: int, now: float
     ) -> OpenResult:
         # In order: reserve, take the handshake, open (redis_cluster.py).
         sid = session.session_id
@@ -1338,7 +1385,7 @@ class RedisStore:
             return OpenResult.FULL
         release: _Call = (self._c_release, [shard_key], [sid])
         try:
-            taken = await self._script(self._c_take_pending, [self._k_pending(nonce_b)], [_num(now)])
+            taken = await self._script(self._c_take_pending, [self._k_pending(agent, nonce_b)], [_num(now)])
         except Unavailable:
             await self._quietly([release])
             raise
@@ -1415,6 +1462,7 @@ class RedisStore:
         rate_limit: int | None,
         rate_period: int,
         now: float,
+        agent: str,
     ) -> tuple[list[str], list[Any], int, int]:
         """The KEYS 1-3 and ARGV 1-7 of the guarded begin scripts, the rate window's start, now.
 
@@ -1429,7 +1477,7 @@ class RedisStore:
         t = int(now)
         start = t - t % rate_period if rate_limit is not None else 0
         if rate_limit is not None:
-            keys[2] = self._k_rate(client_did, rate_period, start)
+            keys[2] = self._k_rate(agent, client_did, rate_period, start)
             limit = str(rate_limit)
             rate_ttl = _ttl_ms(start + rate_period, now)
         args = [
@@ -1453,6 +1501,7 @@ class RedisStore:
         rate_limit: int | None,
         rate_period: int,
         now: float,
+        agent: str = "",
     ) -> Begin:
         """See :meth:`Store.begin_request`: §6.1 steps 7 and 8 in one script (one round trip).
 
@@ -1460,11 +1509,11 @@ class RedisStore:
         """
         if self._spread:
             begin, _ = await self._spread_begin(
-                session_id, client_did, sequence, request_hash, rate_limit, rate_period, now
+                session_id, client_did, sequence, request_hash, rate_limit, rate_period, now, agent
             )
             return begin
         keys, args, start, t = self._begin_parts(
-            session_id, client_did, sequence, request_hash, rate_limit, rate_period, now
+            session_id, client_did, sequence, request_hash, rate_limit, rate_period, now, agent
         )
         call: _Call = (self._begin_request_guarded, [*keys, self._k_revoked(client_did)], args)
         (out,), confirmed = await self._run([call], wait=True)
@@ -1482,6 +1531,7 @@ class RedisStore:
         rate_limit: int | None,
         rate_period: int,
         now: float,
+        agent: str,
         claim: ClaimRequest | None = None,
     ) -> tuple[Begin, Claim | None]:
         # The session's script and the DID's (its rate window, and the claim of an intent_id)
@@ -1494,16 +1544,29 @@ class RedisStore:
         calls: list[_Call] = [(self._c_begin, [skey], [_num(now), str(sequence), hashed, keep])]
         t = int(now)
         start = t - t % rate_period if counted else 0
-        rkey = self._k_rate(client_did, rate_period, start) if counted else ""
+        rkey = self._k_rate(agent, client_did, rate_period, start) if counted else ""
         limit, rate_ttl = (str(rate_limit), _ttl_ms(start + rate_period, now)) if counted else ("", 0)
         if claim is not None:
-            ikeys = [self._k_intent(client_did, claim.intent_id), self._k_intents(client_did)]
+            ikeys = [self._k_intent(agent, client_did, claim.intent_id), self._k_intents(agent, client_did)]
             # Random per request: its UNCLAIM can never delete a claim another request made.
             owner = secrets.token_bytes(16)
             ihash = _request_hash_bytes(claim.intent_hash)
             args = [_num(now), limit, rate_ttl, claim.intent_id, ihash, claim.running_until]
             args += [claim.expires_at, _ttl_ms(claim.expires_at, now), claim.max_per_did, owner]
             calls.append((self._c_claim, [*ikeys, rkey or ikeys[0]], args))
+            if claim.max_total is not None:
+                # The store's bound on claims, sharded as the session bound: a reservation
+                # named by the claim, lapsing with it (2: the claim's own is already there).
+                shards = rc.shards_for(claim.max_total)
+                shard = rc.shard_of(ikeys[0], shards)
+                release: _Call = (
+                    self._c_release,
+                    [self._k_intents_shard(shard)],
+                    [self._claim_member(ikeys[0])],
+                )
+                total = rc.shard_limit(claim.max_total, shards, shard)
+                reserve_args = [_num(now), total, release[2][0], claim.expires_at]
+                calls.append((self._c_reserve, release[1], [*reserve_args, _ttl_ms(claim.expires_at, now)]))
         elif counted:
             calls.append((self._c_rate, [rkey], [limit, rate_ttl]))
         calls.append((self._c_revoked, [self._k_revoked(client_did)], []))
@@ -1515,7 +1578,7 @@ class RedisStore:
         over = False
         full: Claim | None = None
         got: Claim | None = None
-        if len(calls) == 3:
+        if len(calls) >= 3:
             did_out = out[1]
             unrate: _Call = (self._c_unrate, [rkey], [])
             if isinstance(did_out, Exception):
@@ -1535,6 +1598,16 @@ class RedisStore:
                 undo += [unrate] if counted else []
                 if got.kind is ClaimKind.NEW:
                     undo.append((self._c_unclaim, ikeys, [claim.intent_id, ihash, owner]))
+            if len(calls) == 4:  # the store's bound was reserved against
+                reserved = out[2]
+                undo += [release] if reserved == 1 else []
+                if got is not None and got.kind is ClaimKind.NEW:
+                    # A new claim needs its place: without it (full, or unknown) it is given
+                    # back and nothing runs; an answer from an existing claim adds nothing.
+                    if isinstance(reserved, Exception):
+                        did_error = reserved
+                    elif reserved == 0:
+                        full = Claim(ClaimKind.TOTAL_FULL, retry_after=_TOTAL_FULL_RETRY)
         if isinstance(seq_out, Exception):
             if undo:
                 await self._quietly(undo)
@@ -1606,6 +1679,7 @@ class RedisStore:
         rate_period: int,
         now: float,
         claim: ClaimRequest,
+        agent: str = "",
     ) -> tuple[Begin, Claim | None]:
         """See :meth:`IntentStore.begin_intent`: one script, the same round trip as a begin.
 
@@ -1616,14 +1690,16 @@ class RedisStore:
         """
         if self._spread:
             return await self._spread_begin(
-                session_id, client_did, sequence, request_hash, rate_limit, rate_period, now, claim
+                session_id, client_did, sequence, request_hash, rate_limit, rate_period, now, agent, claim
             )
         keys, args, start, t = self._begin_parts(
-            session_id, client_did, sequence, request_hash, rate_limit, rate_period, now
+            session_id, client_did, sequence, request_hash, rate_limit, rate_period, now, agent
         )
+        ikey = self._k_intent(agent, client_did, claim.intent_id)
         keys += [
-            self._k_intent(client_did, claim.intent_id),
-            self._k_intents(client_did),
+            ikey,
+            self._k_intents(agent, client_did),
+            self._k_intents_all(),
             self._k_revoked(client_did),
         ]
         args += [
@@ -1633,14 +1709,16 @@ class RedisStore:
             claim.expires_at,
             _ttl_ms(claim.expires_at, now),
             claim.max_per_did,
+            "" if claim.max_total is None else claim.max_total,
+            self._claim_member(ikey),
         ]
         call: _Call = (self._begin_intent, keys, args)
         (out,), confirmed = await self._run([call], wait=True)
         code = int(out[0])
-        if code == 7:  # the DID's claims are at their bound: nothing consumed
+        if code in (7, 8):  # the DID's claims, or the store's, are at their bound: nothing consumed
             retry = max(1, math.ceil(float(out[2]) - now))
             return Begin(BeginKind.RATE_LIMITED, int(out[1]), retry_after=retry), Claim(
-                ClaimKind.FULL, retry_after=retry
+                ClaimKind.FULL if code == 7 else ClaimKind.TOTAL_FULL, retry_after=retry
             )
         try:
             begin = self._begin_from(out, session_id, start, rate_period, t, confirmed)
@@ -1679,20 +1757,22 @@ class RedisStore:
             return Claim(kind, StoredReply.from_dict(encoding.loads(out[1])))
         return Claim(kind)
 
-    async def get_claim(self, client_did: str, intent_id: str, intent_hash: str, now: float) -> Claim:
+    async def get_claim(
+        self, client_did: str, intent_id: str, intent_hash: str, now: float, *, agent: str = ""
+    ) -> Claim:
         """See :meth:`IntentStore.get_claim` (one script)."""
         out = await self._script(
             self._get_claim,
-            [self._k_intent(client_did, intent_id), self._k_intents(client_did)],
+            [self._k_intent(agent, client_did, intent_id), self._k_intents(agent, client_did)],
             [_num(now), intent_id, _request_hash_bytes(intent_hash)],
         )
         return self._claim_from(out)
 
     async def finish_intent(
-        self, client_did: str, intent_id: str, intent_hash: str, reply: StoredReply
+        self, client_did: str, intent_id: str, intent_hash: str, reply: StoredReply, *, agent: str = ""
     ) -> None:
         """See :meth:`IntentStore.finish_intent`; sent with the next command, as :meth:`finish_request`."""
-        self._unsent[self._k_intent(client_did, intent_id)] = (
+        self._unsent[self._k_intent(agent, client_did, intent_id)] = (
             self._finish_intent,
             [_request_hash_bytes(intent_hash), encoding.dumps(reply.to_dict())],
         )

@@ -6,10 +6,14 @@ owner token of the request that made it. The DID's claims sit in a sorted set sc
 expires_at (the per-DID bound, exact as the session bound is). A claim is LOST when
 ``u <= now`` and it has no answer.
 
-On one Redis the claim key is ``i:<did>:<intent_id>`` and the set ``ia:<did>``, and the
-claim is made inside the guarded begin script (``_BEGIN_INTENT`` in redis.py). On a spread
-cluster both keys carry the DID's hash tag (``{d:<did>}:i:<intent_id>``, ``{d:<did>}:ia``),
-next to its rate window: :data:`CLAIM` counts the rate and makes the claim in one script on
+A claim belongs to an agent (the server DID, ``<agent>``; several agents may share a
+prefix). On one Redis the claim key is ``i:<agent>|<did>:<intent_id>`` and the set
+``ia:<agent>|<did>``, the store's bound of claims the set ``ix`` (member: 16 bytes of the
+claim key's SHA-256, score: its expires_at), and the claim is made inside the guarded begin
+script (``_BEGIN_INTENT`` in redis.py). On a spread cluster both keys carry the DID's hash
+tag (``{d:<did>}:i:<agent>|<intent_id>``, ``{d:<did>}:ia:<agent>``), next to its rate
+window, and the store's bound is sharded as the session bound (``{ix:<i>}``, a ``RESERVE``
+in the same round trip): :data:`CLAIM` counts the rate and makes the claim in one script on
 the DID's slot, pipelined with the session's ``BEGIN``; :data:`UNCLAIM` is its
 compensation. The decision table is in :mod:`a2a_secure.store.redis_cluster`.
 """

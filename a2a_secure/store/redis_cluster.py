@@ -13,22 +13,25 @@ key                    holds                                       slot of
                        sequence, request hash, stored answer
                        (and, while a counted request runs, the
                        previous ones: ``pl``/``ph``/``py``)
-``P{d:<did>}:r:…``     rate window of a client DID                 the DID (``_k_did_tag``)
-``P{d:<did>}:i:<id>``  claim of an ``intent_id``                   the DID
-``P{d:<did>}:ia``      the DID's claims, scored by expiry          the DID
+``P{d:<did>}:r:A|…``   rate window of a client DID at agent ``A``  the DID (``_k_did_tag``)
+``P{d:<did>}:i:A|id``  claim of an ``intent_id`` at agent ``A``    the DID
+``P{d:<did>}:ia:A``    the DID's claims at ``A``, by expiry        the DID
 ``P{d:<did>}:rv``      the DID's revocation entries                the DID
-``P{p:<nonce_b>}``     pending handshake hash                      the handshake
+``P{p:<nonce_b>}:A``   pending handshake hash of agent ``A``       the handshake
 ``P{ps:<source>}``     per-source bound: sorted set of nonces      the source address
                        scored by their ``expires_at``
 ``P{pa:<i>}``          global pending bound, shard ``i``           one of ≤ 16 fixed tags
 ``P{sa:<i>}``          session bound, shard ``i``                  one of ≤ 16 fixed tags
+``P{ix:<i>}``          the store's bound of claims, shard ``i``    one of ≤ 16 fixed tags
 =====================  ==========================================  ===========================
 
-(``P`` is the prefix.) A bound is a sorted set of reservations (member = the entry's id,
-score = its ``expires_at``): a script drops the members with ``score <= now``, counts, and
-adds. A reservation therefore lapses at the entry's own expiry, which is how any count that
-leaks in a failure below is reclaimed, with no sweeper: a leaked pending reservation within
-60 s, a leaked session reservation at the session's would-be ``expires_at``, a leaked rate
+(``P`` is the prefix, ``A`` the agent: the server DID, so that agents sharing a prefix never
+find each other's pending handshakes, rate windows or claims.) A bound is a sorted set of
+reservations (member = the entry's id, score = its ``expires_at``): a script drops the
+members with ``score <= now``, counts, and adds. A reservation therefore lapses at the
+entry's own expiry, which is how any count that leaks in a failure below is reclaimed, with
+no sweeper: a leaked pending reservation within 60 s, a leaked session reservation at the
+session's would-be ``expires_at``, a leaked claim reservation at the claim's, a leaked rate
 count at the end of its window. A global bound of ``L`` is split over ``n = clamp(L // 1000,
 1, 16)`` shards holding ``L // n`` (+1 for the first ``L % n``): the shares add up to ``L``,
 so the bound is never exceeded; an entry goes to the shard picked by CRC-32 of its id (and
@@ -66,7 +69,10 @@ under the limit). Then:
 **Intent with an ``intent_id`` (§12.5): the same round trip.** The claim of (client DID,
 intent_id) lives in the DID's slot, so ``RATE`` is replaced by ``CLAIM`` (redis_claims.py),
 one script that counts the rate AND claims, every check before any write: over the limit,
-or no claim yet and the DID at its bound (FULL), writes nothing. A claim made NEW records an
+or no claim yet and the DID at its bound (FULL), writes nothing. A ``RESERVE`` of a place in
+the store's bound of claims goes in the same pipeline, named by the claim (a request that
+finds the claim already made finds its place taken by it, answer 2); a place reserved for
+a request that does not run is released, and one that leaks lapses with the claim. A claim made NEW records an
 owner token, 16 random bytes drawn for this request; ``UNCLAIM`` deletes a claim only when
 it has that token, the same intent hash and no answer. Then, for the session's answer and
 the claim's (the revocation read as for any intent: a revoked session undoes every write
@@ -82,6 +88,9 @@ NEW                    DONE, RUNNING, LOST,     as on one Redis: the sequence st
 NEW                    over the limit           ``UNBEGIN``: RATE_LIMITED, no claim
 NEW                    FULL                     ``UNBEGIN``: RATE_LIMITED with the FULL claim,
                                                 nothing consumed or counted
+NEW                    NEW, the store's bound   ``UNBEGIN``, ``UNCLAIM``, ``UNRATE``: RATE_LIMITED
+                       full (``RESERVE`` 0)     with a TOTAL_FULL claim, nothing consumed
+NEW                    NEW, ``RESERVE`` failed  503; ``UNBEGIN``, ``UNCLAIM``, ``UNRATE``
 not NEW (replay, in    anything                 the session's answer; ``UNCLAIM`` if the
 progress, stale,                                claim was made NEW, ``UNRATE`` if counted
 gone)

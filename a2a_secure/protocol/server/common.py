@@ -68,6 +68,10 @@ class ServerLimits:
     # many unexpired intent_ids one client DID may hold (then 503, never an eviction).
     intent_id_retention: int = 86_400
     max_intent_ids_per_did: int = 10_000
+    # ... and how many the store keeps in all, for every DID and every agent sharing it (its
+    # memory, as ``max_sessions`` bounds the sessions'): past it, 503 for a new id, nothing
+    # consumed. A DID costs nothing (did:key), so the per-DID bound alone bounds nothing.
+    max_intent_ids_total: int = 100_000
     # Intent priority (PROTOCOL.md §12.3): at most this many handlers of this agent run at
     # once in this process, the others wait in one priority queue of at most
     # ``max_queued_intents``. None: no limit, hence no queue, and nothing to pay for it.

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["IntentContext", "IntentDispatcher"]
+if TYPE_CHECKING:
+    from a2a_secure.protocol.policy import Policy
+
+__all__ = ["Admission", "IntentContext", "IntentDispatcher"]
+
+# A goal's own part of §6.1 steps 9-10 (``tool.execute``: its inner goal's policy and
+# handler): a pure check of the inputs against the session's policy that raises the refusal.
+Admission = Callable[[Any, "Policy"], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +44,33 @@ class IntentDispatcher:
         self._handlers: dict[str, Callable[[Any, IntentContext], Awaitable[Any]]] = {}
         self._streams: dict[str, Callable[[Any, IntentContext], AsyncIterator[Any]]] = {}
         self._always_streamed: set[str] = set()
+        self._admissions: dict[str, Admission] = {}
 
-    def add(self, goal: str, handler: Callable[[Any, IntentContext], Awaitable[Any]]) -> None:
-        """Serve ``goal`` with the async ``handler(inputs, context)``."""
+    def add(
+        self,
+        goal: str,
+        handler: Callable[[Any, IntentContext], Awaitable[Any]],
+        *,
+        admit: Admission | None = None,
+    ) -> None:
+        """Serve ``goal`` with the async ``handler(inputs, context)``.
+
+        ``admit(inputs, policy)``: the goal's own pure checks of steps 9-10, run before an
+        ``intent_id`` is claimed (PROTOCOL.md §12.5) and again before the handler runs.
+        """
         self._streams.pop(goal, None)
         self._always_streamed.discard(goal)
         self._handlers[goal] = handler
+        if admit is None:
+            self._admissions.pop(goal, None)
+        else:
+            self._admissions[goal] = admit
+
+    def admit(self, goal: str, inputs: Any, policy: Policy) -> None:
+        """Run ``goal``'s own checks of steps 9-10 (none for most goals); raises the refusal."""
+        check = self._admissions.get(goal)
+        if check is not None:
+            check(inputs, policy)
 
     def add_stream(
         self,
@@ -57,6 +85,7 @@ class IntentDispatcher:
         and ``stream: false`` is -32602 (the A2A goals that stream, PROTOCOL.md §6.4, §10).
         """
         self._handlers.pop(goal, None)
+        self._admissions.pop(goal, None)
         self._streams[goal] = handler
         if always:
             self._always_streamed.add(goal)

@@ -6,7 +6,9 @@ its session (an expiry, a server restart, or an on-path attacker forging the uns
 the two requests together. With the extension (PROTOCOL.md §12.5) the client puts
 a random ``intent_id`` inside the signed intent; the server remembers (caller DID,
 intent_id) with the hash of the intent and its answer for ``ServerLimits.intent_id_retention``
-seconds, in the shared store, whatever happens to the session.
+seconds, in the shared store, whatever happens to the session. The claim is this agent's
+(the server DID the session was opened with): another agent sharing the store neither
+finds it nor counts it against its own per-DID bound.
 
 After §6.1 steps 1-8 (the sequence consumed and the rate counted as for any request), a
 request with an ``intent_id`` claims (DID, intent_id) in the same atomic store step
@@ -24,14 +26,16 @@ lost, same intent     504 -32049 "outcome unknown": the first run never reported
                       died, or the server stopped, mid-run); the intent is not run again
 another intent        409 -32044 "intent_id already used for a different intent"
 DID bound reached     503 -32048, nothing consumed (as a rate-limited request)
+store bound reached   503 -32048, nothing consumed (``max_intent_ids_total``)
 ====================  ==================================================================
 
 Every such answer is also stored as the answer to the new (session, sequence), so a
 byte-identical retry of the resend is answered as §6.1 step 7 says. Requests without an
 ``intent_id`` never reach this module.
 
-The claim is made only for an intent that the session's policy allows and a handler serves
-(steps 9-10 are pure checks): a refused intent does not use up its id.
+The claim is made only for an intent that passes steps 9 and 10 (the session's policy, the
+caller's priority rights, a handler that serves it as asked; pure checks, made by the
+caller of :meth:`ExactlyOnce.prepare`): a refused intent does not use up its id.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from a2a_secure.errors import (
     error_for_code,
 )
 from a2a_secure.identity import encoding
-from a2a_secure.protocol.intent_id import INTENT_ID, ids_full_message
+from a2a_secure.protocol.intent_id import INTENT_ID, ids_full_message, store_full_message
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.store.base import Begin, SessionRecord, StoredReply
 from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest, IntentStore, supports_intent_ids
@@ -94,6 +98,7 @@ class Pending:
     intent_hash: str
     running_until: int
     claim: Claim | None = None
+    agent: str = ""  # the server DID the claim belongs to (the session's)
 
 
 def _is_still_running(stored: StoredReply | None) -> bool:
@@ -156,20 +161,24 @@ class ExactlyOnce:
         intent_obj: Mapping[str, Any],
         wants_stream: bool,
         now: float,
-    ) -> Pending | None:
-        """The claim this request will make, or None (a refused intent claims nothing).
+    ) -> Pending:
+        """The claim this request will make; only for an intent that passed steps 9 and 10.
 
         ``intent_obj`` is the intent as signed (step 5 compared it with the payload's).
         """
         assert intent.intent_id is not None
-        if not session.policy.allows(intent.goal) or not self._config.dispatcher.has(intent.goal):
-            return None
         # A stream's run is bounded by its session (checked at each event) and the timeout
         # between two events; any other run by the handler timeout.
         end = max(now, session.expires_at) if wants_stream else now
         timeout = self._config.limits.max_handler_timeout_ms / 1000
         running_until = math.ceil(end + timeout) + RUNNING_MARGIN
-        return Pending(session.client_did, intent.intent_id, encoding.hash_of(intent_obj), running_until)
+        return Pending(
+            session.client_did,
+            intent.intent_id,
+            encoding.hash_of(intent_obj),
+            running_until,
+            agent=session.server_did,
+        )
 
     async def begin(
         self,
@@ -198,10 +207,14 @@ class ExactlyOnce:
                 pending.running_until,
                 expires_at,
                 limits.max_intent_ids_per_did,
+                limits.max_intent_ids_total,
             ),
+            agent=pending.agent,
         )
         if claim is not None and claim.kind is ClaimKind.FULL:
             raise Unavailable(ids_full_message(limits.max_intent_ids_per_did), retry_after=claim.retry_after)
+        if claim is not None and claim.kind is ClaimKind.TOTAL_FULL:
+            raise Unavailable(store_full_message(limits.max_intent_ids_total), retry_after=claim.retry_after)
         pending.claim = claim
         if claim is not None and claim.kind is ClaimKind.NEW:
             self.running[(session.session_id, sequence)] = pending
@@ -224,7 +237,7 @@ class ExactlyOnce:
     ) -> Reply:
         """A byte-identical retry of a resend that was answered "still running"."""
         claim = await self._store.get_claim(
-            pending.client_did, pending.intent_id, pending.intent_hash, self._clock()
+            pending.client_did, pending.intent_id, pending.intent_hash, self._clock(), agent=pending.agent
         )
         return await self._settle(pending, claim, session_id, sequence, req_hash, audit)
 
@@ -237,7 +250,11 @@ class ExactlyOnce:
         # stays RUNNING and becomes LOST: a resend is told "outcome unknown", never re-run.
         with contextlib.suppress(Exception):
             await self._store.finish_intent(
-                pending.client_did, pending.intent_id, pending.intent_hash, _compact(stored)
+                pending.client_did,
+                pending.intent_id,
+                pending.intent_hash,
+                _compact(stored),
+                agent=pending.agent,
             )
 
     # -- answers ------------------------------------------------------------------------------------
@@ -261,7 +278,7 @@ class ExactlyOnce:
             await asyncio.sleep(delay)
             delay = min(2 * delay, 0.1)
             claim = await self._store.get_claim(
-                pending.client_did, pending.intent_id, pending.intent_hash, self._clock()
+                pending.client_did, pending.intent_id, pending.intent_hash, self._clock(), agent=pending.agent
             )
         if claim.kind is ClaimKind.DONE and claim.reply is not None:
             return await self._replay(claim.reply, session_id, sequence, req_hash, audit)

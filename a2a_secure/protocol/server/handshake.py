@@ -6,7 +6,8 @@ that needs no network. Each step sets on the request's :class:`AuditFields` what
 (the claimed DID, whether a signature was checked, the session opened).
 
 State: none of its own. A pending handshake (§5.2-§5.5) and an open session (§5.6) live
-in the :class:`Store`; this room writes both, and notes each session it opens in the
+in the :class:`Store`; this room writes both (a pending handshake under this agent's DID:
+another agent sharing the store never finds it), and notes each session it opens in the
 :class:`SessionDeadlines`. It offers the policy of the :class:`ServerConfig` to new
 handshakes (a session keeps the one it agreed to).
 """
@@ -122,6 +123,7 @@ class HandshakeResponder:
             created_at=now_i,
             expires_at=now_i + m.PENDING_LIFETIME,
             source=source,
+            server_did=cfg.identity.did,
         )
         added = await cfg.store.add_pending(
             pending,
@@ -135,8 +137,13 @@ class HandshakeResponder:
 
     # -- §5.3 PROOF → §5.4 POLICY ---------------------------------------------------------
     async def _pending_for(self, nonce_b: str) -> PendingHandshake:
-        pending = await self._config.store.get_pending(nonce_b, self._clock())
-        if pending is None:
+        did = self._config.identity.did
+        pending = await self._config.store.get_pending(nonce_b, self._clock(), agent=did)
+        # Only a CHALLENGE this agent sent: the client signs every other value it is compared
+        # with, so another agent's pending handshake (one store shared by several agents)
+        # would open a session here under that agent's policy, skipping this agent's HELLO
+        # checks. The store keys it by agent; a record that names another is refused as well.
+        if pending is None or pending.server_did != did:
             raise HandshakeUnknown("unknown or expired handshake")
         return pending
 
@@ -169,7 +176,7 @@ class HandshakeResponder:
         now = self._clock()
         if not is_fresh(ts, now):
             raise stale("proof", ts, now)
-        if not await self._config.store.mark_proven(pending.nonce_b, kid, now):
+        if not await self._config.store.mark_proven(pending.nonce_b, kid, now, agent=pending.server_did):
             raise HandshakeUnknown("handshake already proven or expired")
         audit.verified = True
         return {
@@ -225,7 +232,7 @@ class HandshakeResponder:
             server_kid=cfg.identity.kid,
         )
         opened = await cfg.store.open_session(
-            pending.nonce_b, record, max_sessions=cfg.limits.max_sessions, now=now
+            pending.nonce_b, record, max_sessions=cfg.limits.max_sessions, now=now, agent=pending.server_did
         )
         if opened is OpenResult.HANDSHAKE_GONE:
             raise HandshakeUnknown("handshake already used or expired")

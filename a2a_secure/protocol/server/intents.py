@@ -169,7 +169,12 @@ class IntentProcessor:
                 raise Unavailable("too many intents are waiting to run", retry_after=1)
             # Steps 7-8, one atomic check-and-update (with an intent_id, and its claim).
             once: Pending | None = None
-            if intent is not None and intent_obj is not None and intent.intent_id is not None:
+            if (
+                intent is not None
+                and intent_obj is not None
+                and intent.intent_id is not None
+                and self._admissible(session, intent)
+            ):
                 once = self._exactly_once.prepare(session, intent, intent_obj, wants_stream, now)
             if once is None:
                 begin = await cfg.store.begin_request(
@@ -180,6 +185,7 @@ class IntentProcessor:
                     rate_limit=None if is_close else session.policy.rate_limit,
                     rate_period=session.policy.rate_period,
                     now=now,
+                    agent=session.server_did,
                 )
             else:
                 begin = await self._exactly_once.begin(
@@ -224,6 +230,33 @@ class IntentProcessor:
                 await self._exactly_once.finish(session_id, sequence, reply.stored)
         return reply
 
+    def _admit(self, session: SessionRecord, intent: Intent) -> int:
+        """Steps 9 and 10, pure checks: the priority the intent runs at, or the refusal."""
+        goal = intent.goal
+        # Step 9: the policy agreed in the handshake, not today's configuration.
+        if not session.policy.allows(goal):
+            raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
+        # ... and the server's priority rights (§12.3), also -32042 before anything runs.
+        priority = self._config.priority_rights.effective(intent.priority, session.client_did)
+        # Step 10: a handler.
+        dispatcher = self._config.dispatcher
+        if not dispatcher.has(goal):
+            raise MethodNotFound(f"no handler for intent {goal[:64]!r}")
+        if intent.stream is False and dispatcher.is_always_streamed(goal):
+            raise InvalidParams(f"intent {goal[:64]!r} is always streamed; stream: false is not allowed")
+        dispatcher.admit(goal, intent.inputs, session.policy)  # tool.execute: its inner goal's
+        return priority
+
+    def _admissible(self, session: SessionRecord, intent: Intent) -> bool:
+        """Whether steps 9 and 10 pass. §12.5: they are checked before an ``intent_id`` is
+        claimed, so that a refused intent does not use its id up (its refusal would be the
+        id's answer for the whole retention window, and the corrected intent a 409)."""
+        try:
+            self._admit(session, intent)
+        except A2AError:
+            return False
+        return True
+
     def _wants_stream(self, intent: Intent) -> bool:
         flag = intent.stream
         return flag is True or (flag is None and self._config.dispatcher.is_always_streamed(intent.goal))
@@ -245,16 +278,8 @@ class IntentProcessor:
         wants_stream: bool,
         audit: AuditFields,
     ) -> Reply:
-        dispatcher = self._config.dispatcher
         goal = intent.goal
-        # Step 9: the policy agreed in the handshake, not today's configuration.
-        if not session.policy.allows(goal):
-            raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
-        # ... and the server's priority rights (§12.3), also -32042 before anything runs.
-        priority = self._config.priority_rights.effective(intent.priority, session.client_did)
-        # Step 10: a handler.
-        if not dispatcher.has(goal):
-            raise MethodNotFound(f"no handler for intent {goal[:64]!r}")
+        priority = self._admit(session, intent)  # steps 9 and 10
         # Step 11 (the runner's): within min(timeout_ms, server maximum).
         constraints = intent.constraints_dict
         max_ms = self._config.limits.max_handler_timeout_ms
@@ -271,8 +296,6 @@ class IntentProcessor:
             intent_id=intent.intent_id,
         )
         inputs = intent.inputs
-        if intent.stream is False and dispatcher.is_always_streamed(goal):
-            raise InvalidParams(f"intent {goal[:64]!r} is always streamed; stream: false is not allowed")
         if wants_stream:
             return await self._streams.start(
                 session, sequence, req_hash, goal, inputs, context, timeout_ms, audit
