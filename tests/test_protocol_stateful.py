@@ -40,7 +40,8 @@ from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
 from a2a_secure.protocol.messages import Typ
 from a2a_secure.protocol.policy import Policy
-from a2a_secure.protocol.server import IntentContext, IntentDispatcher, Reply, ServerProtocol
+from a2a_secure.protocol.server import IntentContext, IntentDispatcher, Reply
+from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.store.memory import MemoryStore
 
 NAMES = ("A", "B")

@@ -556,7 +556,7 @@ async def test_replay_stops_keeping_at_the_first_event_past_1_mib(stack: Stack) 
 
 
 async def test_keepalive_comments_between_events(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
-    from a2a_secure.protocol import streaming
+    from a2a_secure.runtime import stream_record as streaming
 
     assert streaming.KEEPALIVE_SECONDS <= 15  # "at least every 15 s"
     monkeypatch.setattr(streaming, "KEEPALIVE_SECONDS", 0.02)

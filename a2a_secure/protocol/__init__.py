@@ -1,9 +1,14 @@
 """The sans-I/O protocol core: messages, handshake state machines, intents, policy.
 
-Nothing here opens a socket, reads the clock or draws randomness on its own: the clock, the
-random source, the store and the DID resolver are parameters. The HTTP server and client
-are thin adapters around these classes. The names below load on first use (PEP 562), so a
-client that imports the message layer does not load the server side.
+Nothing here opens a socket, reads the clock, draws randomness or waits on its own: the
+clock, the random source, the store and the DID resolver are parameters (a caller that
+passes no clock or random source gets those of :mod:`a2a_secure.system`). What this
+package does not do: wait. Handler deadlines, the priority queue's slots, stream pumps and
+waiting on a retry's original or an ``intent_id`` claim are :mod:`a2a_secure.runtime`'s,
+the layer above, which drives this one; no module here imports it (``ServerProtocol``, which
+the runtime assembles, is named below for convenience and loads from there). The HTTP
+server and client are thin adapters around both. The names below load on first use
+(PEP 562), so a client that imports the message layer does not load the server side.
 """
 
 from typing import TYPE_CHECKING
@@ -26,8 +31,8 @@ if TYPE_CHECKING:
         IntentDispatcher,
         Reply,
         ServerLimits,
-        ServerProtocol,
     )
+    from a2a_secure.runtime.router import ServerProtocol
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -65,7 +70,7 @@ __getattr__, __dir__ = attach(
         "PriorityRights": "a2a_secure.protocol.priority",
         "Reply": "a2a_secure.protocol.server",
         "ServerLimits": "a2a_secure.protocol.server",
-        "ServerProtocol": "a2a_secure.protocol.server",
+        "ServerProtocol": "a2a_secure.runtime.router",
         "Typ": "a2a_secure.protocol.messages",
     },
 )

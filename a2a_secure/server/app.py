@@ -48,10 +48,10 @@ from a2a_secure.protocol.server import (
     IntentDispatcher,
     Reply,
     ServerLimits,
-    ServerProtocol,
 )
-from a2a_secure.protocol.server.exactly_once import server_extensions
 from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolService
+from a2a_secure.runtime.exactly_once import server_extensions
+from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.store.actions import ActionStore
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
