@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import itertools
 import logging
 import os
@@ -18,12 +17,12 @@ import random
 import socket
 import ssl
 import time
-import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
 
+from a2a_secure.client.endpoint import check_endpoint
 from a2a_secure.client.extensions import learn_extensions
 from a2a_secure.client.pool import ConnectionPool, StreamReply
 from a2a_secure.errors import (
@@ -63,15 +62,6 @@ MAX_TIMEOUT = 30.0
 IDS_FULL_PAUSE = 60.0
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _tls_verify_error(exc: BaseException) -> str | None:
     """The reason a TLS certificate did not verify, if that is what caused ``exc``."""
     seen: set[int] = set()
@@ -82,16 +72,6 @@ def _tls_verify_error(exc: BaseException) -> str | None:
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return None
-
-
-def check_endpoint(url: str) -> str:
-    """Return the base URL if it is https, or http to a loopback host (PROTOCOL.md §4)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme == "https" and parts.hostname:
-        return url.rstrip("/")
-    if parts.scheme == "http" and parts.hostname and _is_loopback(parts.hostname):
-        return url.rstrip("/")
-    raise InvalidParams("endpoint must be https (plain http only to loopback)")
 
 
 class RetryPolicy:
