@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from a2a_secure import approval as _approval
+from a2a_secure.client import approval as _approval
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import A2AError, InvalidParams, PeerUnreachable
 from a2a_secure.identity import encoding
@@ -21,9 +21,10 @@ from a2a_secure.identity.did import A2A_SERVICE_TYPE
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.identity.rotation import WELL_KNOWN_ROTATION, RotationFollower
+from a2a_secure.llm_tools import ProgressCallback, ToolCatalog, ToolFormat, ToolResult
+from a2a_secure.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.approval import ApprovalSettings, approver_dids
 from a2a_secure.protocol.client import ClientSession, IntentResult
-from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import AuditHook, ServerLimits
 from a2a_secure.registry import (
@@ -34,7 +35,6 @@ from a2a_secure.registry import (
     RegistryEntryError,
     RegistryError,
 )
-from a2a_secure.tools import ProgressCallback, ToolCatalog, ToolFormat, ToolResult
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -254,7 +254,7 @@ class A2AAgent:
     # -- peers as LLM tools ---------------------------------------------------------------------
     @cached_property
     def tools(self) -> ToolCatalog:
-        """The registry's agents as LLM tools, checked against their cards (``a2a_secure.tools``)."""
+        """The registry's agents as LLM tools, checked against their cards (``a2a_secure.llm_tools``)."""
         return ToolCatalog(self)
 
     async def tool_schemas(
@@ -265,7 +265,7 @@ class A2AAgent:
         ``format="openai"`` gives ``{"type": "function", "function": {"name", "description",
         "parameters"}}``, ``format="anthropic"`` gives ``{"name", "description",
         "input_schema"}``. Cards are fetched and checked on first use (or with ``refresh``);
-        an agent whose card does not check out has no tools here. Naming rule: ``a2a_secure.tools``.
+        an agent whose card does not check out has no tools here. Naming rule: ``a2a_secure.llm_tools``.
         """
         return await self.tools.schemas(format, refresh=refresh)
 

@@ -1,7 +1,7 @@
 """The agent registry: names -> agents (DID, endpoint, capabilities), from a file or code.
 
 :class:`~a2a_secure.agent.A2AAgent` looks its peers up here; the LLM tool catalog
-(:mod:`a2a_secure.tools`) lists its agents from here. A registry DID is only a pointer (the
+(:mod:`a2a_secure.llm_tools`) lists its agents from here. A registry DID is only a pointer (the
 handshake authenticates the agent); an endpoint is checked as the client will check it
 before connecting (PROTOCOL.md §4).
 """

@@ -24,9 +24,9 @@ from attack_helpers import ExampleMethod, Wire
 from a2a_secure import NeedsApproval
 from a2a_secure.audit import Auditor, MemoryAuditSink
 from a2a_secure.identity.keys import Identity
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.approval import ActionContext, ApprovalSettings
 from a2a_secure.protocol.client import ClientSession, PreparedRequest
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.testing import FakeClock, serve_app

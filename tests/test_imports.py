@@ -35,7 +35,7 @@ LIGHT_MODULES = (
     "a2a_secure.protocol.client",
     "a2a_secure.protocol.messages",
     "a2a_secure.protocol.models",
-    "a2a_secure.protocol.policy",
+    "a2a_secure.policy",
     "a2a_secure.protocol.validate",
     "a2a_secure.store",
 )

@@ -35,9 +35,9 @@ from a2a_secure.identity.jws import jws_verify
 from a2a_secure.identity.resolver import resolve_did_key
 from a2a_secure.protocol import models
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
-from a2a_secure.protocol.jsonrpc import encode_error, encode_result, parse_request
 from a2a_secure.protocol.messages import Typ, request_hash
 from a2a_secure.protocol.server import Reply
+from a2a_secure.protocol.wire import encode_error, encode_result, parse_request
 from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.testing import FakeClock
 

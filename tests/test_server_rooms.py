@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from protocol_helpers import make_world
 
+from a2a_secure.policy import Policy
 from a2a_secure.protocol import server
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import IntentDispatcher
 from a2a_secure.store.memory import MemoryStore
 

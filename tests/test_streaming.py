@@ -30,9 +30,9 @@ from a2a_secure.errors import (
 )
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified, jws_sign, jws_verify
+from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import PreparedRequest
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.testing import FakeClock, serve_app
 from tests.conformance_helpers import (

@@ -38,6 +38,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.jsonrpc import JSONRPC_VERSION
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import (
     ClientHandshake,
     ClientSession,
@@ -46,12 +47,11 @@ from a2a_secure.protocol.client import (
     StreamEvent,
 )
 from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, is_ids_full, new_intent_id
-from a2a_secure.protocol.jsonrpc import encode_request
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.priority import with_priority
 from a2a_secure.protocol.server import AuditHook
 from a2a_secure.protocol.validate import json_equal
+from a2a_secure.protocol.wire import encode_request
 
 __all__ = ["A2AClient", "RetryPolicy", "check_endpoint"]
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from a2a_secure._lazy import attach
 
 if TYPE_CHECKING:
+    from a2a_secure.policy import DEFAULT_POLICY, Policy
     from a2a_secure.protocol.client import (
         ClientHandshake,
         ClientSession,
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
         PreparedRequest,
     )
     from a2a_secure.protocol.messages import PROTOCOL_NAME, PROTOCOL_VERSION, Typ
-    from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
     from a2a_secure.protocol.priority import PriorityRights
     from a2a_secure.protocol.server import (
         IntentContext,
@@ -56,7 +56,7 @@ __all__ = [
 __getattr__, __dir__ = attach(
     __name__,
     {
-        "DEFAULT_POLICY": "a2a_secure.protocol.policy",
+        "DEFAULT_POLICY": "a2a_secure.policy",
         "PROTOCOL_NAME": "a2a_secure.protocol.messages",
         "PROTOCOL_VERSION": "a2a_secure.protocol.messages",
         "ClientHandshake": "a2a_secure.protocol.client",
@@ -65,7 +65,7 @@ __getattr__, __dir__ = attach(
         "IntentContext": "a2a_secure.protocol.server",
         "IntentDispatcher": "a2a_secure.protocol.server",
         "IntentResult": "a2a_secure.protocol.client",
-        "Policy": "a2a_secure.protocol.policy",
+        "Policy": "a2a_secure.policy",
         "PreparedRequest": "a2a_secure.protocol.client",
         "PriorityRights": "a2a_secure.protocol.priority",
         "Reply": "a2a_secure.protocol.server",

@@ -29,6 +29,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified, jws_sign, jws_verify
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import ResolvedDID
+from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.models import (
     Challenge,
@@ -45,7 +46,6 @@ from a2a_secure.protocol.models import (
     SessionMessage,
     SessionPayload,
 )
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.validate import (
     MAX_SAFE_INT,
     check_payload_matches,

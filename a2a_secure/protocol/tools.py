@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from a2a_secure import system
 from a2a_secure.errors import InvalidParams, MethodNotFound, PolicyViolation, SessionUnknown
-from a2a_secure.protocol.policy import Policy
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.validate import exact_members, require_object, require_str
 from a2a_secure.store.base import Store
 

@@ -104,7 +104,7 @@ class SessionFiller:
 
     def __init__(self, store: Any, *, batch: int = 32) -> None:
         from a2a_secure.identity.keys import Identity
-        from a2a_secure.protocol.policy import Policy
+        from a2a_secure.policy import Policy
 
         self.store = store
         self.batch = batch

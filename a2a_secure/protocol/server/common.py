@@ -16,8 +16,8 @@ from typing import Any, Literal
 from a2a_secure.errors import StaleTimestamp, log_unexpected
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.keyguard import KeyGuard
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
 from a2a_secure.store.base import Store, StoredReply
