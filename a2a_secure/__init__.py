@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 from a2a_secure._lazy import attach
 
 if TYPE_CHECKING:
-    from a2a_secure.agent import A2AAgent, AgentRegistry
-    from a2a_secure.approval import NeedsApproval
+    from a2a_secure.agent import A2AAgent
     from a2a_secure.client.http import A2AClient
     from a2a_secure.errors import A2AError
     from a2a_secure.identity import (
@@ -22,6 +21,8 @@ if TYPE_CHECKING:
         jws_verify,
         verify_signature,
     )
+    from a2a_secure.protocol.approval import NeedsApproval
+    from a2a_secure.registry import AgentRegistry
 
 __version__ = "0.1.0"
 
@@ -46,10 +47,10 @@ __getattr__, __dir__ = attach(
         "A2AAgent": "a2a_secure.agent",
         "A2AClient": "a2a_secure.client.http",
         "A2AError": "a2a_secure.errors",
-        "AgentRegistry": "a2a_secure.agent",
+        "AgentRegistry": "a2a_secure.registry",
         "DIDResolver": "a2a_secure.identity",
         "Identity": "a2a_secure.identity",
-        "NeedsApproval": "a2a_secure.approval",
+        "NeedsApproval": "a2a_secure.protocol.approval",
         "hash_of": "a2a_secure.identity",
         "jws_sign": "a2a_secure.identity",
         "jws_verify": "a2a_secure.identity",

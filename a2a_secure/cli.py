@@ -1,9 +1,9 @@
 """The ``a2a-secure`` command.
 
-Subcommands live in a registry: a builder adds its parser to the top-level subparsers and
-sets ``handler`` (a function of the parsed arguments returning the exit code). A new
-subcommand is one decorated builder (``add_command_group`` makes a command with
-subcommands of its own, like ``did show``)::
+Subcommands live in a registry (:mod:`a2a_secure.cli_registry`): a builder adds its
+parser to the top-level subparsers and sets ``handler`` (a function of the parsed arguments
+returning the exit code). A new subcommand is one decorated builder
+(``add_command_group`` makes a command with subcommands of its own, like ``did show``)::
 
     @subcommand("serve")
     def _build_serve(subparsers: Subparsers) -> None:
@@ -21,9 +21,19 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from a2a_secure import __version__
+from a2a_secure.cli_registry import (
+    _SUBCOMMANDS,
+    PROG,
+    Handler,
+    Subparsers,
+    _fail,
+    add_command_group,
+    print_json,
+    subcommand,
+)
 from a2a_secure.errors import A2AError
 from a2a_secure.identity.did import did_web_document, did_web_to_url
 from a2a_secure.identity.keys import Identity, public_key_entry
@@ -31,31 +41,11 @@ from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
 from a2a_secure.terminal import printable, printable_json
 
 if TYPE_CHECKING:
-    from a2a_secure.approval import ActionDetails
+    from a2a_secure.client.approval import ActionDetails
 
 __all__ = ["Handler", "Subparsers", "add_command_group", "build_parser", "main", "print_json", "subcommand"]
 
-PROG = "a2a-secure"
 DEFAULT_AGENT_ID = "a2a-agent"
-
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-Handler: TypeAlias = Callable[[argparse.Namespace], int]
-Builder: TypeAlias = Callable[[Subparsers], None]
-
-# name -> builder, in the order the help lists them.
-_SUBCOMMANDS: dict[str, Builder] = {}
-
-
-def subcommand(name: str) -> Callable[[Builder], Builder]:
-    """Register ``builder`` as the builder of the top-level subcommand ``name``."""
-
-    def register(builder: Builder) -> Builder:
-        if name in _SUBCOMMANDS:
-            raise ValueError(f"subcommand {name!r} registered twice")
-        _SUBCOMMANDS[name] = builder
-        return builder
-
-    return register
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,26 +82,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 1
-
-
-def _fail(message: str) -> None:
-    # Error messages carry peers' words (an agent's error message, a resolver's reason).
-    print(f"{PROG}: error: {printable(message)}", file=sys.stderr)
-
-
-def print_json(obj: Any) -> None:
-    """Print ``obj`` as indented JSON on stdout, every terminal control character escaped."""
-    print(printable_json(obj))
-
-
-def add_command_group(subparsers: Subparsers, name: str, help_text: str) -> Subparsers:
-    """Add a command ``name`` with subcommands of its own (``did show``, ``audit verify``).
-
-    Returns the subparsers to add those subcommands to; the group alone prints its help.
-    """
-    parser = subparsers.add_parser(name, help=help_text, description=help_text)
-    parser.set_defaults(usage_parser=parser)
-    return parser.add_subparsers(title="commands", metavar="COMMAND")
 
 
 # -- keygen ---------------------------------------------------------------------------------------
@@ -598,7 +568,7 @@ def _mcp(args: argparse.Namespace) -> int:
         _fail("the mcp command needs the MCP SDK: pip install 'a2a-secure[mcp]'")
         return 2
     from a2a_secure.agent import A2AAgent, AgentRegistry  # noqa: PLC0415
-    from a2a_secure.client.http import _is_loopback  # noqa: PLC0415
+    from a2a_secure.client.endpoint import _is_loopback  # noqa: PLC0415
 
     if args.transport == "http" and not _is_loopback(args.host):
         # The MCP HTTP transport has no caller authentication here: anyone who reaches it

@@ -1,8 +1,9 @@
 """``a2a-secure key rotate`` and ``a2a-secure revoke``: the key lifecycle commands.
 
 Registered on the ``a2a-secure`` command (:mod:`a2a_secure.cli`) through its subcommand
-registry. Private keys are never printed. Exit codes: 0 done, 1 a user error, 2 a malformed
-argument (a revocation target that is neither a DID nor a key id).
+registry (:mod:`a2a_secure.cli_registry`). Private keys are never printed. Exit codes: 0
+done, 1 a user error, 2 a malformed argument (a revocation target that is neither a DID nor
+a key id).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from a2a_secure.cli import Subparsers, _fail, add_command_group, print_json, subcommand
+from a2a_secure.cli_registry import Subparsers, _fail, add_command_group, print_json, subcommand
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity.rotation import DEFAULT_OVERLAP, KeyRing, parse_duration
 from a2a_secure.store.revocation import FileRevocations, Revocations, StoreRevocations, check_target

@@ -22,7 +22,7 @@ from a2a_secure.errors import A2AError
 from a2a_secure.examples import calendar_agent, sentiment, summarizer, translator
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
-from a2a_secure.protocol.jsonrpc import encode_request
+from a2a_secure.protocol.wire import encode_request
 from a2a_secure.testing import serve_app
 
 __all__ = ["main", "run_demo"]

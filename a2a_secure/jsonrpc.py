@@ -49,7 +49,9 @@ write them with :func:`success` and no optional member.
 the class of the same name in :mod:`a2a_secure.errors` (``INVALID_PARAMS`` and
 ``InvalidParams``), which stays the one place that maps codes to HTTP statuses.
 
-This module imports nothing beyond the standard library and :mod:`a2a_secure.errors`.
+This module imports nothing beyond the standard library and :mod:`a2a_secure.errors`. The
+bytes of the protocol's own two endpoints are parsed and written by
+:mod:`a2a_secure.protocol.wire`, from the builders here.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``a2a-secure mcp``: registry agents as MCP tools, over stdio or streamable HTTP.
 
-A thin adapter over :class:`a2a_secure.tools.ToolCatalog` with the official ``mcp`` SDK's
+A thin adapter over :class:`a2a_secure.llm_tools.ToolCatalog` with the official ``mcp`` SDK's
 low-level server (the tool list is dynamic and each tool carries the input schema its agent
 declares, which the decorator-based FastMCP does not take). Needs the ``mcp`` extra:
 ``pip install "a2a-secure[mcp]"``; nothing else in the package imports this module.
@@ -45,8 +45,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from a2a_secure import __version__
 from a2a_secure.agent import A2AAgent
+from a2a_secure.llm_tools import META_PREFIX, ToolCallError, ToolResult, ToolSpec
 from a2a_secure.terminal import printable
-from a2a_secure.tools import META_PREFIX, ToolCallError, ToolResult, ToolSpec
 
 __all__ = ["build_server", "configure_logging", "http_security", "run_http", "run_stdio"]
 

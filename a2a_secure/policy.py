@@ -1,7 +1,8 @@
 """The session policy of PROTOCOL.md §5.4 and its evaluation.
 
-A plain value type below the protocol core: the stores persist it without importing the
-protocol, and ``a2a_secure.protocol.policy`` re-exports it.
+A plain value type below the protocol core, which uses it from here: the stores persist it
+without importing the protocol. ``a2a_secure.protocol`` also names ``Policy`` and
+``DEFAULT_POLICY`` (loaded from here on first use).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 
 from a2a_secure import Identity
 from a2a_secure.a2a_binding import BINDING_URI, A2ABridge
-from a2a_secure.protocol.policy import Policy
+from a2a_secure.policy import Policy
 from a2a_secure.server.app import AgentServer
 
 HERE = Path(__file__).resolve().parent

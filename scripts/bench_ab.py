@@ -54,7 +54,7 @@ from bench import _asgi_post, intent_body, open_in_process  # noqa: E402
 
 # -- child side: runs inside the tree under test ------------------------------------------------
 def _server(identity: Any, sessions: int = 100) -> Any:
-    from a2a_secure.protocol.policy import Policy
+    from a2a_secure.policy import Policy
     from a2a_secure.protocol.server import ServerLimits
     from a2a_secure.server.app import AgentServer
     from a2a_secure.store.memory import MemoryStore

@@ -33,8 +33,8 @@ async def measure(url: str, ids: int, sessions: int, answer_bytes: int) -> dict[
 
     from a2a_secure.identity import encoding
     from a2a_secure.identity.keys import Identity
+    from a2a_secure.policy import Policy
     from a2a_secure.protocol.intent_id import new_intent_id
-    from a2a_secure.protocol.policy import Policy
     from a2a_secure.store.base import PendingHandshake, SessionRecord, StoredReply
     from a2a_secure.store.intents import ClaimRequest
     from a2a_secure.store.redis import RedisStore

@@ -36,7 +36,7 @@ CONFIGS = ("off", "on", "on+p5")
 
 async def _setup(config: str, count: int) -> tuple[Any, list[bytes]]:
     from a2a_secure.identity.keys import Identity
-    from a2a_secure.protocol.policy import Policy
+    from a2a_secure.policy import Policy
     from a2a_secure.protocol.priority import PriorityRights
     from a2a_secure.protocol.server import ServerLimits
     from a2a_secure.server.app import AgentServer

@@ -34,13 +34,14 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
 from a2a_secure.protocol.intent_id import CARD_MEMBER, new_intent_id
-from a2a_secure.protocol.jsonrpc import encode_error, encode_result
 from a2a_secure.protocol.messages import PROTOCOL_NAME
-from a2a_secure.protocol.policy import Policy
-from a2a_secure.protocol.server import IntentContext, IntentDispatcher, Reply, ServerLimits, ServerProtocol
-from a2a_secure.protocol.server.exactly_once import server_extensions
+from a2a_secure.protocol.server import IntentContext, IntentDispatcher, Reply, ServerLimits
+from a2a_secure.protocol.wire import encode_error, encode_result
+from a2a_secure.runtime.exactly_once import server_extensions
+from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.testing import FakeClock

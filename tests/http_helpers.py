@@ -23,8 +23,8 @@ from a2a_secure.errors import InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import resolve_did_key
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import IntentContext, ServerLimits
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.base import Store

@@ -71,8 +71,8 @@ from a2a_secure.client import extensions as client_extensions
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity.keys import Identity
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import IntentContext, ServerLimits
 from a2a_secure.protocol.validate import json_equal
 from a2a_secure.server.app import AgentServer

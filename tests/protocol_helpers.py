@@ -20,10 +20,11 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
+from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
-from a2a_secure.protocol.policy import Policy
-from a2a_secure.protocol.server import IntentContext, IntentDispatcher, Reply, ServerLimits, ServerProtocol
+from a2a_secure.protocol.server import IntentContext, IntentDispatcher, Reply, ServerLimits
+from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.store.memory import MemoryStore
 
 T0 = 1_763_700_000

@@ -91,7 +91,7 @@ from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.identity import encoding
 from a2a_secure.identity.addresses import AddressPolicy
 from a2a_secure.identity.keys import Identity
-from a2a_secure.protocol.policy import Policy
+from a2a_secure.policy import Policy
 from a2a_secure.server.app import AgentServer
 from a2a_secure.testing import serve_app
 

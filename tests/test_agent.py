@@ -26,8 +26,8 @@ from a2a_secure.agent import (
 from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, SessionClosed, SessionUnknown
 from a2a_secure.examples import summarizer, translator
 from a2a_secure.identity.addresses import AddressPolicy
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import IntentResult
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import IntentContext
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.testing import serve_app

@@ -21,13 +21,13 @@ from attack_helpers import Wire
 
 from a2a_secure import A2AAgent, NeedsApproval
 from a2a_secure.agent import AgentRegistry, RegistryEntry
-from a2a_secure.approval import ActionDetails, RequestResult, as_result
 from a2a_secure.audit import Auditor, JsonlAuditLog, verify_chain
+from a2a_secure.client.approval import ActionDetails, RequestResult, as_result
 from a2a_secure.errors import A2AError, ActionNotPending, AuthenticationFailed, PolicyViolation
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.approval import AUDIT_EVENTS, ApprovalSettings
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.store.actions import ActionState
 
 

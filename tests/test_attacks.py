@@ -104,8 +104,9 @@ from a2a_secure.identity.keys import Identity, check_public_key, public_key_entr
 from a2a_secure.identity.resolver import resolve_did_key
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import ClientHandshake, HandshakeState
-from a2a_secure.protocol.server import ServerLimits, ServerProtocol
+from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.protocol.server.intents import IntentProcessor
+from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.store.base import StoredReply
 
 WIRE = pytest.mark.asyncio(loop_scope="module")
@@ -2470,9 +2471,13 @@ async def test_i1_secret_comparisons_constant_time(w: Wire, monkeypatch: pytest.
 
     assert "hmac.compare_digest" in inspect.getsource(validate.ct_equal)
     assert "hmac.compare_digest" in inspect.getsource(validate.json_equal)
-    # Every module of the server core, not only the class that routes to them.
-    server_dir = Path(inspect.getfile(ServerProtocol)).parent
-    modules = sorted(server_dir.glob("*.py"))
+    # Every module of the server core and of the runtime that drives it, not only the class
+    # that routes to them.
+    server_dirs = {
+        Path(inspect.getfile(ServerProtocol)).parent,
+        Path(inspect.getfile(IntentProcessor)).parent,
+    }
+    modules = sorted(p for d in server_dirs for p in d.glob("*.py"))
     assert len(modules) > 1
     for path in modules:
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -295,9 +295,9 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified, jws_verify
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID, resolve_did_key
+from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import ClientHandshake, PreparedRequest
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.run import build_server
 from a2a_secure.testing import FakeClock, serve_app

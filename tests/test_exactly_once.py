@@ -22,7 +22,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.protocol.client import ClientSession, PreparedRequest
 from a2a_secure.protocol.intent_id import new_intent_id
 from a2a_secure.protocol.server import IntentContext, Reply, ServerLimits
-from a2a_secure.protocol.server.exactly_once import STILL_RUNNING
+from a2a_secure.runtime.exactly_once import STILL_RUNNING
 from a2a_secure.store.intents import ClaimKind
 
 IID = "AAAAAAAAAAAAAAAAAAAAAA"  # 22 characters: the shortest valid id

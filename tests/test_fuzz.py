@@ -51,8 +51,8 @@ from a2a_secure.identity.jws import jws_decode_unverified, jws_verify
 from a2a_secure.identity.keys import Identity, verify_signature
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.protocol import messages as m
-from a2a_secure.protocol.jsonrpc import Envelope, EnvelopeError, parse_request
 from a2a_secure.protocol.server import ServerLimits, parse_intent
+from a2a_secure.protocol.wire import Envelope, EnvelopeError, parse_request
 from a2a_secure.testing import FakeClock
 
 # Every (HTTP status, code) pair of PROTOCOL.md §7 except -32603 (internal error), which only

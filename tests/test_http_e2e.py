@@ -30,8 +30,8 @@ from a2a_secure.errors import (
 )
 from a2a_secure.identity import encoding
 from a2a_secure.identity.resolver import resolve_did_key
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import ClientHandshake
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.base import SessionRecord
 from a2a_secure.store.memory import MemoryStore

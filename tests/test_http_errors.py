@@ -26,9 +26,9 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified, jws_sign
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import resolve_did_key
+from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer
 from a2a_secure.testing import FakeClock, serve_app

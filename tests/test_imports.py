@@ -35,7 +35,7 @@ LIGHT_MODULES = (
     "a2a_secure.protocol.client",
     "a2a_secure.protocol.messages",
     "a2a_secure.protocol.models",
-    "a2a_secure.protocol.policy",
+    "a2a_secure.policy",
     "a2a_secure.protocol.validate",
     "a2a_secure.store",
 )
@@ -109,7 +109,7 @@ def test_lazy_names_are_the_defining_modules_objects() -> None:
     from a2a_secure.identity.didweb import DidWebResolver
     from a2a_secure.identity.keys import verify_signature
     from a2a_secure.policy import Policy
-    from a2a_secure.protocol.server import ServerProtocol
+    from a2a_secure.runtime.router import ServerProtocol
 
     assert a2a_secure.A2AAgent is A2AAgent
     assert a2a_secure.verify_signature is verify_signature

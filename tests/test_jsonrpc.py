@@ -39,7 +39,7 @@ from a2a_secure.jsonrpc import (
     request,
     success,
 )
-from a2a_secure.protocol.jsonrpc import encode_error, encode_request, encode_result
+from a2a_secure.protocol.wire import encode_error, encode_request, encode_result
 from a2a_secure.testing import serve_app
 from tests.http_helpers import JSON, build_server, identity
 

@@ -1,4 +1,4 @@
-"""Registry agents as LLM tools (a2a_secure.tools): names, schemas, calls, cards.
+"""Registry agents as LLM tools (a2a_secure.llm_tools): names, schemas, calls, cards.
 
 Every agent here is a real ``AgentServer`` under uvicorn on 127.0.0.1; every call is a real
 handshake and a signed intent, verified by the real client.
@@ -16,11 +16,7 @@ import pytest
 from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_verify
-from a2a_secure.protocol.policy import Policy
-from a2a_secure.server.app import AgentServer
-from a2a_secure.server.test_agent import count
-from a2a_secure.testing import serve_app
-from a2a_secure.tools import (
+from a2a_secure.llm_tools import (
     GENERIC_INPUT_SCHEMA,
     MAX_ARGUMENT_BYTES,
     MAX_ARGUMENT_DEPTH,
@@ -29,6 +25,10 @@ from a2a_secure.tools import (
     assign_tool_names,
     tool_name,
 )
+from a2a_secure.policy import Policy
+from a2a_secure.server.app import AgentServer
+from a2a_secure.server.test_agent import count
+from a2a_secure.testing import serve_app
 from tests.http_helpers import build_server, identity
 
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
@@ -457,7 +457,7 @@ async def test_a_card_that_trickles_in_is_refused_within_the_fetch_deadline(
     # whole fetch one such agent would hold the listing (and its lock) for every other agent.
     import asyncio
 
-    from a2a_secure import tools
+    from a2a_secure import llm_tools as tools
 
     monkeypatch.setattr(tools, "CARD_FETCH_TIMEOUT", 0.5)
 

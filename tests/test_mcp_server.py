@@ -252,7 +252,7 @@ def test_core_install_does_not_pull_mcp() -> None:
 
 def test_importing_the_package_and_cli_does_not_import_mcp() -> None:
     code = (
-        "import sys, a2a_secure, a2a_secure.cli, a2a_secure.agent, a2a_secure.tools\n"
+        "import sys, a2a_secure, a2a_secure.cli, a2a_secure.agent, a2a_secure.llm_tools\n"
         "a2a_secure.cli.build_parser()\n"
         "assert not any(m == 'mcp' or m.startswith('mcp.') for m in sys.modules), 'mcp imported'\n"
     )

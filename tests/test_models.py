@@ -18,8 +18,8 @@ from a2a_secure.errors import (
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign
 from a2a_secure.identity.keys import Identity
+from a2a_secure.policy import Policy
 from a2a_secure.protocol import models as md
-from a2a_secure.protocol.policy import Policy
 
 T0 = 1_763_700_000
 ID = Identity.from_seed(b"\x01" * 32, agent_id="models")

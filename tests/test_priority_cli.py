@@ -13,7 +13,7 @@ from http_helpers import identity
 from a2a_secure import cli
 from a2a_secure.errors import InvalidParams
 from a2a_secure.identity.keys import Identity
-from a2a_secure.protocol.policy import Policy
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import IntentContext, ServerLimits
 from a2a_secure.server.app import AgentServer

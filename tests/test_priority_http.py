@@ -24,8 +24,8 @@ from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import IntentTimeout, InvalidParams, PolicyViolation
 from a2a_secure.identity.keys import Identity
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import ClientSession, PreparedRequest
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.priority import INTERRUPTED_MESSAGE, PriorityRights
 from a2a_secure.protocol.server import IntentContext, ServerLimits
 from a2a_secure.server.app import AgentServer

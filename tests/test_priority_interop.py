@@ -19,7 +19,7 @@ from docpeer_helpers import DocClient, DocServer
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import InvalidParams
 from a2a_secure.identity.keys import Identity
-from a2a_secure.protocol.policy import Policy
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import IntentContext
 from a2a_secure.server.app import AgentServer

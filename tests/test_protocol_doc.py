@@ -35,9 +35,10 @@ from a2a_secure.identity.jws import jws_verify
 from a2a_secure.identity.resolver import resolve_did_key
 from a2a_secure.protocol import models
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
-from a2a_secure.protocol.jsonrpc import encode_error, encode_result, parse_request
 from a2a_secure.protocol.messages import Typ, request_hash
-from a2a_secure.protocol.server import Reply, ServerProtocol
+from a2a_secure.protocol.server import Reply
+from a2a_secure.protocol.wire import encode_error, encode_result, parse_request
+from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.testing import FakeClock
 
 REPO = Path(__file__).resolve().parent.parent
@@ -562,7 +563,7 @@ def test_the_extension_table_names_every_extension_the_code_declares_or_reads() 
     from a2a_secure.protocol.intent_id import CARD_MEMBER, INTENT_ID
     from a2a_secure.protocol.priority import EXTENSION as PRIORITY
     from a2a_secure.protocol.server import ServerLimits
-    from a2a_secure.protocol.server.exactly_once import server_extensions
+    from a2a_secure.runtime.exactly_once import server_extensions
     from a2a_secure.store.memory import MemoryStore
 
     table = dict(re.findall(r"^\| `(\w+)` \| (§12\.\d) \|", _section("12"), re.MULTILINE))

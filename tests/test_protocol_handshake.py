@@ -35,10 +35,10 @@ from a2a_secure.errors import (
     UnsupportedVersion,
 )
 from a2a_secure.identity import encoding
+from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import HandshakeState
 from a2a_secure.protocol.messages import Typ
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import ServerLimits
 
 AUTH, HS_UNKNOWN, STALE, INVALID, VERSION, DID_ERR, FULL = (

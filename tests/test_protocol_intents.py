@@ -40,9 +40,9 @@ from a2a_secure.errors import (
     Unavailable,
 )
 from a2a_secure.identity import encoding
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import ClientSession, PreparedRequest
 from a2a_secure.protocol.messages import Typ
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import IntentContext, ServerLimits
 from a2a_secure.protocol.validate import MAX_SAFE_INT
 

@@ -37,10 +37,11 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
 from a2a_secure.protocol.messages import Typ
-from a2a_secure.protocol.policy import Policy
-from a2a_secure.protocol.server import IntentContext, IntentDispatcher, Reply, ServerProtocol
+from a2a_secure.protocol.server import IntentContext, IntentDispatcher, Reply
+from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.store.memory import MemoryStore
 
 NAMES = ("A", "B")

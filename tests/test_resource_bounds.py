@@ -34,8 +34,8 @@ from a2a_secure.identity import encoding, jws
 from a2a_secure.identity.didweb import DidWebResolver, make_resolver
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID, resolve_did_key
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import ClientHandshake
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.memory import MemoryStore

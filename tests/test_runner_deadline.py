@@ -17,7 +17,7 @@ import pytest
 from a2a_secure.errors import IntentTimeout, InternalError
 from a2a_secure.protocol.server.common import ServerConfig
 from a2a_secure.protocol.server.dispatcher import IntentContext, IntentDispatcher
-from a2a_secure.protocol.server.runner import IntentRunner
+from a2a_secure.runtime.runner import IntentRunner
 from tests.protocol_helpers import make_world
 
 

@@ -42,9 +42,10 @@ from a2a_secure.errors import (
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity, KeyFileError
 from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import ClientHandshake
-from a2a_secure.protocol.policy import Policy
-from a2a_secure.protocol.server import IntentDispatcher, ServerProtocol
+from a2a_secure.protocol.server import IntentDispatcher
+from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.server.app import AgentServer
 from a2a_secure.server.run import app_from_env
 from a2a_secure.store.base import PendingHandshake, SessionRecord

@@ -18,7 +18,7 @@ import pytest
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import A2AError, PolicyViolation
 from a2a_secure.identity.keys import Identity
-from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
+from a2a_secure.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.run import ENV, app_from_env, build_server
 from a2a_secure.store.revocation import FileRevocations
@@ -32,7 +32,7 @@ NO_RETRY = RetryPolicy(attempts=1)
 APP = """
 from a2a_secure import A2AAgent
 from a2a_secure.identity.keys import Identity
-from a2a_secure.protocol.policy import Policy
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.store.revocation import FileRevocations
 

@@ -37,8 +37,8 @@ from test_store_contract import (  # noqa: F401
 )
 
 from a2a_secure.identity.keys import Identity
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import ClientSession
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.store.base import BeginKind, OpenResult, SessionRecord, Store, StoredReply
 from a2a_secure.store.intents import ClaimKind, ClaimRequest

@@ -24,7 +24,7 @@ import redis_helpers
 from protocol_helpers import identity
 
 from a2a_secure.identity import encoding
-from a2a_secure.protocol.policy import Policy
+from a2a_secure.policy import Policy
 from a2a_secure.store.base import (
     BeginKind,
     OpenResult,

@@ -27,7 +27,7 @@ from redis_helpers import OwnedRedis, delete_prefix, redis_prefix, redis_url  # 
 from a2a_secure.errors import Unavailable
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
-from a2a_secure.protocol.policy import Policy
+from a2a_secure.policy import Policy
 from a2a_secure.store.base import (
     Begin,
     BeginKind,

@@ -30,9 +30,9 @@ from a2a_secure.errors import (
 )
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified, jws_sign, jws_verify
+from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import PreparedRequest
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.testing import FakeClock, serve_app
 from tests.conformance_helpers import (
@@ -577,7 +577,7 @@ async def test_replay_stops_keeping_at_the_first_event_past_1_mib(stack: Stack) 
 
 
 async def test_keepalive_comments_between_events(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
-    from a2a_secure.protocol import streaming
+    from a2a_secure.runtime import stream_record as streaming
 
     assert streaming.KEEPALIVE_SECONDS <= 15  # "at least every 15 s"
     monkeypatch.setattr(streaming, "KEEPALIVE_SECONDS", 0.02)

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import httpx
 
+from a2a_secure.client.endpoint import check_endpoint
 from a2a_secure.errors import A2AError
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.intent_id import CARD_MEMBER
@@ -100,8 +101,6 @@ async def fetch_card(
     built in code or from a did:web service has not been checked yet); the card must answer
     200, stay under 256 KiB and arrive whole within ``deadline`` seconds.
     """
-    from a2a_secure.client.http import check_endpoint  # noqa: PLC0415 - http imports this module
-
     url = check_endpoint(url)
     chunks: list[bytes] = []
     try:

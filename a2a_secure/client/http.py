@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import itertools
 import logging
 import os
@@ -23,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from a2a_secure.client.endpoint import check_endpoint
 from a2a_secure.client.extensions import learn_extensions
 from a2a_secure.client.pool import ConnectionPool, StreamReply
 from a2a_secure.errors import (
@@ -35,10 +35,11 @@ from a2a_secure.errors import (
     Unavailable,
 )
 from a2a_secure.identity import encoding
-from a2a_secure.identity.addresses import AddressPolicy, parse_http_url
+from a2a_secure.identity.addresses import AddressPolicy
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.jsonrpc import JSONRPC_VERSION
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import (
     ClientHandshake,
     ClientSession,
@@ -47,12 +48,11 @@ from a2a_secure.protocol.client import (
     StreamEvent,
 )
 from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, is_ids_full, new_intent_id
-from a2a_secure.protocol.jsonrpc import encode_request
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.priority import with_priority
 from a2a_secure.protocol.server import AuditHook
 from a2a_secure.protocol.validate import json_equal
+from a2a_secure.protocol.wire import encode_request
 
 __all__ = ["A2AClient", "RetryPolicy", "check_endpoint"]
 
@@ -61,15 +61,6 @@ _log = logging.getLogger("a2a_secure.client")
 MAX_TIMEOUT = 30.0
 # Seconds: the longest a client goes without its own intent_ids after a full DID's refusal.
 IDS_FULL_PAUSE = 60.0
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _tls_verify_error(exc: BaseException) -> str | None:
@@ -82,22 +73,6 @@ def _tls_verify_error(exc: BaseException) -> str | None:
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return None
-
-
-def check_endpoint(url: str) -> str:
-    """Return the base URL if it is https, or http to a loopback host (PROTOCOL.md §4).
-
-    The rule for an endpoint the caller gives itself; one taken from a document, registry
-    or card also passes the client's :attr:`A2AClient.addresses` policy. A URL that does not
-    parse is ``InvalidParams`` like any other refusal (never ``ValueError``).
-    """
-    parsed = parse_http_url(url, what="endpoint")
-    if parsed.scheme == "https":
-        return parsed.base
-    loopback = parsed.host == "localhost" if parsed.address is None else parsed.address.is_loopback
-    if loopback:
-        return parsed.base
-    raise InvalidParams("endpoint must be https (plain http only to loopback)")
 
 
 class RetryPolicy:

@@ -28,13 +28,11 @@ that is unknown, expired, or already approved or rejected, -32048 too many pendi
 
 from __future__ import annotations
 
-import asyncio
-import os
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from a2a_secure import system
 from a2a_secure.errors import (
     A2AError,
     ActionNotPending,
@@ -207,8 +205,8 @@ class ApprovalEngine:
         approvers: Iterable[str] = (),
         settings: ApprovalSettings | None = None,
         audit: AuditHook | None = None,
-        clock: Clock = time.time,
-        random_bytes: RandomSource = os.urandom,
+        clock: Clock = system.wall_clock,
+        random_bytes: RandomSource = system.random_bytes,
     ) -> None:
         self.server_did = server_did
         self.store = store
@@ -432,11 +430,11 @@ class ApprovalEngine:
         except A2AError as exc:
             self._record("action_failed", step, name, exc)
             raise
-        except asyncio.CancelledError:  # the approval's time ran out while the action ran
-            self._record("action_failed", step, name, code=IntentTimeout.code)
-            raise
         except Exception:
             self._record("action_failed", step, name, code=InternalError.code)
+            raise
+        except BaseException:  # cancelled: the approval's time ran out while the action ran
+            self._record("action_failed", step, name, code=IntentTimeout.code)
             raise
         self._record("action_executed", step, name)
         answer["result"] = result

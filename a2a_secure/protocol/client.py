@@ -10,12 +10,11 @@ numbers, signs requests and verifies every response.
 from __future__ import annotations
 
 import enum
-import os
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from a2a_secure import system
 from a2a_secure.errors import (
     A2AError,
     AuthenticationFailed,
@@ -30,6 +29,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified, jws_sign, jws_verify
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import ResolvedDID
+from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.models import (
     Challenge,
@@ -46,7 +46,6 @@ from a2a_secure.protocol.models import (
     SessionMessage,
     SessionPayload,
 )
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.validate import (
     MAX_SAFE_INT,
     check_payload_matches,
@@ -130,8 +129,8 @@ class ClientHandshake:
         server: ResolvedDID,
         *,
         manifest_hash: str | None = None,
-        clock: Clock = time.time,
-        random_bytes: RandomSource = os.urandom,
+        clock: Clock = system.wall_clock,
+        random_bytes: RandomSource = system.random_bytes,
     ) -> None:
         self.identity = identity
         self.server = server
@@ -389,7 +388,7 @@ class ClientSession:
         created_at: int,
         expires_at: int,
         server_manifest_hash: str = "",
-        clock: Clock = time.time,
+        clock: Clock = system.wall_clock,
     ) -> None:
         self.identity = identity
         self.server_did = server_did

@@ -3,7 +3,7 @@
 An intent may carry ``intent_id``, a client-chosen random name (22-64 base64url characters,
 128 random bits or more) that a server declaring the extension remembers with the one
 answer of that intent, across sessions. The server's side is
-:mod:`a2a_secure.protocol.server.exactly_once`, the client's discovery
+:mod:`a2a_secure.runtime.exactly_once`, the client's discovery
 :mod:`a2a_secure.client.extensions`.
 """
 

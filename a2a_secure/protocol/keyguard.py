@@ -26,9 +26,9 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from a2a_secure import system
 from a2a_secure.errors import AuthenticationFailed, DIDResolutionError, InternalError, SessionUnknown
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
@@ -63,7 +63,7 @@ class KeyGuard:
         ring: KeyRing | None = None,
         revocations: Iterable[Revocations] = (),
         stream_staleness: float = 1.0,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = system.monotonic_clock,
     ) -> None:
         self.ring = ring
         self.revocations = tuple(revocations)

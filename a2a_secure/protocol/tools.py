@@ -12,12 +12,12 @@ published ``input_schema`` describes them, it is not a second validator).
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from a2a_secure import system
 from a2a_secure.errors import InvalidParams, MethodNotFound, PolicyViolation, SessionUnknown
-from a2a_secure.protocol.policy import Policy
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.validate import exact_members, require_object, require_str
 from a2a_secure.store.base import Store
 
@@ -47,7 +47,7 @@ class ToolService:
         dispatcher: IntentDispatcher,
         details: Callable[[], Mapping[str, Mapping[str, Any]]],
         store: Store,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = system.wall_clock,
     ) -> None:
         self.dispatcher = dispatcher
         self.details = details

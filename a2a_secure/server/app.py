@@ -40,6 +40,7 @@ from a2a_secure.identity import did as did_module
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.approval import (
     APPROVAL_GOALS,
     ApprovalEngine,
@@ -48,10 +49,8 @@ from a2a_secure.protocol.approval import (
     approver_dids,
 )
 from a2a_secure.protocol.intent_id import CARD_MEMBER as EXTENSIONS_MEMBER
-from a2a_secure.protocol.jsonrpc import EnvelopeError, encode_error, encode_result, parse_request
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.messages import PROTOCOL_NAME
-from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import (
     AuditHook,
@@ -59,11 +58,12 @@ from a2a_secure.protocol.server import (
     IntentDispatcher,
     Reply,
     ServerLimits,
-    ServerProtocol,
 )
 from a2a_secure.protocol.server.dispatcher import Admission
-from a2a_secure.protocol.server.exactly_once import server_extensions
 from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolService
+from a2a_secure.protocol.wire import EnvelopeError, encode_error, encode_result, parse_request
+from a2a_secure.runtime.exactly_once import server_extensions
+from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.store.actions import ActionStore
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
@@ -466,7 +466,7 @@ class AgentServer(IntentDispatcher):
 
         They go under the card's optional member ``intent_schemas``
         (``{goal: {"description", "input_schema"}}``), which LLM tool bridges
-        (``a2a_secure.tools``) show to a model. Peers that do not read it are unaffected.
+        (``a2a_secure.llm_tools``) show to a model. Peers that do not read it are unaffected.
         """
         if input_schema is not None and (
             not isinstance(input_schema, Mapping) or input_schema.get("type") != "object"

@@ -52,7 +52,7 @@ from fastapi import FastAPI
 
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.rotation import KeyRing
-from a2a_secure.protocol.policy import DEFAULT_POLICY, Policy
+from a2a_secure.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits
 from a2a_secure.protocol.tools import TOOL_PREFIX

@@ -132,7 +132,7 @@ def _a2a_secured_app() -> Any:
 
     from a2a_secure.a2a_binding import A2ABridge
     from a2a_secure.identity.keys import Identity
-    from a2a_secure.protocol.policy import Policy
+    from a2a_secure.policy import Policy
     from a2a_secure.server.app import AgentServer
     from a2a_secure.store.memory import MemoryStore
 

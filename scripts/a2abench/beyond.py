@@ -78,10 +78,10 @@ async def beyond_the_floor(n: int) -> dict[str, Any]:
     from a2a_secure.identity.jws import jws_decode_unverified, jws_verify
     from a2a_secure.identity.keys import Identity
     from a2a_secure.protocol import messages as m
-    from a2a_secure.protocol.jsonrpc import encode_result, parse_request
     from a2a_secure.protocol.models import IntentRequest, RequestPayload
     from a2a_secure.protocol.server.dispatcher import IntentContext
     from a2a_secure.protocol.validate import ct_equal, is_fresh
+    from a2a_secure.protocol.wire import encode_result, parse_request
     from a2a_secure.store.base import StoredReply
 
     server = echo_server()

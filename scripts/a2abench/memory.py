@@ -79,7 +79,7 @@ def probe_memory(n: int) -> dict[str, Any]:
 
     from a2a_secure.identity import encoding
     from a2a_secure.identity.keys import Identity
-    from a2a_secure.protocol.policy import Policy
+    from a2a_secure.policy import Policy
     from a2a_secure.store.memory import MemoryStore
 
     store = MemoryStore()

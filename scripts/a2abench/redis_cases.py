@@ -12,41 +12,21 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from a2abench.common import CONCURRENCY, HOST, INTENT, median
 from a2abench.memory import _fake_pending, _fake_reply
-from a2abench.runner import Bench, _log_tail, drive, free_port, self_cpu, start_cli_server, tree_cpu
+from a2abench.runner import (
+    Bench,
+    RedisProc,
+    _log_tail,
+    drive,
+    free_port,
+    self_cpu,
+    start_cli_server,
+)
 from a2abench.signed import SignedClients, open_sessions, sign_bodies
-
-
-@dataclass
-class RedisProc:
-    """A private redis-server on a free loopback port (no persistence)."""
-
-    proc: subprocess.Popen[bytes]
-    port: int
-    client: Any
-
-    @property
-    def url(self) -> str:
-        return f"redis://{HOST}:{self.port}/0"
-
-    def cpu(self) -> float:
-        return tree_cpu(self.proc.pid)
-
-    def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            self.client.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
 
 
 def start_redis(workdir: Path) -> RedisProc:
@@ -124,7 +104,7 @@ class SessionFiller:
 
     def __init__(self, store: Any, *, batch: int = 32) -> None:
         from a2a_secure.identity.keys import Identity
-        from a2a_secure.protocol.policy import Policy
+        from a2a_secure.policy import Policy
 
         self.store = store
         self.batch = batch

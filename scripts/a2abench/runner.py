@@ -1,7 +1,8 @@
 """The runner: server processes, CPU accounting, client loops, wrk, and a run's cases.
 
-Servers run in their own process (``bench.py --serve KIND``); their CPU time is read from
-``/proc/<pid>/stat`` over the process tree. A case is a list of rounds (``Loop`` for Python
+Servers run in their own process (``bench.py --serve KIND``), as does a private redis-server
+(:class:`RedisProc`); their CPU time is read from ``/proc/<pid>/stat`` over the process
+tree. A case is a list of rounds (``Loop`` for Python
 clients, ``WrkResult`` for wrk) summarised by medians; ``paired_ratio`` takes the median of
 the round-by-round ratios of two cases.
 """
@@ -32,7 +33,6 @@ from a2abench.common import CONCURRENCY, ENTRY, HOST, REPLAY_LUA, Settings, _rat
 if TYPE_CHECKING:
     import httpx
 
-    from a2abench.redis_cases import RedisProc
 
 # -- processes ----------------------------------------------------------------------------------
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -63,6 +63,33 @@ def tree_cpu(pid: int) -> float:
         total += cpu.get(p, 0.0)
         todo.extend(c for c, pp in parents.items() if pp == p)
     return total
+
+
+@dataclass
+class RedisProc:
+    """A private redis-server on a free loopback port (no persistence)."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    client: Any
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    def cpu(self) -> float:
+        return tree_cpu(self.proc.pid)
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
 
 
 def self_cpu() -> float:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def _signed_app() -> Any:
     from a2a_secure.identity.keys import Identity
-    from a2a_secure.protocol.policy import Policy
+    from a2a_secure.policy import Policy
     from a2a_secure.server.app import AgentServer
     from a2a_secure.store.memory import MemoryStore
 
@@ -182,7 +182,7 @@ def profile_signed(bench: Bench, seed: bytes, server_did: str) -> None:
 def echo_server() -> Any:
     """An in-process ``AgentServer`` serving ``echo`` (result = inputs), rate limit out of reach."""
     from a2a_secure.identity.keys import Identity
-    from a2a_secure.protocol.policy import Policy
+    from a2a_secure.policy import Policy
     from a2a_secure.server.app import AgentServer
 
     server = AgentServer(
@@ -208,8 +208,8 @@ async def _core_breakdown(n: int) -> dict[str, Any]:
     from a2a_secure.identity.jws import jws_decode_unverified, jws_sign, jws_verify
     from a2a_secure.identity.keys import Identity
     from a2a_secure.protocol import messages as m
-    from a2a_secure.protocol.jsonrpc import encode_result, parse_request
     from a2a_secure.protocol.validate import check_payload_matches
+    from a2a_secure.protocol.wire import encode_result, parse_request
 
     server = echo_server()
     server_id = server.identity

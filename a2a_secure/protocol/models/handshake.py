@@ -13,6 +13,7 @@ from typing import Any
 from a2a_secure.errors import AuthenticationFailed, InvalidParams, UnsupportedVersion
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import Decoded, jws_decode_unverified
+from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.models._base import (
     _NOT_DECODED,
@@ -24,7 +25,6 @@ from a2a_secure.protocol.models._base import (
     _stale,
     _Validated,
 )
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.validate import (
     exact_members,
     is_fresh,

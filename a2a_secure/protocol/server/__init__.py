@@ -1,31 +1,30 @@
-"""The server side of the protocol (PROTOCOL.md §5, §6): no sockets, no HTTP.
+"""The server side of the protocol (PROTOCOL.md §5, §6): the decisions, no sockets, no waiting.
 
-``ServerProtocol`` takes a method name and its decoded ``params`` and returns the reply to
-send, or the :class:`A2AError` that the adapter turns into the JSON-RPC error of §7.
-State lives behind the :class:`Store` interface, the peer's DID resolution behind a
-:class:`DIDResolver`, and time and randomness are parameters, so the whole protocol runs in
-memory in tests and behind any transport in production.
+The rooms below take a request's decoded ``params`` and decide its answer, or the
+:class:`A2AError` that the adapter turns into the JSON-RPC error of §7. State lives behind
+the :class:`Store` interface, the peer's DID resolution behind a :class:`DIDResolver`, and
+time and randomness are parameters, so the whole protocol runs in memory in tests and
+behind any transport in production.
 
 One module per section of the contract, each saying in its docstring what state it owns::
 
-    router       ServerProtocol: builds the rooms, routes a method to its room (§4)
     handshake    the handshake responder: HELLO, PROOF, ACCEPT_POLICY (§5)
     intents      the intent processor: §6.1 steps 1-10, and close (§6.3)
     replies      signed results and errors, unsigned refusals (§6.2, §7)
-    replay       stored answers, byte-identical retries (§6.1 step 7)
-    runner       the handler within its deadline (§6.1 step 11)
+    events       signed events of a streamed answer (§6.4)
     scheduler    the priority queue: who runs, who waits, who is interrupted (§12.3)
-    gate         the scheduler's event-loop side: waiting for a slot, interrupting (§12.3)
-    streams      the stream pump: signed events of a streamed answer (§6.4)
-    exactly_once the intent_id extension: one run per (DID, intent_id) across sessions
     deadlines    session lifetimes on the monotonic clock (§5.6)
     budget       failed signature-checked handshake steps per source (ATTACKS.md H4)
     auditing     one audit record per request (§8)
     dispatcher   goals and their handlers, what a handler is told
+    ports        what the intent processor hands to the runtime (steps 7 and 11, §6.4, §12)
     common       ServerLimits (§9), Reply, which endpoint serves which method (§4)
 
-Only ``runner``, ``gate``, ``streams``, ``replay`` and ``exactly_once`` wait on the event loop
-and import asyncio.
+What this package does not do: wait. Running a handler within its deadline, a slot in the
+priority queue, a stream's pump, waiting on the original of a retry or on an
+``intent_id`` claim, and :class:`~a2a_secure.runtime.router.ServerProtocol`, which builds
+these rooms and routes each method to its room, are :mod:`a2a_secure.runtime`'s. No module
+here imports asyncio, a network library or a clock (tests/test_import_graph.py).
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ from a2a_secure.protocol.server.common import AuditHook, Reply, ServerLimits
 from a2a_secure.protocol.server.common import endpoint_of as endpoint_of
 from a2a_secure.protocol.server.dispatcher import IntentContext, IntentDispatcher
 from a2a_secure.protocol.server.intents import parse_intent
-from a2a_secure.protocol.server.router import ServerProtocol
 
 __all__ = [
     "AuditHook",
@@ -44,6 +42,5 @@ __all__ = [
     "IntentDispatcher",
     "Reply",
     "ServerLimits",
-    "ServerProtocol",
     "parse_intent",
 ]

@@ -11,8 +11,7 @@ State: the buckets, by source address, on the monotonic clock (bounded in number
 
 from __future__ import annotations
 
-import time
-
+from a2a_secure import system
 from a2a_secure.errors import Unavailable
 from a2a_secure.protocol.server.common import Clock, ServerConfig
 
@@ -25,7 +24,7 @@ _FORGET = 1000
 class FailureBudget:
     """Token buckets of failed, signature-checked handshake steps per source address."""
 
-    def __init__(self, config: ServerConfig, monotonic: Clock = time.monotonic) -> None:
+    def __init__(self, config: ServerConfig, monotonic: Clock = system.monotonic_clock) -> None:
         self._config = config
         self._monotonic = monotonic
         self._failures: dict[str, tuple[float, float]] = {}

@@ -16,8 +16,8 @@ from typing import Any, Literal
 from a2a_secure.errors import StaleTimestamp, log_unexpected
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.keyguard import KeyGuard
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
 from a2a_secure.store.base import Store, StoredReply
@@ -63,7 +63,7 @@ class ServerLimits:
     # throughput of valid handshakes from one host is not limited.
     failed_handshake_burst: int = 100
     failed_handshake_per_second: float = 50.0
-    # The intent_id extension (server/exactly_once.py): how long (s) the answer to an
+    # The intent_id extension (runtime/exactly_once.py): how long (s) the answer to an
     # intent_id is remembered after its first request (0 = the extension is off), and how
     # many unexpired intent_ids one client DID may hold (then 503, never an eviction).
     intent_id_retention: int = 86_400

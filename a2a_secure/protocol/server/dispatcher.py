@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from a2a_secure.protocol.policy import Policy
+    from a2a_secure.policy import Policy
 
 __all__ = ["Admission", "IntentContext", "IntentDispatcher"]
 

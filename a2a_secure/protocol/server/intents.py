@@ -6,8 +6,9 @@ payload equal to the params, (6) freshness, (7-8) sequence and rate limit in one
 store update, (9) the session's policy, (10) a handler. Up to step 4 a refusal is an
 unsigned error; from step 5 on, every answer is signed (:mod:`.replies`). Once step 8 has
 consumed the sequence, whatever happens is the stored answer a byte-identical retry gets
-again (:mod:`.replay`). Step 11 is the runner's (:mod:`.runner`), or the stream pump's
-for a streamed answer (:mod:`.streams`).
+again (:mod:`a2a_secure.runtime.replay`). Step 11 is the runner's
+(:mod:`a2a_secure.runtime.runner`), or the stream pump's for a streamed answer
+(:mod:`a2a_secure.runtime.stream_pump`): the runtime, handed in through :mod:`.ports`.
 
 State: none of its own. It reads sessions and consumes sequences in the :class:`Store` of
 the :class:`ServerConfig`, and ends sessions (§6.3) there and in the
@@ -17,7 +18,7 @@ the :class:`ServerConfig`, and ends sessions (§6.3) there and in the
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from a2a_secure.errors import (
     A2AError,
@@ -44,16 +45,11 @@ from a2a_secure.protocol.server.auditing import AuditFields
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, log_unexpected, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.server.dispatcher import IntentContext
+from a2a_secure.protocol.server.ports import Claims, PendingClaim, Replay, Runner, Streams
 from a2a_secure.protocol.server.replies import SignedReplies
 from a2a_secure.protocol.validate import ct_equal, is_fresh
 from a2a_secure.store.base import BeginKind, SessionRecord
 from a2a_secure.store.intents import ClaimKind
-
-if TYPE_CHECKING:  # the rooms that wait on the event loop are handed in, not imported
-    from a2a_secure.protocol.server.exactly_once import ExactlyOnce, Pending
-    from a2a_secure.protocol.server.replay import Replayer
-    from a2a_secure.protocol.server.runner import IntentRunner
-    from a2a_secure.protocol.server.streams import StreamPump
 
 __all__ = ["IntentProcessor", "parse_intent"]
 
@@ -78,11 +74,11 @@ class IntentProcessor:
         *,
         deadlines: SessionDeadlines,
         replies: SignedReplies,
-        replayer: Replayer,
-        runner: IntentRunner,
-        streams: StreamPump,
+        replayer: Replay,
+        runner: Runner,
+        streams: Streams,
         clock: Clock,
-        exactly_once: ExactlyOnce,
+        exactly_once: Claims,
     ) -> None:
         self._config = config
         self._exactly_once = exactly_once
@@ -168,7 +164,7 @@ class IntentProcessor:
                 # §12.3: the queue is full; likewise before the sequence is consumed.
                 raise Unavailable("too many intents are waiting to run", retry_after=1)
             # Steps 7-8, one atomic check-and-update (with an intent_id, and its claim).
-            once: Pending | None = None
+            once: PendingClaim | None = None
             if (
                 intent is not None
                 and intent_obj is not None

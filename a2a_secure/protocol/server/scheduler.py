@@ -19,7 +19,7 @@ Accepted intents (§6.1 step 11) take a slot to run their handler; with
   priority 5; with nothing to interrupt, it waits at the head of the queue.
 
 Pure: the caller hands in an opaque ``handle`` per ticket and does the waking and the
-interrupting itself (``runner`` holds the event-loop side). With no limit configured the
+interrupting itself (:mod:`a2a_secure.runtime.gate` is its event-loop side). With no limit configured the
 runner never calls it: no queue, no cost.
 
 State: the tickets holding slots, and the queue.

@@ -1,8 +1,12 @@
-"""JSON-RPC 2.0 envelopes as PROTOCOL.md §4 and §9 restrict them (pure functions).
+"""The two endpoints' bodies on the wire: JSON-RPC 2.0 as PROTOCOL.md §4 and §9 restrict it.
 
-Bodies are written from the builders of :mod:`a2a_secure.jsonrpc`, the one place that knows
-the envelope's members and their order; the unchecked ones here, because what the core hands
-over is already checked and a reply is on every request's path.
+:func:`parse_request` turns the bytes POSTed to ``/a2a/handshake`` or ``/a2a/intent`` into
+a checked :class:`Envelope` (or the error to answer); the ``encode_*`` functions turn what
+the core hands over into the bytes sent back (pure functions). The HTTP adapters of both
+sides use it. The public builders and readers of envelopes, for gateways and other
+transports, are :mod:`a2a_secure.jsonrpc`: bodies here are written from its unchecked
+builders, the one place that knows the envelope's members and their order, because what the
+core hands over is already checked and a reply is on every request's path.
 """
 
 from __future__ import annotations

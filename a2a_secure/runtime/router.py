@@ -6,8 +6,11 @@ processor of §6) and the one rule every method shares: ``handle`` never raises,
 fails becomes the JSON-RPC error of §7, and each request writes one audit record (§8).
 PROOF and ACCEPT_POLICY pass the failure budget first (ATTACKS.md H4).
 
+It lives in the runtime because it wires the core's rooms (:mod:`a2a_secure.protocol.server`)
+to the runtime's, which wait (this package's docstring).
+
 State: the :class:`ServerConfig` all rooms share (its public attributes read and replace
-members of it); each room owns its own part (see the package docstring).
+members of it); each room owns its own part (see the two packages' docstrings).
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from typing import Any
 from a2a_secure.errors import A2AError, InternalError, MethodNotFound
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.keyguard import KeyGuard
-from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
 from a2a_secure.protocol.server.budget import FailureBudget
@@ -37,14 +40,15 @@ from a2a_secure.protocol.server.common import (
 )
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
-from a2a_secure.protocol.server.exactly_once import ExactlyOnce
+from a2a_secure.protocol.server.events import EventSigner
 from a2a_secure.protocol.server.handshake import HandshakeResponder
 from a2a_secure.protocol.server.intents import IntentProcessor
-from a2a_secure.protocol.server.replay import Replayer
 from a2a_secure.protocol.server.replies import SignedReplies, unsigned_error
-from a2a_secure.protocol.server.runner import IntentRunner
 from a2a_secure.protocol.server.scheduler import Scheduler
-from a2a_secure.protocol.server.streams import StreamPump
+from a2a_secure.runtime.exactly_once import ExactlyOnce
+from a2a_secure.runtime.replay import Replayer
+from a2a_secure.runtime.runner import IntentRunner
+from a2a_secure.runtime.stream_pump import StreamPump
 from a2a_secure.store.base import Store
 
 __all__ = ["ServerProtocol"]
@@ -90,14 +94,19 @@ class ServerProtocol:
         replies = SignedReplies(config)
         runner = IntentRunner(config)  # its gate (§12.3) is shared with the stream pump
         self._scheduler = runner.gate.scheduler
-        streams = StreamPump(config, deadlines=deadlines, audit=auditor, clock=clock, gate=runner.gate)
+        events = EventSigner(config, clock)
+        streams = StreamPump(
+            config, deadlines=deadlines, audit=auditor, clock=clock, events=events, gate=runner.gate
+        )
         self._budget = FailureBudget(config)
         self._handshake = HandshakeResponder(
             config, deadlines=deadlines, clock=clock, random_bytes=random_bytes
         )
-        replayer = Replayer(config, replies=replies, streams=streams, audit=auditor, clock=clock)
+        replayer = Replayer(
+            config, replies=replies, events=events, live=streams.live, audit=auditor, clock=clock
+        )
         # The intent_id extension: the claims of intents that carry one (exactly_once.py).
-        exactly_once = ExactlyOnce(config, replies=replies, replayer=replayer, streams=streams, clock=clock)
+        exactly_once = ExactlyOnce(config, replies=replies, replayer=replayer, events=events, clock=clock)
         streams.exactly_once = exactly_once
         self._intents = IntentProcessor(
             config,

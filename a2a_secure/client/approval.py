@@ -1,4 +1,7 @@
-"""Human approval before an action runs: the public types and the approver's side.
+"""Human approval before an action runs (client side): the result a caller gets, and the approver's side.
+
+The server side, which stores the action and runs it once approved, is
+:mod:`a2a_secure.protocol.approval`; its public types are named here too.
 
 On the server, a handler answers :class:`NeedsApproval` instead of acting, and an executor
 registered under the action's name runs the stored data once a person approves::

@@ -26,7 +26,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.protocol.priority import INTERRUPTED_MESSAGE
 from a2a_secure.protocol.server.common import ServerConfig, log_unexpected
 from a2a_secure.protocol.server.dispatcher import IntentContext
-from a2a_secure.protocol.server.gate import IntentGate
+from a2a_secure.runtime.gate import IntentGate
 
 __all__ = ["IntentRunner", "check_result", "handler_error"]
 

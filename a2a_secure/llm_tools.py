@@ -61,8 +61,9 @@ import hmac
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import httpx
 
@@ -70,9 +71,10 @@ from a2a_secure.client.extensions import CARD_FETCH_TIMEOUT, CARD_PATH, fetch_ca
 from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, SessionUnknown
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.client import MAX_INPUT_BYTES, MAX_INPUT_DEPTH, check_intent_inputs
+from a2a_secure.registry import AgentRegistry, RegistryEntry
 
 if TYPE_CHECKING:
-    from a2a_secure.agent import A2AAgent, RegistryEntry
+    from a2a_secure.client.http import A2AClient
     from a2a_secure.protocol.client import ClientSession, IntentResult
 
 __all__ = [
@@ -81,6 +83,7 @@ __all__ = [
     "MAX_ARGUMENT_DEPTH",
     "MAX_TOOL_NAME",
     "CardRefused",
+    "CatalogAgent",
     "ToolCallError",
     "ToolCatalog",
     "ToolResult",
@@ -246,6 +249,25 @@ class _Checked:
     allows: Callable[[str], bool]
 
 
+class CatalogAgent(Protocol):
+    """What a catalog needs of its agent (:class:`~a2a_secure.agent.A2AAgent` is one).
+
+    Named here rather than imported: the agent offers its catalog (``A2AAgent.tools``), so
+    this module importing ``a2a_secure.agent`` would close an import circle.
+    """
+
+    registry: AgentRegistry
+    client: A2AClient
+
+    async def _locate(self, target: str) -> tuple[str, str, str | None]:
+        """(name for messages, DID, endpoint) of ``target``."""
+        ...
+
+    def _naming(self, name: str, endpoint: str | None) -> AbstractContextManager[None]:
+        """Say which agent and which endpoint did not answer."""
+        ...
+
+
 class ToolCatalog:
     """The tools of the agents in ``agent.registry``, checked against their cards.
 
@@ -253,7 +275,7 @@ class ToolCatalog:
     :meth:`call` runs one. A catalog that was never refreshed refreshes on first use.
     """
 
-    def __init__(self, agent: A2AAgent) -> None:
+    def __init__(self, agent: CatalogAgent) -> None:
         self.agent = agent
         self._specs: dict[str, ToolSpec] = {}
         self._failures: dict[str, str] = {}

@@ -65,9 +65,9 @@ if TYPE_CHECKING:
     from a2a_secure.protocol.models import Intent
     from a2a_secure.protocol.server.auditing import AuditFields
     from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, ServerLimits
-    from a2a_secure.protocol.server.replay import Replayer
+    from a2a_secure.protocol.server.events import EventSigner
     from a2a_secure.protocol.server.replies import SignedReplies
-    from a2a_secure.protocol.server.streams import StreamPump
+    from a2a_secure.runtime.replay import Replayer
 
 __all__ = ["RUNNING_MARGIN", "STILL_RUNNING", "ExactlyOnce", "server_extensions"]
 
@@ -129,13 +129,13 @@ class ExactlyOnce:
         *,
         replies: SignedReplies,
         replayer: Replayer,
-        streams: StreamPump,
+        events: EventSigner,
         clock: Clock,
     ) -> None:
         self._config = config
         self._replies = replies
         self._replayer = replayer
-        self._streams = streams
+        self._events = events
         self._clock = clock
         # Claims made here whose run has not reported yet, by (session id, sequence).
         self.running: dict[tuple[str, int], Pending] = {}
@@ -316,7 +316,7 @@ class ExactlyOnce:
         error = None
         if event.get("status") == "error":
             error = error_for_code(event["error"]["code"], event["error"]["message"])
-        return self._streams.event(
+        return self._events.event(
             session_id,
             sequence,
             req_hash,

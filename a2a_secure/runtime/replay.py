@@ -9,20 +9,21 @@ original is still running and has nothing to show yet, the retry waits up to
 ``ServerLimits.replay_wait_seconds``, then gets 503.
 
 State: none of its own; it reads the store and the stream pump's live streams. The wait
-is the only thing here that needs the event loop.
+is why it lives in the runtime; :meth:`Replayer.from_stored` is a pure decision.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from a2a_secure.errors import SequenceError, Unavailable
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig
+from a2a_secure.protocol.server.events import EventSigner
 from a2a_secure.protocol.server.replies import SignedReplies
-from a2a_secure.protocol.server.streams import StreamPump
+from a2a_secure.runtime.stream_record import StreamRecord
 from a2a_secure.store.base import BeginKind, StoredReply
 
 __all__ = ["Replayer"]
@@ -36,13 +37,16 @@ class Replayer:
         config: ServerConfig,
         *,
         replies: SignedReplies,
-        streams: StreamPump,
+        events: EventSigner,
+        live: Callable[[str, int], StreamRecord | None],
         audit: AuditWriter,
         clock: Clock,
     ) -> None:
         self._config = config
         self._replies = replies
-        self._streams = streams
+        self._events = events
+        # The stream pump's live streams (StreamPump.live): a retry may join one.
+        self._live = live
         self._audit = audit
         self._clock = clock
 
@@ -54,12 +58,12 @@ class Replayer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._config.limits.replay_wait_seconds
         while stored is None:
-            live = self._streams.live(session_id, sequence)
+            live = self._live(session_id, sequence)
             # Only once it has its first event: until then the stream may still end as an
             # ordinary JSON error (§6.4), which the retry then gets from the store.
             if live is not None and live.count > 0:
                 reader = live.reader(
-                    replay=True, overflow_event=self._streams.overflow(session_id, sequence, req_hash)
+                    replay=True, overflow_event=self._events.overflow(session_id, sequence, req_hash)
                 )
                 audit.deferred = True
                 return Reply(200, stream=self._audit.audited(reader, audit), abort=live.abort)
@@ -110,4 +114,4 @@ class Replayer:
         for ev in events:
             yield ev
         if stored.truncated:
-            yield self._streams.overflow(session_id, sequence, req_hash)(len(events))
+            yield self._events.overflow(session_id, sequence, req_hash)(len(events))

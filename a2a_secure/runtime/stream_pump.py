@@ -16,25 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from a2a_secure.errors import A2AError, IntentTimeout, InternalError, SessionUnknown, Unavailable
+from a2a_secure.errors import A2AError, IntentTimeout, InternalError, SessionUnknown
 from a2a_secure.identity import encoding
-from a2a_secure.identity.jws import jws_sign
-from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.priority import INTERRUPTED_MESSAGE
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.server.dispatcher import IntentContext
-from a2a_secure.protocol.server.gate import IntentGate, Slot
-from a2a_secure.protocol.server.runner import check_result, handler_error
-from a2a_secure.protocol.streaming import MAX_EVENT_BYTES, StreamRecord, result_size
+from a2a_secure.protocol.server.events import EventSigner
+from a2a_secure.runtime.gate import IntentGate, Slot
+from a2a_secure.runtime.runner import check_result, handler_error
+from a2a_secure.runtime.stream_record import MAX_EVENT_BYTES, StreamRecord, result_size
 from a2a_secure.store.base import SessionRecord, StoredReply
 
 if TYPE_CHECKING:
-    from a2a_secure.protocol.server.exactly_once import ExactlyOnce
+    from a2a_secure.runtime.exactly_once import ExactlyOnce
 
 __all__ = ["StreamPump"]
 
@@ -49,9 +48,13 @@ class StreamPump:
         deadlines: SessionDeadlines,
         audit: AuditWriter,
         clock: Clock,
+        events: EventSigner,
         gate: IntentGate | None = None,
     ) -> None:
         self._config = config
+        # Signing is the core's (protocol/server/events.py); the pump publishes what it signs.
+        self.event = events.event
+        self.overflow = events.overflow
         self._gate = gate if gate is not None else IntentGate(config)
         self._deadlines = deadlines
         self._audit = audit
@@ -76,49 +79,6 @@ class StreamPump:
             len(self._streams) < limits.max_streams_total
             and self._streams_by_did.get(did, 0) < limits.max_streams_per_did
         )
-
-    def event(
-        self,
-        session_id: str,
-        sequence: int,
-        req_hash: str,
-        index: int,
-        final: bool,
-        *,
-        result: Any = None,
-        error: A2AError | None = None,
-    ) -> dict[str, Any]:
-        """One signed event's JSON-RPC ``result`` object (typ ``a2a-event+jws``)."""
-        payload: dict[str, Any] = {
-            "session_id": session_id,
-            "sequence": sequence,
-            "request_hash": req_hash,
-            "index": index,
-            "final": final,
-        }
-        if error is not None:
-            body: dict[str, Any] = {
-                "status": "error",
-                "error": {"code": error.code, "message": error.message},
-            }
-        else:
-            body = {"status": "success", "result": result}
-        payload.update(body)
-        payload["timestamp"] = int(self._clock())
-        token = jws_sign(payload, self._config.signer(session_id), m.Typ.EVENT)
-        out: dict[str, Any] = {"status": body["status"], "sequence": sequence, "index": index, "final": final}
-        out.update({k: v for k, v in body.items() if k != "status"})
-        out["response_jws"] = token
-        return out
-
-    def overflow(self, session_id: str, sequence: int, req_hash: str) -> Callable[[int], Mapping[str, Any]]:
-        """Signs the final -32048 a retry gets past the events that were kept."""
-
-        def make(index: int) -> Mapping[str, Any]:
-            exc = Unavailable("stream events past the replay bound were not kept", retry_after=1)
-            return self.event(session_id, sequence, req_hash, index, True, error=exc)
-
-        return make
 
     async def start(
         self,
