@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from a2a_secure.errors import AuthenticationFailed, InvalidParams
+from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import Decoded, jws_decode_unverified
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.intent_id import check_intent_id
@@ -90,6 +91,7 @@ class Intent(_Validated):
     constraints: Constraints | None = None
     priority: int | None = None
     intent_id: str | None = None  # the intent_id extension (protocol/intent_id.py)
+    sealed: str | None = None  # sealed intents (protocol/sealing.py): the sealed inputs
 
     @classmethod
     def parse(cls, obj: Any, *, error: ErrorType = InvalidParams) -> Intent:
@@ -114,7 +116,15 @@ class Intent(_Validated):
         intent_id = None
         if "intent_id" in intent:
             intent_id = check_intent_id(intent["intent_id"], error)
-        return _make(cls, goal, inputs, domain, constraints, priority, intent_id)
+        sealed = None
+        if "sealed" in intent:  # §12.6: the inputs travel sealed, and the plain member is {}
+            sealed = require_str(intent["sealed"], "intent sealed", min_len=1, max_len=1 << 21, error=error)
+            # An AEAD tag (16 bytes) over at least "{}": anything shorter cannot be sealed inputs.
+            if len(encoding.b64u_decode(sealed, error=error)) < 18:
+                raise error("intent sealed is too short to hold sealed inputs")
+            if inputs:
+                raise error("intent inputs must be {} when the inputs are sealed")
+        return _make(cls, goal, inputs, domain, constraints, priority, intent_id, sealed)
 
     @property
     def constraints_dict(self) -> dict[str, Any]:
@@ -137,6 +147,8 @@ class Intent(_Validated):
             out["priority"] = self.priority
         if self.intent_id is not None:
             out["intent_id"] = self.intent_id
+        if self.sealed is not None:
+            out["sealed"] = self.sealed
         return out
 
 

@@ -54,6 +54,7 @@ from a2a_secure.errors import (
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.intent_id import INTENT_ID, ids_full_message
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
+from a2a_secure.protocol.sealing import SEALED
 from a2a_secure.store.base import Begin, SessionRecord, StoredReply
 from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest, IntentStore, supports_intent_ids
 
@@ -82,6 +83,8 @@ def server_extensions(limits: ServerLimits, store: object) -> list[str]:
     out: set[str] = {PRIORITY}  # every server of this version reads and schedules it (§12.3)
     if limits.intent_id_retention > 0 and supports_intent_ids(store):
         out.add(INTENT_ID)
+    if limits.sealed_intents:
+        out.add(SEALED)
     return sorted(out)
 
 

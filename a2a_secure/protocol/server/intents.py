@@ -40,6 +40,7 @@ from a2a_secure.protocol.models import (
     RequestPayload,
 )
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY
+from a2a_secure.protocol.sealing import SessionSealer, open_intent_inputs, seal_error_data, sealer_for
 from a2a_secure.protocol.server.auditing import AuditFields
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, log_unexpected, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
@@ -112,6 +113,9 @@ class IntentProcessor:
             audit.intent_goal = intent.goal[:256]
             if intent.intent_id is not None:
                 self._exactly_once.check(intent)
+            if intent.sealed is not None and not cfg.limits.sealed_intents:
+                # §12.6: as any unknown member of intent at a server without the extension.
+                raise InvalidParams("intent: unexpected member 'sealed' (this server does not seal)")
         audit.sequence = params_seq
         # Step 2: the session.
         now = self._clock()
@@ -152,6 +156,12 @@ class IntentProcessor:
                 expected["intent"] = intent_obj = intent.to_dict()
                 signed = RequestPayload.parse(payload, expected=expected)
             sequence, ts = signed.sequence, signed.timestamp
+            sealer = sealer_for(session.seal_keys, session_id)
+            inputs = None
+            if intent is not None:
+                inputs = open_intent_inputs(
+                    sealer, intent.goal, intent.inputs, intent.sealed, intent.intent_id, sequence
+                )
         except A2AError as exc:
             return self._signed_error(exc, session_id, params_seq, req_hash, now_i)
         audit.sequence = sequence
@@ -207,8 +217,12 @@ class IntentProcessor:
                 reply = await self._close(session, sequence, req_hash)
             else:
                 assert intent is not None
-                reply = await self._run_intent(session, sequence, req_hash, intent, wants_stream, audit)
+                assert inputs is not None
+                reply = await self._run_intent(
+                    session, sequence, req_hash, intent, inputs, wants_stream, audit, sealer
+                )
         except A2AError as exc:
+            seal_error_data(sealer, exc, sequence, req_hash)
             reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
         except Exception as exc:
             log_unexpected(_log, "internal error after the sequence was consumed", exc)
@@ -242,8 +256,10 @@ class IntentProcessor:
         sequence: int,
         req_hash: str,
         intent: Intent,
+        inputs: dict[str, Any],
         wants_stream: bool,
         audit: AuditFields,
+        sealer: SessionSealer | None,
     ) -> Reply:
         dispatcher = self._config.dispatcher
         goal = intent.goal
@@ -270,7 +286,6 @@ class IntentProcessor:
             priority=priority,
             intent_id=intent.intent_id,
         )
-        inputs = intent.inputs
         if intent.stream is False and dispatcher.is_always_streamed(goal):
             raise InvalidParams(f"intent {goal[:64]!r} is always streamed; stream: false is not allowed")
         if wants_stream:
@@ -278,4 +293,6 @@ class IntentProcessor:
                 session, sequence, req_hash, goal, inputs, context, timeout_ms, audit
             )
         result = await self._run(goal, inputs, context, timeout_ms)
+        if sealer is not None:  # §12.6: the signature covers the sealed form
+            result = sealer.seal_result(sequence, req_hash, result)
         return self._success_reply(session.session_id, sequence, req_hash, result, int(self._clock()))
