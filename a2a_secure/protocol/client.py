@@ -555,6 +555,7 @@ class ClientSession:
         except InvalidParams as exc:
             raise AuthenticationFailed(exc.message) from None
         self.closed = True
+        self.sealer = None  # §12.6: the session's keys go with it (forward secrecy)
 
     def verify_event(
         self, req: PreparedRequest, event: Any, index: int, *, check_fresh: bool = True
