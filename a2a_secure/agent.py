@@ -322,10 +322,15 @@ class A2AAgent:
         approvers: Iterable[str] = (),
         approval: ApprovalSettings | None = None,
         serve_tools: bool = False,
+        sealed: bool | None = None,
     ) -> None:
         """``priority_rights`` and ``limits`` configure the hosted side (:attr:`server`): the
         highest intent priority each caller may use, and the server's bounds, among them
-        ``max_concurrent_intents`` (PROTOCOL.md §12.3)."""
+        ``max_concurrent_intents`` (PROTOCOL.md §12.3) and ``sealed_intents`` (§12.6).
+
+        ``sealed``: the calling side's sealed intents (PROTOCOL.md §12.6): None seals with
+        every peer that declares the extension, True refuses a peer that does not, False
+        never seals (see :class:`~a2a_secure.client.http.A2AClient`)."""
         self.agent_id = agent_id
         self.identity = identity or Identity.generate(agent_id)
         self.endpoint = endpoint
@@ -342,6 +347,7 @@ class A2AAgent:
             retry=retry,
             accept_policy=accept_policy,
             audit=audit,
+            sealed=sealed,
         )
         self._policy = policy
         self._store = store

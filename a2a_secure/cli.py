@@ -338,6 +338,12 @@ def _build_call(subparsers: Subparsers) -> None:
         metavar="N",
         help="intent priority 1-5 (default 3), within the rights the agent gives this caller",
     )
+    parser.add_argument(
+        "--sealed",
+        action="store_true",
+        help="require sealed intents (PROTOCOL.md §12.6): refuse an agent that does not declare them"
+        " instead of sending the inputs in the clear (without it they are sealed when declared)",
+    )
     parser.set_defaults(handler=_call)
 
 
@@ -366,7 +372,11 @@ def _call(args: argparse.Namespace) -> int:
 
     async def run() -> Any:
         async with A2AAgent(
-            identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True
+            identity.agent_id,
+            identity,
+            registry=registry,
+            verify=args.ca_bundle or True,
+            sealed=True if args.sealed else None,
         ) as a:
             return await a.request(target, intent, priority=args.priority)
 

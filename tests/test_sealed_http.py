@@ -7,9 +7,14 @@ show the AEAD refuses on its own. Each refusal leaves the handler unrun.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
+import os
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -487,3 +492,48 @@ async def test_forward_secrecy_identity_keys_do_not_open_recorded_traffic() -> N
     assert sealing.SessionSealer(session_keys, session.session_id).open_result(
         req.sequence, req.request_hash, answer["result"]
     ) == {"echo": {"text": SECRET}}
+
+
+# -- the command line ------------------------------------------------------------------------------
+async def _call_cli(tmp_path: Path, url: str, did: str, *extra: str) -> tuple[int, str, str]:
+    key = tmp_path / "caller.key"
+    if not key.exists():
+        identity("cli-caller").save(key)
+    proc = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "a2a_secure", "call", "--key-file", str(key), "--endpoint", url],
+        *["--to", did, "--goal", "echo", "--inputs", json.dumps({"text": SECRET}), *extra],
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_call_sealed_seals_with_a_server_that_declares_it_and_refuses_one_that_does_not(
+    tmp_path: Path,
+) -> None:
+    sealed, plain = sealed_server(), build_server(identity("plain"), audit=AuditLog())
+    async with serve_app(sealed.app()) as sealed_url, serve_app(plain.app()) as plain_url:
+        code, out, err = await _call_cli(tmp_path, sealed_url, sealed.identity.did, "--sealed")
+        assert code == 0, err
+        assert json.loads(out) == {"echo": {"text": SECRET}}
+        code, out, err = await _call_cli(tmp_path, plain_url, plain.identity.did, "--sealed")
+        assert code != 0 and "does not declare the sealed extension" in err and "Traceback" not in err
+    assert sealed.calls["echo"] == 1 and plain.calls["echo"] == 0  # type: ignore[attr-defined]
+
+
+def test_a_policy_file_turns_sealed_intents_on_for_serve(tmp_path: Path) -> None:
+    from a2a_secure.server.run import load_policy, load_scheduling
+
+    path = tmp_path / "policy.json"
+    path.write_text('{"sealed_intents": true, "allowed_intents": ["echo"]}')
+    assert load_scheduling(path)[1].sealed_intents is True
+    assert load_policy(path).allowed_intents == ("echo",)  # a server member, not a policy one
+    path.write_text('{"sealed_intents": "yes"}')
+    with pytest.raises(ValueError, match="sealed_intents must be true or false"):
+        load_scheduling(path)
+    path.write_text("{}")
+    assert load_scheduling(path)[1].sealed_intents is False
