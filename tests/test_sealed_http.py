@@ -39,6 +39,7 @@ from a2a_secure.store.memory import MemoryStore
 from a2a_secure.testing import serve_app
 
 SEALED = ServerLimits(sealed_intents=True)
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -505,7 +506,7 @@ async def _call_cli(tmp_path: Path, url: str, did: str, *extra: str) -> tuple[in
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
