@@ -7,6 +7,9 @@ moves, changes or reflects one thing and shows the receiver refuses it.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.protocol import sealing
 from a2a_secure.protocol.sealing import EphemeralKey, Part, SessionKeys, SessionSealer
 
+ROOT = Path(__file__).resolve().parent.parent
 SID = encoding.b64u_encode(bytes(range(32)))
 OTHER_SID = encoding.b64u_encode(bytes(range(1, 33)))
 REQ_HASH = "sha256:" + "ab" * 32
@@ -271,3 +275,67 @@ def test_error_data_is_sealed_but_retry_after_stays_readable() -> None:
     plain = PolicyViolation("no", data={"retry_after": 3})
     sealing.seal_error_data(server, plain, 2, REQ_HASH)
     assert plain.data == {"retry_after": 3}
+
+
+# -- the documented vector (docs/PROTOCOL.md §12.6), checked with the primitives alone ------------
+def test_the_documented_key_schedule_reproduces_with_the_primitives_alone() -> None:
+    import json
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+    from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    from a2a_secure.identity.jws import jws_decode_unverified
+
+    spec = importlib.util.spec_from_file_location(
+        "protocol_examples", ROOT / "scripts" / "protocol_examples.py"
+    )
+    assert spec is not None and spec.loader is not None
+    pe = sys.modules.setdefault("protocol_examples", importlib.util.module_from_spec(spec))
+    if not hasattr(pe, "examples_in"):
+        spec.loader.exec_module(pe)
+    doc = pe.examples_in((ROOT / "docs" / "PROTOCOL.md").read_text(encoding="utf-8"))
+
+    def value(name: str) -> Any:
+        return json.loads(doc[name][2])
+
+    v = value("sealed-key-schedule")
+    accept, session = value("sealed-accept-payload"), value("sealed-session-payload")
+    client = X25519PrivateKey.from_private_bytes(bytes.fromhex(v["client_seal_private"]))
+    server = X25519PrivateKey.from_private_bytes(bytes.fromhex(v["server_seal_private"]))
+    assert encoding.b64u_encode(client.public_key().public_bytes_raw()) == accept["seal_key"]
+    assert encoding.b64u_encode(server.public_key().public_bytes_raw()) == session["seal_key"]
+    shared = client.exchange(X25519PublicKey.from_public_bytes(server.public_key().public_bytes_raw()))
+    assert shared.hex() == v["shared_secret"]
+    transcript = json.loads(v["transcript"])
+    assert transcript == {
+        "label": "a2a-secure/sealed/v1",
+        "client_did": accept["client_did"],
+        "server_did": accept["server_did"],
+        "nonce_a": accept["nonce_a"],
+        "nonce_b": accept["nonce_b"],
+        "session_id": session["session_id"],
+        "session_commitment": session["session_commitment"],
+        "client_seal_key": accept["seal_key"],
+        "server_seal_key": session["seal_key"],
+    }
+    assert encoding.jcs(transcript).decode() == v["transcript"]
+    salt = hashlib.sha256(v["transcript"].encode()).digest()
+    assert salt.hex() == v["salt"]
+    okm = HKDF(algorithm=hashes.SHA256(), length=64, salt=salt, info=v["info"].encode()).derive(shared)
+    assert okm[:32].hex() == v["c2s_key"] and okm[32:].hex() == v["s2c_key"]
+
+    request = value("sealed-intent-request")["params"]
+    sealed = ChaCha20Poly1305(okm[:32]).encrypt(
+        bytes.fromhex(v["inputs_nonce"]), v["inputs_plaintext"].encode(), v["inputs_aad"].encode()
+    )
+    assert encoding.b64u_encode(sealed) == request["intent"]["sealed"]
+    # The signed request carries the sealed form; the result opens with the other key.
+    assert jws_decode_unverified(request["request_jws"])[1]["intent"] == request["intent"]
+    result = value("sealed-intent-result")["result"]["result"]
+    opened = ChaCha20Poly1305(okm[32:]).decrypt(
+        bytes.fromhex(v["result_nonce"]), encoding.b64u_decode(result), v["result_aad"].encode()
+    )
+    assert json.loads(opened) == json.loads(v["inputs_plaintext"])  # the test agent's echo
+    assert v["result_aad"].endswith("|" + value("sealed-response-payload")["request_hash"])
