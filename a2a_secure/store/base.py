@@ -103,6 +103,9 @@ class SessionRecord:
     # Sealed intents (PROTOCOL.md §12.6): the two directional AEAD keys, 64 bytes, or b""
     # for a session that is not sealed. They live exactly as long as the session.
     seal_keys: bytes = field(default=b"", repr=False)
+    # The sealer built from ``seal_keys`` the first time this record is used (its two AEAD
+    # contexts cost more than the AEAD itself); it lives and goes with the record.
+    sealer: Any = field(default=None, compare=False, repr=False)
 
     def expired(self, now: float) -> bool:
         """PROTOCOL.md §5.6: expired when ``now >= expires_at`` (absolute lifetime)."""

@@ -92,6 +92,8 @@ class Intent(_Validated):
     priority: int | None = None
     intent_id: str | None = None  # the intent_id extension (protocol/intent_id.py)
     sealed: str | None = None  # sealed intents (protocol/sealing.py): the sealed inputs
+    # ... and its bytes, decoded once at step 1 (base64url costs more than the AEAD).
+    sealed_bytes: bytes = field(default=b"", compare=False, repr=False)
 
     @classmethod
     def parse(cls, obj: Any, *, error: ErrorType = InvalidParams) -> Intent:
@@ -116,15 +118,16 @@ class Intent(_Validated):
         intent_id = None
         if "intent_id" in intent:
             intent_id = check_intent_id(intent["intent_id"], error)
-        sealed = None
+        sealed, sealed_bytes = None, b""
         if "sealed" in intent:  # §12.6: the inputs travel sealed, and the plain member is {}
             sealed = require_str(intent["sealed"], "intent sealed", min_len=1, max_len=1 << 21, error=error)
+            sealed_bytes = encoding.b64u_decode(sealed, error=error)
             # An AEAD tag (16 bytes) over at least "{}": anything shorter cannot be sealed inputs.
-            if len(encoding.b64u_decode(sealed, error=error)) < 18:
+            if len(sealed_bytes) < 18:
                 raise error("intent sealed is too short to hold sealed inputs")
             if inputs:
                 raise error("intent inputs must be {} when the inputs are sealed")
-        return _make(cls, goal, inputs, domain, constraints, priority, intent_id, sealed)
+        return _make(cls, goal, inputs, domain, constraints, priority, intent_id, sealed, sealed_bytes)
 
     @property
     def constraints_dict(self) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from a2a_secure.protocol.models import (
     RequestPayload,
 )
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY
-from a2a_secure.protocol.sealing import SessionSealer, open_intent_inputs, seal_error_data, sealer_for
+from a2a_secure.protocol.sealing import SessionSealer, open_intent_inputs, record_sealer, seal_error_data
 from a2a_secure.protocol.server.auditing import AuditFields
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, log_unexpected, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
@@ -156,11 +156,12 @@ class IntentProcessor:
                 expected["intent"] = intent_obj = intent.to_dict()
                 signed = RequestPayload.parse(payload, expected=expected)
             sequence, ts = signed.sequence, signed.timestamp
-            sealer = sealer_for(session.seal_keys, session_id)
+            sealer = record_sealer(session)
             inputs = None
             if intent is not None:
+                sealed = intent.sealed_bytes if intent.sealed is not None else None
                 inputs = open_intent_inputs(
-                    sealer, intent.goal, intent.inputs, intent.sealed, intent.intent_id, sequence
+                    sealer, intent.goal, intent.inputs, sealed, intent.intent_id, sequence
                 )
         except A2AError as exc:
             return self._signed_error(exc, session_id, params_seq, req_hash, now_i)

@@ -24,7 +24,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.priority import INTERRUPTED_MESSAGE
-from a2a_secure.protocol.sealing import sealer_for
+from a2a_secure.protocol.sealing import record_sealer
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
@@ -178,7 +178,7 @@ class StreamPump:
     ) -> None:
         """Run the handler to its end, publishing signed events, whoever is still listening."""
         sid, seq = session.session_id, rec.sequence
-        sealer = sealer_for(session.seal_keys, sid)  # §12.6: each partial result sealed
+        sealer = record_sealer(session)  # §12.6: each partial result sealed
         index = 0
         final_error: A2AError | None = None
 
