@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -538,3 +539,62 @@ def test_a_policy_file_turns_sealed_intents_on_for_serve(tmp_path: Path) -> None
         load_scheduling(path)
     path.write_text("{}")
     assert load_scheduling(path)[1].sealed_intents is False
+
+
+# -- approvals over sealed sessions (PROTOCOL.md §12.1) -------------------------------------------
+class RecordingTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that keeps every request and response body it carried."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.seen: list[bytes] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(await request.aread())
+        resp = await self.inner.handle_async_request(request)
+        body = await resp.aread()
+        await resp.aclose()
+        self.seen.append(body)
+        return httpx.Response(resp.status_code, headers=resp.headers, content=body)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_an_approval_travels_sealed_from_the_request_to_the_approver() -> None:
+    # The caller's action data, the preview and data tool.pending shows the approver, and
+    # the action's result all cross the wire sealed, each to its own session.
+    from approval_helpers import CALLER, MAIL_OFFICER, PERSON, register_actions
+
+    from a2a_secure.approval import approve, pending_action
+    from a2a_secure.protocol.policy import Policy
+
+    calls: Counter[str] = Counter()
+    desk = AgentServer(
+        identity("sealed-desk"),
+        Policy.build(rate_limit=1000),
+        name="desk",
+        store=MemoryStore(),
+        approvers=(PERSON.did,),
+        serve_tools=True,
+        limits=SEALED,
+    )
+    register_actions(desk, calls, mail_approvers=[MAIL_OFFICER.did])
+    wire = RecordingTransport()
+    title = "Board meeting: " + SECRET
+    async with serve_app(desk.app()) as url, httpx.AsyncClient(transport=wire, timeout=10) as http:
+        caller = A2AClient(CALLER, http=http, sealed=True)
+        person = A2AClient(PERSON, http=http, sealed=True)
+        asked = await caller.request(
+            desk.identity.did, {"goal": "create_event", "inputs": {"title": title}}, endpoint=url
+        )
+        assert asked.result["needs_approval"] is True and title in asked.result["preview"]
+        shown = await pending_action(person, desk.identity.did, asked.result["action_id"], endpoint=url)
+        assert shown.action_data == {"title": title} and shown.caller_did == CALLER.did
+        outcome = await approve(person, desk.identity.did, asked.result["action_id"], endpoint=url)
+        assert outcome.approved and outcome.result["created"] == {"title": title}
+        for client in (caller, person):
+            assert (await client.session_for(desk.identity.did)).sealed
+            await client.aclose()
+    assert calls["run:create_event"] == 1
+    assert len(wire.seen) > 10 and not any(SECRET.encode() in chunk for chunk in wire.seen)
