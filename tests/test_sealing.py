@@ -267,14 +267,15 @@ def test_a_sealed_session_takes_only_sealed_intents_and_an_open_one_none() -> No
 
 def test_error_data_is_sealed_but_retry_after_stays_readable() -> None:
     client, server = pair()
-    exc = PolicyViolation("no", data={"detail": "the account number", "retry_after": 3})
-    sealing.seal_error_data(server, exc, 2, REQ_HASH)
+    raised = PolicyViolation("no", data={"detail": "the account number", "retry_after": 3})
+    exc = sealing.seal_error_data(server, raised, 2, REQ_HASH)
     assert exc.data is not None and exc.data["retry_after"] == 3
     assert "account" not in encoding.dumps(exc.data).decode()
     assert client.open_error_data(2, REQ_HASH, exc.data["sealed"]) == {"detail": "the account number"}
+    assert raised.data == {"detail": "the account number", "retry_after": 3}  # a copy was sealed
+    assert type(exc) is PolicyViolation and exc.code == raised.code and exc.message == raised.message
     plain = PolicyViolation("no", data={"retry_after": 3})
-    sealing.seal_error_data(server, plain, 2, REQ_HASH)
-    assert plain.data == {"retry_after": 3}
+    assert sealing.seal_error_data(server, plain, 2, REQ_HASH) is plain
 
 
 # -- the documented vector (docs/PROTOCOL.md §12.6), checked with the primitives alone ------------

@@ -24,6 +24,7 @@ The signed JWS covers the sealed form; a receiver verifies the signature first, 
 
 from __future__ import annotations
 
+import copy
 import enum
 import hashlib
 import struct
@@ -367,15 +368,25 @@ def open_intent_inputs(
     return sealer.open_inputs(sequence, goal, sealed)
 
 
-def seal_error_data(sealer: SessionSealer | None, exc: A2AError, sequence: int, request_hash: str) -> None:
-    """Seal ``exc.data`` (all but ``retry_after``, which the HTTP layer reads) in place."""
+def seal_error_data(
+    sealer: SessionSealer | None, exc: A2AError, sequence: int, request_hash: str
+) -> A2AError:
+    """``exc`` with its ``data`` sealed (all but ``retry_after``, which the HTTP layer reads).
+
+    A copy: the exception may be a handler's own object, raised again for another request.
+    """
     if sealer is None or not exc.data:
-        return
+        return exc
     data = dict(exc.data)
     retry = data.pop("retry_after", None)
     if not data:
-        return
+        return exc
     sealed: dict[str, Any] = {SEALED: sealer.seal_error_data(sequence, request_hash, data)}
     if retry is not None:
         sealed["retry_after"] = retry
-    exc.data = sealed
+    try:
+        out = copy.copy(exc)
+    except Exception:  # a handler's own subclass that cannot be rebuilt: seal it in place
+        out = exc
+    out.data = sealed
+    return out

@@ -223,7 +223,7 @@ class IntentProcessor:
                     session, sequence, req_hash, intent, inputs, wants_stream, audit, sealer
                 )
         except A2AError as exc:
-            seal_error_data(sealer, exc, sequence, req_hash)
+            exc = seal_error_data(sealer, exc, sequence, req_hash)
             reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
         except Exception as exc:
             log_unexpected(_log, "internal error after the sequence was consumed", exc)
