@@ -340,3 +340,22 @@ def test_the_documented_key_schedule_reproduces_with_the_primitives_alone() -> N
     )
     assert json.loads(opened) == json.loads(v["inputs_plaintext"])  # the test agent's echo
     assert v["result_aad"].endswith("|" + value("sealed-response-payload")["request_hash"])
+
+
+def test_a_damaged_key_record_is_an_internal_error_not_a_crash() -> None:
+    from dataclasses import dataclass as _dc
+
+    from a2a_secure.errors import InternalError
+
+    @_dc
+    class Record:
+        seal_keys: bytes
+        session_id: str = SID
+        sealer: Any = None
+
+    with pytest.raises(InternalError, match="sealing keys are unusable"):
+        sealing.record_sealer(Record(b"\x01" * 63))
+    assert sealing.record_sealer(Record(b"")) is None
+    good = Record(b"\x01" * 64)
+    first = sealing.record_sealer(good)
+    assert first is not None and sealing.record_sealer(good) is first  # kept on the record

@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from a2a_secure.errors import A2AError, AuthenticationFailed, InvalidParams
+from a2a_secure.errors import A2AError, AuthenticationFailed, InternalError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.validate import MAX_SAFE_INT, require_b64u_bytes
 
@@ -336,7 +336,10 @@ def record_sealer(record: Any) -> SessionSealer | None:
         return None
     sealer = record.sealer
     if sealer is None:
-        sealer = sealer_for(record.seal_keys, record.session_id)
+        try:
+            sealer = sealer_for(record.seal_keys, record.session_id)
+        except ValueError:  # a damaged store record: the server's fault, answered -32603
+            raise InternalError("the session's sealing keys are unusable") from None
         object.__setattr__(record, "sealer", sealer)  # a cache beside the frozen fields
     return sealer  # type: ignore[no-any-return]
 
