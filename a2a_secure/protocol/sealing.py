@@ -78,7 +78,6 @@ class Part(enum.IntEnum):
     RESULT = 2  # server → client: the result of a §6.2 answer
     ERROR_DATA = 3  # server → client: an error's data (besides response_jws, retry_after)
     EVENT = 4  # server → client: a §6.4 event's result
-    EVENT_ERROR_DATA = 5  # reserved: an error event carries no data today
 
 
 @dataclass(frozen=True, slots=True)
