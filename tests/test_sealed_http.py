@@ -26,7 +26,7 @@ from http_helpers import JSON, SECRET, AuditLog, build_server, envelope, identit
 
 from a2a_secure.client import extensions as card_extensions
 from a2a_secure.client.http import A2AClient
-from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, error_for_code
+from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, SequenceError, error_for_code
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified, jws_sign
 from a2a_secure.identity.keys import Identity
@@ -598,3 +598,81 @@ async def test_an_approval_travels_sealed_from_the_request_to_the_approver() -> 
             await client.aclose()
     assert calls["run:create_event"] == 1
     assert len(wire.seen) > 10 and not any(SECRET.encode() in chunk for chunk in wire.seen)
+
+
+# -- intent_id on sealed sessions (PROTOCOL.md §12.5 with §12.6) ---------------------------------
+def exactly_once_server() -> AgentServer:
+    server = sealed_server(name="sealed-eo")
+
+    @server.intent("book")
+    async def book(inputs: dict[str, Any]) -> Any:
+        server.calls["book"] += 1  # type: ignore[attr-defined]
+        return {"booked": inputs, "run": server.calls["book"]}  # type: ignore[attr-defined]
+
+    return server
+
+
+async def test_a_sealed_intent_with_an_intent_id_runs_once_across_sessions_and_restarts() -> None:
+    server = exactly_once_server()
+    did = server.identity.did
+    intent = {"goal": "book", "inputs": {"room": SECRET}}
+    async with serve_app(server.app()) as url:
+        async with A2AClient(identity("alice"), sealed=True) as alice:
+            first = await alice.request(did, intent, endpoint=url)
+            assert first.intent_id is not None and first.result == {"booked": {"room": SECRET}, "run": 1}
+            await alice.close_session(did)  # the resend goes on a new session, with new keys
+            again = await alice.request(did, intent, intent_id=first.intent_id)
+            assert again.result == first.result and again.sequence == 1
+            with pytest.raises(SequenceError) as info:  # another intent under the same id
+                await alice.request(
+                    did, {"goal": "book", "inputs": {"room": "other"}}, intent_id=first.intent_id
+                )
+            assert info.value.signed
+            # A stream, resent on a new session, gets the first run's events again.
+            streamed = [
+                x async for x in alice.stream(did, {"goal": "count", "inputs": {"n": 2}}, intent_id="S" * 22)
+            ]
+            await alice.close_session(did)
+            replayed = [
+                x async for x in alice.stream(did, {"goal": "count", "inputs": {"n": 2}}, intent_id="S" * 22)
+            ]
+            assert replayed == streamed and len(streamed) == 2
+        # A new process of the same agent derives the same answer key from its identity.
+        async with A2AClient(identity("alice"), sealed=True) as restarted:
+            after = await restarted.request(did, intent, endpoint=url, intent_id=first.intent_id)
+            assert after.result == first.result
+    assert server.calls["book"] == 1 and server.calls["count"] == 1  # type: ignore[attr-defined]
+    assert SECRET not in repr(server.store.__dict__)  # the kept answers are sealed, keyless
+
+
+async def test_an_intent_id_without_its_sealed_key_is_refused_and_nothing_runs() -> None:
+    server = exactly_once_server()
+    async with running(server) as wire:
+        session = await sealed_env(server, wire)
+        req = session.prepare_intent({"goal": "book", "inputs": {"room": SECRET}, "intent_id": "K" * 22})
+        intent = {k: v for k, v in req.params["intent"].items() if k != "sealed_key"}
+        resp = await wire.call("intent", forged(session, req.sequence, intent))
+        err = error_of(resp)
+        assert resp.status_code == 400 and err["code"] == -32602 and "sealed_key" in err["message"]
+        # A sealed_key moved to another intent_id does not open.
+        moved = {**req.params["intent"], "intent_id": "L" * 22}
+        resp = await wire.call("intent", forged(session, req.sequence, moved))
+        assert error_of(resp)["code"] == -32040 and "does not open" in error_of(resp)["message"]
+        assert server.calls["book"] == 0  # type: ignore[attr-defined]
+
+
+async def test_a_sealed_key_to_a_server_that_does_not_declare_sealing_is_refused_unsigned() -> None:
+    server = build_server(identity("plain"), audit=AuditLog())
+    async with running(server) as wire:
+        plain = await handshake(wire, identity("client"), server.identity.did, seal=False)
+        member = encoding.b64u_encode(b"\x02" * 48)
+        intent = {
+            "goal": "echo",
+            "inputs": {},
+            "sealed": encoding.b64u_encode(b"\x01" * 40),
+            "sealed_key": member,
+        }
+        resp = await wire.call("intent", forged(plain, 1, intent))
+        err = error_of(resp)
+        assert resp.status_code == 400 and err["code"] == -32602 and "data" not in err
+        assert server.calls["echo"] == 0  # type: ignore[attr-defined]

@@ -146,3 +146,35 @@ async def test_without_sealing_the_answer_kept_in_redis_is_plaintext(
         assert (await wire.call("intent", req.params)).content == first.content
         assert SECRET.encode() in repr(_dump(redis_url, redis_prefix)).encode()
     await server.store.aclose()
+
+
+async def test_a_sealed_intent_id_is_kept_in_redis_sealed_and_answered_on_another_worker(
+    redis_url: str,  # noqa: F811
+    redis_prefix: str,  # noqa: F811
+) -> None:
+    from a2a_secure.client.http import A2AClient
+
+    server_id = identity("sealed-redis-eo")
+    one = build_server(
+        server_id, limits=SEALED, store=RedisStore(redis_url, prefix=redis_prefix), audit=AuditLog()
+    )
+    two = build_server(
+        server_id, limits=SEALED, store=RedisStore(redis_url, prefix=redis_prefix), audit=AuditLog()
+    )
+    intent = {"goal": "echo", "inputs": {"text": SECRET}}
+    async with (
+        serve_app(one.app()) as url_one,
+        serve_app(two.app()) as url_two,
+        A2AClient(identity("client"), sealed=True) as client,
+    ):
+        first = await client.request(server_id.did, intent, endpoint=url_one)
+        assert first.intent_id is not None
+        await client.close_session(server_id.did)
+        again = await client.request(server_id.did, intent, endpoint=url_two, intent_id=first.intent_id)
+        assert again.result == first.result == {"echo": {"text": SECRET}}
+    assert one.calls["echo"] + two.calls["echo"] == 1  # type: ignore[attr-defined]
+    stored = _dump(redis_url, redis_prefix)
+    assert any(first.intent_id.encode() in key for key in stored)  # the claim is there ...
+    assert SECRET.encode() not in repr(stored).encode()  # ... and holds no plaintext
+    for server in (one, two):
+        await server.store.aclose()

@@ -252,17 +252,97 @@ def test_sealed_inputs_must_be_an_object() -> None:
 
 
 # -- the server's hooks ------------------------------------------------------------------------
+def _intent(**members: Any) -> Any:
+    from a2a_secure.protocol.models import Intent
+
+    return Intent.parse({"goal": "echo", "inputs": {}, **members})
+
+
 def test_a_sealed_session_takes_only_sealed_intents_and_an_open_one_none() -> None:
     client, server = pair()
     with pytest.raises(InvalidParams, match="this session is sealed"):
-        sealing.open_intent_inputs(server, "echo", {"a": 1}, None, None, 1)
+        sealing.open_intent_inputs(server, _intent(inputs={"a": 1}), 1)
     with pytest.raises(InvalidParams, match="agreed on no sealing keys"):
-        sealing.open_intent_inputs(None, "echo", {}, client.seal_inputs(1, "echo", {}), None, 1)
-    with pytest.raises(InvalidParams, match="intent_id"):
-        sealing.open_intent_inputs(server, "echo", {}, client.seal_inputs(1, "echo", {}), "i" * 22, 1)
+        sealing.open_intent_inputs(None, _intent(sealed=client.seal_inputs(1, "echo", {})), 1)
     sealed = client.seal_inputs(1, "echo", {"a": 1})
-    assert sealing.open_intent_inputs(server, "echo", {}, sealed, None, 1) == {"a": 1}
-    assert sealing.open_intent_inputs(None, "echo", {"a": 1}, None, None, 1) == {"a": 1}
+    assert sealing.open_intent_inputs(server, _intent(sealed=sealed), 1) == ({"a": 1}, None)
+    assert sealing.open_intent_inputs(None, _intent(inputs={"a": 1}), 1) == ({"a": 1}, None)
+
+
+def test_an_intent_id_on_a_sealed_session_brings_its_answer_key() -> None:
+    client, server = pair()
+    iid, key = "i" * 22, bytes(range(32))
+    sealed = client.seal_inputs(3, "echo", {"a": 1})
+    sealed_key = client.seal_answer_key(3, "echo", iid, key)
+    assert sealing.open_intent_inputs(
+        server, _intent(sealed=sealed, intent_id=iid, sealed_key=sealed_key), 3
+    ) == (
+        {"a": 1},
+        key,
+    )
+    with pytest.raises(InvalidParams, match="sealed_key exactly when it has an intent_id"):
+        sealing.open_intent_inputs(server, _intent(sealed=sealed, intent_id=iid), 3)
+    with pytest.raises(InvalidParams, match="sealed_key exactly when it has an intent_id"):
+        sealing.open_intent_inputs(server, _intent(sealed=sealed, sealed_key=sealed_key), 3)
+    # The key is bound to its sequence, goal and intent_id like any sealed value.
+    for seq, goal, other_id in ((4, "echo", iid), (3, "book", iid), (3, "echo", "j" * 22)):
+        with pytest.raises(AuthenticationFailed, match="does not open"):
+            server.open_answer_key(seq, goal, other_id, sealed_key)
+    with pytest.raises(InvalidParams, match="needs sealed inputs"):
+        _intent(sealed_key=sealed_key)
+
+
+def test_the_answer_key_is_stable_per_intent_and_secret_per_client() -> None:
+    seed, other = bytes(32), bytes([1]) * 32
+    k = sealing.derive_answer_key(seed, "did:key:zS", "i" * 22)
+    assert k == sealing.derive_answer_key(seed, "did:key:zS", "i" * 22) and len(k) == 32
+    assert k != sealing.derive_answer_key(other, "did:key:zS", "i" * 22)
+    assert k != sealing.derive_answer_key(seed, "did:key:zT", "i" * 22)
+    assert k != sealing.derive_answer_key(seed, "did:key:zS", "j" * 22)
+
+
+def test_a_claim_hashes_the_inputs_under_the_answer_key() -> None:
+    key = bytes(range(32))
+    intent = {"goal": "echo", "inputs": {}, "sealed": "AAAA", "sealed_key": "BBBB", "intent_id": "i" * 22}
+    claimed = sealing.claim_intent(intent, {"room": 4}, key)
+    assert set(claimed) == {"goal", "inputs", "intent_id"} and claimed["inputs"].startswith("hmac-sha256:")
+    assert "room" not in encoding.dumps(claimed).decode()
+    # Another session's ciphertext of the same intent claims the same; other inputs do not.
+    assert sealing.claim_intent({**intent, "sealed": "CCCC"}, {"room": 4}, key) == claimed
+    assert sealing.claim_intent(intent, {"room": 5}, key) != claimed
+    assert sealing.claim_intent(intent, {"room": 4}, bytes(32)) != claimed
+
+
+def test_a_kept_answer_moves_from_one_session_to_another_only_through_the_answer_key() -> None:
+    from a2a_secure.store.base import StoredReply
+
+    first_client, first_server = pair()
+    second_client, second_server = pair(OTHER_SID)
+    box = sealing.ClaimBox(bytes(range(32)), "i" * 22)
+    answer = StoredReply(200, result=first_server.seal_result(2, REQ_HASH, {"ok": "the room"}), signed_at=5)
+    kept = sealing.to_claim(answer, first_server, 2, REQ_HASH, box)
+    assert "the room" not in encoding.dumps(kept.to_dict()).decode()
+    again = sealing.from_claim(kept, 7, OTHER_HASH, box, second_server)
+    assert second_client.open_result(7, OTHER_HASH, again.result) == {"ok": "the room"}
+    with pytest.raises(AuthenticationFailed, match="answer key"):
+        sealing.from_claim(kept, 7, OTHER_HASH, sealing.ClaimBox(bytes(32), "i" * 22), second_server)
+    with pytest.raises(AuthenticationFailed, match="answer key"):
+        sealing.from_claim(kept, 7, OTHER_HASH, sealing.ClaimBox(bytes(range(32)), "j" * 22), second_server)
+    events = (
+        {
+            "status": "success",
+            "sequence": 2,
+            "index": 0,
+            "final": False,
+            "result": first_server.seal_event(2, REQ_HASH, 0, False, {"i": 0}),
+        },
+        {"status": "success", "sequence": 2, "index": 1, "final": True, "result": None},
+    )
+    kept = sealing.to_claim(StoredReply(200, events=events), first_server, 2, REQ_HASH, box)
+    again = sealing.from_claim(kept, 7, OTHER_HASH, box, second_server)
+    assert again.events is not None and again.events[1]["result"] is None
+    assert second_client.open_event(7, OTHER_HASH, 0, False, again.events[0]["result"]) == {"i": 0}
+    assert first_client is not second_client
 
 
 def test_error_data_is_sealed_but_retry_after_stays_readable() -> None:

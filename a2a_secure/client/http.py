@@ -557,11 +557,6 @@ class A2AClient:
         refused rather than sent the intent without an id.
         """
         required = chosen is not None or self.exactly_once is True
-        if session.sealed:
-            # A kept answer cannot follow a session-keyed ciphertext to a new session (§12.6).
-            if required:
-                raise InvalidParams("intent_id is not available on a sealed session")
-            return intent, None
         if not required and (self.exactly_once is False or time.monotonic() < peer.ids_full_until):
             return intent, None
         declared = INTENT_ID in peer.extensions

@@ -471,8 +471,8 @@ class ClientSession:
         # The §6.1 shape check of the server's parse_intent, without importing the server
         # side (and asyncio with it) into a client.
         Intent.parse(body)
-        if sealing.SEALED in body:
-            raise InvalidParams("the sealed member is made by a sealed session, not given by the caller")
+        if sealing.SEALED in body or sealing.ANSWER_KEY_MEMBER in body:
+            raise InvalidParams("the sealed members are made by a sealed session, not given by the caller")
         check_intent_inputs(body["inputs"])
         if self.sealer is not None:
             size = len(encoding.dumps(body["inputs"]))
@@ -496,8 +496,22 @@ class ClientSession:
         ts = int(self._clock())
         if self.sealer is not None and "intent" in body:
             intent = body["intent"]
-            sealed = self.sealer.seal_inputs(sequence, intent["goal"], intent["inputs"])
-            body = {"intent": {**intent, "inputs": {}, sealing.SEALED: sealed}}
+            sealed_intent = {
+                **intent,
+                "inputs": {},
+                sealing.SEALED: self.sealer.seal_inputs(sequence, intent["goal"], intent["inputs"]),
+            }
+            intent_id = intent.get("intent_id")
+            if intent_id is not None:
+                # §12.6: the answer key under which the server keeps this intent's answer,
+                # the same on every resend (derived from this agent's key and the id).
+                key = sealing.derive_answer_key(
+                    encoding.b64u_decode(self.identity.private_key_b64u()), self.server_did, intent_id
+                )
+                sealed_intent[sealing.ANSWER_KEY_MEMBER] = self.sealer.seal_answer_key(
+                    sequence, intent["goal"], intent_id, key
+                )
+            body = {"intent": sealed_intent}
         common = {
             "session_id": self.session_id,
             "session_commitment": self.session_commitment,

@@ -27,10 +27,11 @@ from __future__ import annotations
 import copy
 import enum
 import hashlib
+import hmac
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Final
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -42,22 +43,32 @@ from a2a_secure.errors import A2AError, AuthenticationFailed, InternalError, Inv
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.validate import MAX_SAFE_INT, require_b64u_bytes
 
+if TYPE_CHECKING:
+    from a2a_secure.protocol.models import Intent
+    from a2a_secure.store.base import StoredReply
+
 __all__ = [
+    "ANSWER_KEY_MEMBER",
     "KEY_BYTES",
     "KEY_MEMBER",
     "SEALED",
+    "ClaimBox",
     "EphemeralKey",
     "Part",
     "SessionKeys",
     "SessionSealer",
     "aad",
+    "claim_intent",
+    "derive_answer_key",
     "derive_keys",
+    "from_claim",
     "nonce",
     "open_intent_inputs",
     "parse_seal_key",
     "record_sealer",
     "seal_error_data",
     "sealer_for",
+    "to_claim",
     "transcript",
 ]
 
@@ -65,6 +76,8 @@ SEALED: Final = "sealed"
 """The extension's name in ``a2a_secure_extensions``, and the ``intent`` member it adds."""
 KEY_MEMBER: Final = "seal_key"
 """The signed handshake member carrying a side's ephemeral X25519 public key."""
+ANSWER_KEY_MEMBER: Final = "sealed_key"
+"""The ``intent`` member carrying, sealed, the answer key of an intent with an intent_id."""
 KEY_BYTES: Final = 32
 LABEL: Final = "a2a-secure/sealed/v1"
 _INFO: Final = (LABEL + " keys").encode("ascii")
@@ -78,6 +91,7 @@ class Part(enum.IntEnum):
     RESULT = 2  # server → client: the result of a §6.2 answer
     ERROR_DATA = 3  # server → client: an error's data (besides response_jws, retry_after)
     EVENT = 4  # server → client: a §6.4 event's result
+    ANSWER_KEY = 5  # client → server: the answer key of an intent with an intent_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +257,24 @@ class SessionSealer:
             raise AuthenticationFailed("sealed inputs are not an object")
         return value
 
+    def seal_answer_key(self, sequence: int, goal: str, intent_id: str, key: bytes) -> str:
+        """The ``sealed_key`` member: the answer key of the intent ``intent_id`` (§12.6)."""
+        where = self._aad("c2s", sequence, Part.ANSWER_KEY, 0, f"{goal}|{intent_id}")
+        return encoding.b64u_encode(self._c2s.encrypt(nonce(sequence, Part.ANSWER_KEY), key, where))
+
+    def open_answer_key(self, sequence: int, goal: str, intent_id: str, token: str | bytes) -> bytes:
+        """The 32-byte answer key sealed in ``token``, else -32040."""
+        err = AuthenticationFailed
+        data = token if isinstance(token, bytes) else encoding.b64u_decode(token, error=err)
+        where = self._aad("c2s", sequence, Part.ANSWER_KEY, 0, f"{goal}|{intent_id}")
+        try:
+            key = self._c2s.decrypt(nonce(sequence, Part.ANSWER_KEY), data, where)
+        except InvalidTag:
+            raise err("sealed answer_key does not open for this session and message") from None
+        if len(key) != KEY_BYTES:
+            raise err("the answer key is not 32 bytes")
+        return key
+
     # -- server → client --------------------------------------------------------------------
     def seal_result(self, sequence: int, request_hash: str, result: Any) -> str:
         """The sealed ``result`` of the answer to the request ``request_hash``."""
@@ -344,30 +376,28 @@ def record_sealer(record: Any) -> SessionSealer | None:
 
 
 def open_intent_inputs(
-    sealer: SessionSealer | None,
-    goal: str,
-    inputs: dict[str, Any],
-    sealed: str | bytes | None,
-    intent_id: str | None,
-    sequence: int,
-) -> dict[str, Any]:
-    """The inputs a handler gets: ``inputs``, or those opened from ``sealed`` (§12.6).
+    sealer: SessionSealer | None, intent: Intent, sequence: int
+) -> tuple[dict[str, Any], bytes | None]:
+    """The inputs a handler gets, and the intent's answer key if it has an intent_id (§12.6).
 
     A sealed session takes only sealed intents, and a session without keys none: either
-    mismatch is a signed -32602 (the sequence is not used up). Inputs that do not open are
-    -32040. Called after the signature check: what is opened is what the client signed.
+    mismatch is a signed -32602 (the sequence is not used up), and so is an intent_id on a
+    sealed session without its ``sealed_key`` (or a ``sealed_key`` without an intent_id).
+    Values that do not open are -32040. Called after the signature check: what is opened
+    is what the client signed.
     """
     if sealer is None:
-        if sealed is not None:
+        if intent.sealed is not None or intent.sealed_key is not None:
             raise InvalidParams("sealed inputs on a session that agreed on no sealing keys")
-        return inputs
-    if sealed is None:
+        return intent.inputs, None
+    if intent.sealed is None:
         raise InvalidParams("this session is sealed: its intents carry sealed inputs")
-    if intent_id is not None:
-        # An intent_id's answer is kept across sessions and signed again for a new one, which
-        # a session-keyed ciphertext cannot follow (SECURITY.md, sealed intents).
-        raise InvalidParams("intent_id is not available on a sealed session")
-    return sealer.open_inputs(sequence, goal, sealed)
+    if (intent.intent_id is None) != (intent.sealed_key is None):
+        raise InvalidParams("on a sealed session, an intent has sealed_key exactly when it has an intent_id")
+    inputs = sealer.open_inputs(sequence, intent.goal, intent.sealed_bytes)
+    if intent.intent_id is None or intent.sealed_key is None:
+        return inputs, None
+    return inputs, sealer.open_answer_key(sequence, intent.goal, intent.intent_id, intent.sealed_key)
 
 
 def seal_error_data(
@@ -392,3 +422,126 @@ def seal_error_data(
         out = exc
     out.data = sealed
     return out
+
+
+# -- intent_id on a sealed session (§12.5 with §12.6) ---------------------------------------------
+# The answer to an intent_id is kept beyond its session and served again, sealed for a new one.
+# The client names a per-intent answer key (sealed to the server in ``sealed_key``); the server
+# keeps the claim's answer sealed under it and never stores the key, so the store holds no
+# plaintext and cannot open what it holds. A resend brings the key again.
+_ANSWER_INFO: Final = LABEL + " answer key"
+_CLAIM_NONCE_SEQUENCE: Final = 1  # one claim, one answer: (part, index) alone keeps nonces unique
+
+
+def derive_answer_key(identity_seed: bytes, server_did: str, intent_id: str) -> bytes:
+    """The client's answer key for ``intent_id`` at ``server_did``: HKDF of its identity seed.
+
+    Derived rather than drawn so that a caller that restarts and resends its own intent_id
+    brings the same key (the server finds the first answer).
+    """
+    info = f"{_ANSWER_INFO}|{server_did}|{intent_id}".encode()
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(identity_seed)
+
+
+def claim_intent(intent: Mapping[str, Any], inputs: Any, answer_key: bytes) -> dict[str, Any]:
+    """The intent as a claim hashes it (``intent_hash``): the same for every resend of it.
+
+    ``sealed`` and ``sealed_key`` differ per session; the inputs enter as a MAC under the
+    answer key instead, so the stored hash says nothing about them to whoever reads the store.
+    """
+    out = {k: v for k, v in intent.items() if k not in (SEALED, ANSWER_KEY_MEMBER)}
+    mac = hmac.new(answer_key, encoding.jcs(inputs), hashlib.sha256).hexdigest()
+    out["inputs"] = "hmac-sha256:" + mac
+    return out
+
+
+class ClaimBox:
+    """Seals a claim's answer under an intent's answer key, and opens it again."""
+
+    __slots__ = ("_aead", "_head")
+
+    def __init__(self, answer_key: bytes, intent_id: str) -> None:
+        self._aead = ChaCha20Poly1305(answer_key)
+        self._head = f"{LABEL}|claim|{intent_id}|"
+
+    def _where(self, part: Part, index: int, final: bool) -> tuple[bytes, bytes]:
+        aad_ = f"{self._head}{_PART_NAMES[part]}|{index}|{'final' if final else 'partial'}".encode()
+        return nonce(_CLAIM_NONCE_SEQUENCE, part, index), aad_
+
+    def seal(self, part: Part, index: int, final: bool, value: Any) -> str:
+        """``value`` sealed for the claim."""
+        n, where = self._where(part, index, final)
+        return encoding.b64u_encode(self._aead.encrypt(n, encoding.dumps(value), where))
+
+    def open(self, part: Part, index: int, final: bool, token: Any) -> Any:
+        """The value sealed in ``token``, else -32040."""
+        if not isinstance(token, str):
+            raise AuthenticationFailed("a kept answer is not sealed")
+        n, where = self._where(part, index, final)
+        try:
+            plain = self._aead.decrypt(n, encoding.b64u_decode(token, error=AuthenticationFailed), where)
+        except InvalidTag:
+            raise AuthenticationFailed("a kept answer does not open with this intent's answer key") from None
+        return encoding.loads(plain, error=AuthenticationFailed)
+
+
+def _is_sealed_event(event: Mapping[str, Any]) -> bool:
+    return event.get("status") == "success" and not (
+        event.get("final") is True and event.get("result") is None
+    )
+
+
+_Open = Callable[[Part, int, bool, Any], Any]
+_Seal = Callable[[Part, int, bool, Any], str]
+
+
+def _reseal(stored: StoredReply, opened: _Open, sealed: _Seal) -> StoredReply:
+    # Every sealed value of a kept answer: the result, the error's data, each event's result.
+    def again(part: Part, index: int, final: bool, token: Any) -> str:
+        return sealed(part, index, final, opened(part, index, final, token))
+
+    if stored.result is not None:
+        stored = replace(stored, result=again(Part.RESULT, 0, True, stored.result))
+    data = (stored.error or {}).get("data")
+    if stored.error is not None and isinstance(data, Mapping) and isinstance(data.get(SEALED), str):
+        data = {**data, SEALED: again(Part.ERROR_DATA, 0, True, data[SEALED])}
+        stored = replace(stored, error={**stored.error, "data": data})
+    if stored.events is not None:
+        events = tuple(
+            {**ev, "result": again(Part.EVENT, ev["index"], ev["final"], ev["result"])}
+            if _is_sealed_event(ev)
+            else ev
+            for ev in stored.events
+        )
+        stored = replace(stored, events=events)
+    return stored
+
+
+def to_claim(
+    stored: StoredReply, sealer: SessionSealer, sequence: int, request_hash: str, box: ClaimBox
+) -> StoredReply:
+    """An answer sealed for its session, sealed instead for the claim (nothing in the clear)."""
+
+    def opened(part: Part, index: int, final: bool, token: Any) -> Any:
+        if part is Part.RESULT:
+            return sealer.open_result(sequence, request_hash, token)
+        if part is Part.ERROR_DATA:
+            return sealer.open_error_data(sequence, request_hash, token)
+        return sealer.open_event(sequence, request_hash, index, final, token)
+
+    return _reseal(stored, opened, box.seal)
+
+
+def from_claim(
+    stored: StoredReply, sequence: int, request_hash: str, box: ClaimBox, sealer: SessionSealer
+) -> StoredReply:
+    """A claim's answer sealed for another session's request (the inverse of :func:`to_claim`)."""
+
+    def sealed(part: Part, index: int, final: bool, value: Any) -> str:
+        if part is Part.RESULT:
+            return sealer.seal_result(sequence, request_hash, value)
+        if part is Part.ERROR_DATA:
+            return sealer.seal_error_data(sequence, request_hash, value)
+        return sealer.seal_event(sequence, request_hash, index, final, value)
+
+    return _reseal(stored, box.open, sealed)

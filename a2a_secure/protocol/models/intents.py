@@ -94,6 +94,7 @@ class Intent(_Validated):
     sealed: str | None = None  # sealed intents (protocol/sealing.py): the sealed inputs
     # ... and its bytes, decoded once at step 1 (base64url costs more than the AEAD).
     sealed_bytes: bytes = field(default=b"", compare=False, repr=False)
+    sealed_key: str | None = None  # sealed intents with an intent_id: the sealed answer key
 
     @classmethod
     def parse(cls, obj: Any, *, error: ErrorType = InvalidParams) -> Intent:
@@ -127,7 +128,15 @@ class Intent(_Validated):
                 raise error("intent sealed is too short to hold sealed inputs")
             if inputs:
                 raise error("intent inputs must be {} when the inputs are sealed")
-        return _make(cls, goal, inputs, domain, constraints, priority, intent_id, sealed, sealed_bytes)
+        sealed_key = None
+        if "sealed_key" in intent:  # §12.6: a 32-byte key and its 16-byte tag
+            sealed_key = intent["sealed_key"]
+            require_b64u_bytes(sealed_key, "intent sealed_key", 48, error)
+            if sealed is None:
+                raise error("intent sealed_key needs sealed inputs")
+        return _make(
+            cls, goal, inputs, domain, constraints, priority, intent_id, sealed, sealed_bytes, sealed_key
+        )
 
     @property
     def constraints_dict(self) -> dict[str, Any]:
@@ -152,6 +161,8 @@ class Intent(_Validated):
             out["intent_id"] = self.intent_id
         if self.sealed is not None:
             out["sealed"] = self.sealed
+        if self.sealed_key is not None:
+            out["sealed_key"] = self.sealed_key
         return out
 
 

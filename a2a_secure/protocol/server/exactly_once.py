@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -97,6 +97,10 @@ class Pending:
     intent_hash: str
     running_until: int
     claim: Claim | None = None
+    # Sealed intents (protocol/sealing.py): the answer as the claim keeps it (sealed under
+    # the intent's answer key), and back, sealed for this request's session.
+    to_claim: Callable[[StoredReply], StoredReply] | None = None
+    from_claim: Callable[[StoredReply, int, str], StoredReply] | None = None
 
 
 def _is_still_running(stored: StoredReply | None) -> bool:
@@ -239,6 +243,8 @@ class ExactlyOnce:
         # The intent ran: its answer goes out even if the store cannot keep it. The claim then
         # stays RUNNING and becomes LOST: a resend is told "outcome unknown", never re-run.
         with contextlib.suppress(Exception):
+            if pending.to_claim is not None:
+                stored = pending.to_claim(stored)
             await self._store.finish_intent(
                 pending.client_did, pending.intent_id, pending.intent_hash, _compact(stored)
             )
@@ -267,7 +273,10 @@ class ExactlyOnce:
                 pending.client_did, pending.intent_id, pending.intent_hash, self._clock()
             )
         if claim.kind is ClaimKind.DONE and claim.reply is not None:
-            return await self._replay(claim.reply, session_id, sequence, req_hash, audit)
+            answer = claim.reply
+            if pending.from_claim is not None:
+                answer = pending.from_claim(answer, sequence, req_hash)
+            return await self._replay(answer, session_id, sequence, req_hash, audit)
         if claim.kind is ClaimKind.CONFLICT:
             exc: A2AError = SequenceError("intent_id already used for a different intent")
         else:  # LOST, or UNKNOWN: the claim is gone (its retention ended, or the store lost it)

@@ -16,6 +16,7 @@ the :class:`ServerConfig`, and ends sessions (§6.3) there and in the
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +41,16 @@ from a2a_secure.protocol.models import (
     RequestPayload,
 )
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY
-from a2a_secure.protocol.sealing import SessionSealer, open_intent_inputs, record_sealer, seal_error_data
+from a2a_secure.protocol.sealing import (
+    ClaimBox,
+    SessionSealer,
+    claim_intent,
+    from_claim,
+    open_intent_inputs,
+    record_sealer,
+    seal_error_data,
+    to_claim,
+)
 from a2a_secure.protocol.server.auditing import AuditFields
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, log_unexpected, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
@@ -113,7 +123,7 @@ class IntentProcessor:
             audit.intent_goal = intent.goal[:256]
             if intent.intent_id is not None:
                 self._exactly_once.check(intent)
-            if intent.sealed is not None and not cfg.limits.sealed_intents:
+            if (intent.sealed is not None or intent.sealed_key is not None) and not cfg.limits.sealed_intents:
                 # §12.6: as any unknown member of intent at a server without the extension.
                 raise InvalidParams("intent: unexpected member 'sealed' (this server does not seal)")
         audit.sequence = params_seq
@@ -157,12 +167,10 @@ class IntentProcessor:
                 signed = RequestPayload.parse(payload, expected=expected)
             sequence, ts = signed.sequence, signed.timestamp
             sealer = record_sealer(session)
-            inputs = None
+            inputs: dict[str, Any] | None = None
+            answer_key: bytes | None = None
             if intent is not None:
-                sealed = intent.sealed_bytes if intent.sealed is not None else None
-                inputs = open_intent_inputs(
-                    sealer, intent.goal, intent.inputs, sealed, intent.intent_id, sequence
-                )
+                inputs, answer_key = open_intent_inputs(sealer, intent, sequence)
         except A2AError as exc:
             return self._signed_error(exc, session_id, params_seq, req_hash, now_i)
         audit.sequence = sequence
@@ -181,7 +189,17 @@ class IntentProcessor:
             # Steps 7-8, one atomic check-and-update (with an intent_id, and its claim).
             once: Pending | None = None
             if intent is not None and intent_obj is not None and intent.intent_id is not None:
+                if answer_key is not None:  # §12.6: the claim keeps its answer sealed, keyless
+                    assert sealer is not None and inputs is not None
+                    intent_obj = claim_intent(intent_obj, inputs, answer_key)
                 once = self._exactly_once.prepare(session, intent, intent_obj, wants_stream, now)
+                if once is not None and answer_key is not None:
+                    assert sealer is not None
+                    box = ClaimBox(answer_key, intent.intent_id)
+                    once.to_claim = functools.partial(
+                        to_claim, sealer=sealer, sequence=sequence, request_hash=req_hash, box=box
+                    )
+                    once.from_claim = functools.partial(from_claim, box=box, sealer=sealer)
             if once is None:
                 begin = await cfg.store.begin_request(
                     session_id,
