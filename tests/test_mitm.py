@@ -282,3 +282,26 @@ async def test_sealed_campaign_in_process() -> None:
     assert report.executions > 200 and report.results_returned > 200
     edits = [k for k in report.details if k.startswith(("seal_edit_request:", "seal_edit_response:"))]
     assert {k.split(":")[1] for k in edits} >= {"flip", "swap", "plain"}, edits
+
+
+async def test_sealed_exactly_once_campaign_in_process() -> None:
+    # Sealed sessions with intent_ids: a resend on a new session (after a forged -32043) gets
+    # the one run's answer, kept sealed under the intent's answer key and sealed again for the
+    # new session; the sealed mutations join the exactly-once table.
+    from tests.mitm_helpers import EXACTLY_ONCE_MUTATIONS
+
+    report = await run_campaign(
+        SEED,
+        100,
+        in_process=True,
+        runs_per_handshake=5,
+        exactly_once=True,
+        sealed=True,
+        mutations=EXACTLY_ONCE_MUTATIONS,
+        check_every=10,
+    )
+    print("\n" + report.summary())
+    assert report.violations == [], report.summary()
+    assert report.logical_duplicates == 0
+    assert report.with_intent_id == report.executions > 200
+    assert report.resent > 10 and report.resent_answered > 5

@@ -20,6 +20,10 @@ session keys inside the handshake and then carry inputs, results, stream events 
   reflected back.
 
 The signed JWS covers the sealed form; a receiver verifies the signature first, then opens.
+
+An intent with an ``intent_id`` (§12.5) also carries its answer key, sealed: the server keeps
+that intent's answer sealed under it (:class:`ClaimBox`), never the key, and seals the answer
+again for the session of each resend.
 """
 
 from __future__ import annotations
