@@ -240,7 +240,12 @@ class Harness:
         d.hs.seal = True
         sealed = await d.complete()
         sealed_req = sealed.prepare_intent({"goal": "echo", "inputs": {"text": "sealed", "n": [1, None]}})
-        self.sealed_samples: dict[str, Any] = {"accept_policy": c.accept_msg, "intent": sealed_req.params}
+        with_id = sealed.prepare_intent({"goal": "echo", "inputs": {"text": "once"}, "intent_id": "F" * 22})
+        self.sealed_samples: dict[str, Any] = {
+            "accept_policy": c.accept_msg,
+            "intent": sealed_req.params,
+            "intent_id": with_id.params,  # with its sealed_key
+        }
         self.sealed_body = envelope("intent", sealed_req.params, "req-s")
 
     def post(self, path: str, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
@@ -360,10 +365,11 @@ def test_fuzz_mutated_valid_params(harness: Harness, data: st.DataObject, method
 
 
 @HTTP
-@given(data=st.data(), method=st.sampled_from(["accept_policy", "intent"]))
-def test_fuzz_mutated_sealed_params(harness: Harness, data: st.DataObject, method: str) -> None:
-    # PROTOCOL.md §12.6: an ACCEPT_POLICY carrying a seal_key and a sealed intent, mutated.
-    params = harness.sealed_samples[method]
+@given(data=st.data(), which=st.sampled_from(["accept_policy", "intent", "intent_id"]))
+def test_fuzz_mutated_sealed_params(harness: Harness, data: st.DataObject, which: str) -> None:
+    # PROTOCOL.md §12.6: an ACCEPT_POLICY carrying a seal_key and sealed intents, mutated.
+    method = "accept_policy" if which == "accept_policy" else "intent"
+    params = harness.sealed_samples[which]
     path = data.draw(st.sampled_from(list(paths_of(params))))
     if data.draw(st.booleans()):
         mutated = set_path(params, path, data.draw(json_values))
