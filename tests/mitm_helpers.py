@@ -675,6 +675,8 @@ class Mitm:
                     head, _, data = event.partition(b"\ndata: ")
                     with contextlib.suppress(ValueError, AttributeError):
                         obj = json.loads(data)
+                        if not isinstance(obj["result"]["result"], str):
+                            continue  # the closing null, or an error event: nothing sealed
                         kind, new = self._sealed_edit(obj["result"]["result"], "result")
                         obj["result"]["result"] = new
                         self.details[f"seal_edit_event:{kind}"] += 1
