@@ -676,3 +676,23 @@ async def test_a_sealed_key_to_a_server_that_does_not_declare_sealing_is_refused
         err = error_of(resp)
         assert resp.status_code == 400 and err["code"] == -32602 and "data" not in err
         assert server.calls["echo"] == 0  # type: ignore[attr-defined]
+
+
+async def test_agents_as_tools_call_over_a_sealed_session() -> None:
+    # The tools (and the MCP bridge over them) call through the agent's A2AClient, which
+    # seals with an agent that declares it (A2AAgent(sealed=True) requires it).
+    from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
+
+    server = sealed_server(name="tool-target")
+    async with serve_app(server.app()) as url:
+        registry = AgentRegistry()
+        registry.add(RegistryEntry("target", server.identity.did, url))
+        async with A2AAgent(
+            "orchestrator", identity("orchestrator"), registry=registry, sealed=True
+        ) as agent:
+            echoed = await agent.call_tool("target__echo", {"text": SECRET})
+            counted = await agent.call_tool("target__count", {"n": 2})
+            assert (await agent.client.session_for(server.identity.did)).sealed
+    assert echoed.status == counted.status == "success", (echoed, counted)
+    assert SECRET in json.dumps(echoed.content) and SECRET in json.dumps(counted.content)
+    assert server.calls["echo"] == 1 and server.calls["count"] == 1  # type: ignore[attr-defined]
