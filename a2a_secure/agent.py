@@ -84,15 +84,20 @@ class A2AAgent:
         approval: ApprovalSettings | None = None,
         serve_tools: bool = False,
         addresses: AddressPolicy | None = None,
+        sealed: bool | None = None,
     ) -> None:
         """``priority_rights`` and ``limits`` configure the hosted side (:attr:`server`): the
         highest intent priority each caller may use, and the server's bounds, among them
-        ``max_concurrent_intents`` (PROTOCOL.md §12.3).
+        ``max_concurrent_intents`` (PROTOCOL.md §12.3) and ``sealed_intents`` (§12.6).
 
         ``addresses``: where this agent may connect when the address comes from a registry
         file, a did:web document's service or a card (default: public hosts over https;
         ``AddressPolicy.build(dev_allow_loopback=True)`` for agents on this machine,
-        ``allow_addresses``/``allow_hosts`` for a private network; SECURITY.md)."""
+        ``allow_addresses``/``allow_hosts`` for a private network; SECURITY.md).
+
+        ``sealed``: the calling side's sealed intents (PROTOCOL.md §12.6): None seals with
+        every peer that declares the extension, True refuses a peer that does not, False
+        never seals (see :class:`~a2a_secure.client.http.A2AClient`)."""
         self.agent_id = agent_id
         self.identity = identity or Identity.generate(agent_id)
         self.endpoint = endpoint
@@ -111,6 +116,7 @@ class A2AAgent:
             accept_policy=accept_policy,
             audit=audit,
             addresses=self.addresses,
+            sealed=sealed,
         )
         self._policy = policy
         self._store = store

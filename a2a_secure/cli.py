@@ -319,6 +319,12 @@ def _build_call(subparsers: Subparsers) -> None:
         metavar="N",
         help="intent priority 1-5 (default 3), within the rights the agent gives this caller",
     )
+    parser.add_argument(
+        "--sealed",
+        action="store_true",
+        help="require sealed intents (PROTOCOL.md §12.6): refuse an agent that does not declare them"
+        " instead of sending the inputs in the clear (without it they are sealed when declared)",
+    )
     _add_address_options(parser)
     parser.set_defaults(handler=_call)
 
@@ -392,6 +398,7 @@ def _call(args: argparse.Namespace) -> int:
             registry=registry,
             verify=args.ca_bundle or True,
             addresses=_address_policy(args),
+            sealed=True if args.sealed else None,
         ) as a:
             return await a.request(target, intent, priority=args.priority)
 

@@ -23,6 +23,15 @@ minutes; ``--store redis`` (``--redis-url``) adds server restarts mid-request:
     python scripts/mitm_campaign.py --exactly-once --in-process --runs 10000 --runs-per-handshake 5
     python scripts/mitm_campaign.py --exactly-once --in-process --store redis --runs 2000
 
+Sealed intents (docs/PROTOCOL.md §12.6): ``--sealed`` makes the server declare them and the
+clients require them (``sealed=True``), and adds the mutations aimed at them (sealed inputs,
+results, events and error data flipped, truncated, stripped, replaced by plaintext or moved
+from other sequences, sessions, clients and directions; ``seal_key`` swapped or removed in the
+signed ACCEPT_POLICY and SESSION; the agent card stripped of ``sealed``); the handler must
+get exactly the inputs the client sealed:
+
+    python scripts/mitm_campaign.py --sealed --in-process --runs 1000 --runs-per-handshake 5
+
 Exits 1 if any invariant was violated.
 """
 
@@ -51,6 +60,7 @@ def main() -> int:
     parser.add_argument("--store", choices=("memory", "redis"), default="memory", help="the server's store")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="Redis for --store redis")
     parser.add_argument("--check-every", type=int, default=0, help="check invariants every n runs")
+    parser.add_argument("--sealed", action="store_true", help="sealed intents and their mutations")
     args = parser.parse_args()
     check_every = args.check_every or (20 if args.in_process else 1)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -67,6 +77,7 @@ def main() -> int:
             exactly_once=True if args.exactly_once else None,
             check_every=check_every,
             mutations=EXACTLY_ONCE_MUTATIONS if args.exactly_once else MUTATIONS,
+            sealed=True if args.sealed else None,
         )
     )
     print(report.summary(details=args.details))

@@ -30,11 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
 from a2a_secure.policy import Policy
+from a2a_secure.protocol import sealing
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
 from a2a_secure.protocol.intent_id import CARD_MEMBER, new_intent_id
 from a2a_secure.protocol.messages import PROTOCOL_NAME
@@ -83,6 +86,9 @@ AT: Final[dict[str, int]] = {
     "handshake_3": T0 + 40,
     "intent_id_resend": T0 + 50,
     "intent_id_conflict": T0 + 51,
+    # §12.6: a sealed session with a server that declares the extension
+    "handshake_4": T0 + 60,
+    "sealed": T0 + 70,
 }
 POLICY: Final = Policy(
     rate_limit=1000,
@@ -129,8 +135,11 @@ def client_random() -> Callable[[int], bytes]:
     return seeded_random(b"a2a-secure example client random")
 
 
-def server_card(identity: Identity) -> dict[str, Any]:
-    """The server's agent card (§4); its hash is the server's ``manifest_hash``."""
+def server_card(identity: Identity, limits: ServerLimits | None = None) -> dict[str, Any]:
+    """The server's agent card (§4); its hash is the server's ``manifest_hash``.
+
+    ``limits``: the server's (its extensions follow from them), default ones if None.
+    """
     return {
         "name": "example-server",
         "description": "The test agent of section 11",
@@ -143,7 +152,7 @@ def server_card(identity: Identity) -> dict[str, Any]:
         "public_keys": [identity.public_key_entry()],
         "streaming_intents": ["count"],
         # What make_server's limits and store serve (§12.3, §12.5), as AgentServer's card says.
-        CARD_MEMBER: server_extensions(ServerLimits(), MemoryStore()),
+        CARD_MEMBER: server_extensions(limits or ServerLimits(), MemoryStore()),
     }
 
 
@@ -179,25 +188,51 @@ class _RecordingDispatcher(IntentDispatcher):
         return super().open_stream(goal, inputs, context)
 
 
-def make_server(clock: FakeClock, runs: list[HandlerRun] | None = None) -> ServerProtocol:
+def make_server(
+    clock: FakeClock,
+    runs: list[HandlerRun] | None = None,
+    *,
+    sealed: bool = False,
+    random_bytes: Callable[[int], bytes] | None = None,
+) -> ServerProtocol:
     """A fresh in-memory server serving the test agent (§11) under :data:`POLICY`.
 
-    Each handler run is appended to ``runs`` when it is given.
+    Each handler run is appended to ``runs`` when it is given. ``sealed``: the server of
+    §12.6's examples, which declares sealed intents (another card, so another manifest hash).
     """
     identity = server_identity()
     dispatcher = _RecordingDispatcher([] if runs is None else runs)
     register_test_agent(dispatcher)
+    limits = ServerLimits(sealed_intents=sealed)
     return ServerProtocol(
         identity,
         POLICY,
         store=MemoryStore(),
         resolver=DIDResolver(clock=clock),
         dispatcher=dispatcher,
-        manifest_hash=encoding.hash_of(server_card(identity)),
+        manifest_hash=encoding.hash_of(server_card(identity, limits)),
         clock=clock,
-        random_bytes=seeded_random(b"a2a-secure example server random"),
+        random_bytes=random_bytes or seeded_random(b"a2a-secure example server random"),
         monotonic=clock.monotonic,
+        limits=limits,
     )
+
+
+class Draws:
+    """A random source that remembers what it gave (the §12.6 vector shows the ephemeral keys)."""
+
+    def __init__(self, source: Callable[[int], bytes]) -> None:
+        self._source = source
+        self.given: list[bytes] = []
+
+    def __call__(self, n: int) -> bytes:
+        out = self._source(n)
+        self.given.append(out)
+        return out
+
+
+SEALED_CLIENT_RANDOM: Final = b"a2a-secure example client random 4"
+SEALED_SERVER_RANDOM: Final = b"a2a-secure example sealed server random"
 
 
 @dataclass
@@ -425,7 +460,85 @@ async def generate() -> dict[str, Example]:
         raise SystemExit(f"the intent_id example ran {runs}, not once")
     if [r.priority for r in runs if r.session_id == second.session_id and r.sequence == 2] != [2]:
         raise SystemExit(f"the priority example did not run at priority 2: {runs}")
+    await _sealed_examples(run)
     return run.examples
+
+
+async def _sealed_examples(run: _Run) -> None:
+    """§12.6: a handshake that agrees on sealing keys, a sealed intent, and the key schedule."""
+    clock = run.clock
+    client_draws = Draws(seeded_random(SEALED_CLIENT_RANDOM))
+    server_draws = Draws(seeded_random(SEALED_SERVER_RANDOM))
+    server = make_server(clock, sealed=True, random_bytes=server_draws)
+    hs = ClientHandshake(
+        client_identity(), resolve_did_key(server_identity().did), clock=clock, random_bytes=client_draws
+    )
+    start = AT["handshake_4"]
+    clock.now = start
+    hello = hs.hello()
+    clock.now = start + 1
+    challenge = await _call(server, _request("hello", 1, hello))
+    clock.now = start + 2
+    policy = await _call(server, _request("proof", 2, hs.receive_challenge(challenge.result)))
+    hs.seal = True  # the card that hashes to the CHALLENGE's manifest_hash declares "sealed"
+    clock.now = start + 3
+    accept = _request("accept_policy", 3, hs.receive_policy(policy.result))
+    client_private = client_draws.given[-1]  # drawn for the seal_key of this ACCEPT_POLICY
+    run.payload("sealed-accept-payload", accept["params"]["accept_jws"])
+    reply = await _call(server, accept)
+    server_private = server_draws.given[-1]  # drawn for the server's seal_key, last of all
+    session_msg = _answer(3, reply)
+    run.payload("sealed-session-payload", session_msg["result"]["session_jws"])
+    session = hs.receive_session(session_msg["result"])
+
+    clock.now = AT["sealed"]
+    secret = {"goal": "echo", "inputs": {"text": "The merger closes on Friday"}}
+    req, _body, reply = await _intent(run, server, session, "sealed-intent-request", "req-9", secret)
+    answer = _answer("req-9", reply)
+    run.add("sealed-intent-result", answer, reply.http_status)
+    run.payload("sealed-response-payload", answer["result"]["response_jws"])
+    if session.verify_result(req, answer["result"]).result != secret["inputs"]:
+        raise SystemExit("the sealed example does not open to its inputs")
+
+    accept_payload = jws_decode_unverified(accept["params"]["accept_jws"])[1]
+    session_payload = jws_decode_unverified(session_msg["result"]["session_jws"])[1]
+    transcript = sealing.transcript(
+        client_did=client_identity().did,
+        server_did=server_identity().did,
+        nonce_a=accept_payload["nonce_a"],
+        nonce_b=accept_payload["nonce_b"],
+        session_id=session.session_id,
+        session_commitment=session.session_commitment,
+        client_seal_key=accept_payload[sealing.KEY_MEMBER],
+        server_seal_key=session_payload[sealing.KEY_MEMBER],
+    )
+    shared = X25519PrivateKey.from_private_bytes(client_private).exchange(
+        X25519PublicKey.from_public_bytes(sealing.parse_seal_key(session_payload[sealing.KEY_MEMBER]))
+    )
+    keys = sealing.derive_keys(shared, transcript)
+    sequence, goal = req.sequence, secret["goal"]
+    run.add(
+        "sealed-key-schedule",
+        {
+            "client_seal_private": client_private.hex(),
+            "server_seal_private": server_private.hex(),
+            "shared_secret": shared.hex(),
+            "transcript": transcript.decode(),
+            "salt": hashlib.sha256(transcript).hexdigest(),
+            "info": sealing.LABEL + " keys",
+            "c2s_key": keys.c2s.hex(),
+            "s2c_key": keys.s2c.hex(),
+            "inputs_nonce": sealing.nonce(sequence, sealing.Part.INPUTS).hex(),
+            "inputs_aad": sealing.aad(
+                "c2s", session.session_id, sequence, sealing.Part.INPUTS, 0, goal
+            ).decode(),
+            "inputs_plaintext": encoding.dumps(secret["inputs"]).decode(),
+            "result_nonce": sealing.nonce(sequence, sealing.Part.RESULT).hex(),
+            "result_aad": sealing.aad(
+                "s2c", session.session_id, sequence, sealing.Part.RESULT, 0, req.request_hash
+            ).decode(),
+        },
+    )
 
 
 def examples_in(text: str) -> dict[str, tuple[str, int | None, str]]:

@@ -129,6 +129,13 @@ EXACTLY_ONCE_MUTATIONS: tuple[tuple[str, int], ...] = (
     ("forge_error", 2),
     ("header_retry_after", 2),
 )
+# Sealed intents (PROTOCOL.md §12.6): added to the table when the campaign is sealed.
+SEALED_MUTATIONS: tuple[tuple[str, int], ...] = (
+    ("seal_edit_request", 6),
+    ("seal_edit_response", 6),
+    ("seal_key_edit", 3),
+    ("card_strip", 2),
+)
 MUTATION_NAMES = tuple(name for name, _ in MUTATIONS if name != "pass")
 
 DID_NAMES = frozenset(("agent_did", "server_did", "client_did", "did", "kid"))
@@ -281,6 +288,12 @@ class Mitm:
 
     def _harvest(self, obj: Any, name: str = "") -> None:
         if isinstance(obj, dict):
+            for token_name in ("accept_jws", "session_jws"):  # the signed seal_keys, for swaps
+                if _is_jws(obj.get(token_name)):
+                    with contextlib.suppress(ValueError, AttributeError):
+                        key = json.loads(_b64u_dec(obj[token_name].split(".")[1])).get("seal_key")
+                        if isinstance(key, str):
+                            self._keep(self.values.setdefault("seal_key", []), key)
             for k, v in obj.items():
                 if not isinstance(v, dict | list):
                     self._keep(self.values.setdefault(k, []), v)
@@ -607,6 +620,133 @@ class Mitm:
         rid = wire.rpc.get("id") if isinstance(wire.rpc, dict) else None
         error = {"code": -32603, "message": "bad gateway"}
         return _json_answer({"jsonrpc": "2.0", "id": rid, "error": error}, 502)
+
+    # -- sealed intents (PROTOCOL.md §12.6) -------------------------------------------------------
+    def _sealed_edit(self, value: str, pool_name: str) -> tuple[str, Any]:
+        """Another sealed value: a flipped bit, one recorded elsewhere, a plaintext, nothing.
+
+        The recorded ones come from other sequences, sessions and clients, and from the other
+        direction (sealed inputs as a result, a result as inputs: reflections).
+        """
+        rng = self.rng
+        names = (pool_name, "sealed", "result")
+        pool = [v for n in names for v in self.values.get(n, ()) if isinstance(v, str) and v != value]
+        kind = rng.choice(("flip", "swap", "swap", "truncate", "plain", "delete"))
+        if kind == "swap" and not pool:
+            kind = "flip"
+        if kind == "flip":
+            raw = bytearray(_b64u_dec(value))
+            if raw:
+                raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
+            return kind, _b64u(bytes(raw))
+        if kind == "swap":
+            return kind, rng.choice(pool)
+        if kind == "truncate":
+            return kind, value[: rng.randrange(len(value))] if value else "A"
+        if kind == "plain":
+            return kind, {"tag": "forged", "text": "plaintext"}
+        return kind, None
+
+    async def _m_seal_edit_request(self, wire: Wire) -> Answer:
+        # The sealed inputs of an intent moved, altered, stripped or replaced by plaintext.
+        rpc = wire.rpc
+        intent = rpc.get("params", {}).get("intent") if isinstance(rpc, dict) else None
+        if not isinstance(intent, dict) or not isinstance(intent.get("sealed"), str):
+            return await self.forward(wire)
+        kind, new = self._sealed_edit(intent["sealed"], "sealed")
+        if kind == "plain":
+            intent["inputs"], intent["sealed"] = new, None
+            del intent["sealed"]
+        elif new is None:
+            del intent["sealed"]
+        else:
+            intent["sealed"] = new
+        self.details[f"seal_edit_request:{kind}"] += 1
+        body = json.dumps(rpc).encode()
+        return await self.forward(Wire(wire.path, wire.headers, body, wire.client, wire.verb))
+
+    async def _m_seal_edit_response(self, wire: Wire) -> Answer:
+        # A sealed result (or an event's, or an error's sealed data) moved or altered.
+        answer = await self.forward(wire)
+        if answer.is_sse:
+            events = answer.body.split(b"\n\n")
+            for i, event in enumerate(events):
+                if event.startswith(b"id: ") and b'"result":"' in event and self.rng.random() < 0.5:
+                    head, _, data = event.partition(b"\ndata: ")
+                    with contextlib.suppress(ValueError, AttributeError):
+                        obj = json.loads(data)
+                        if not isinstance(obj["result"]["result"], str):
+                            continue  # the closing null, or an error event: nothing sealed
+                        kind, new = self._sealed_edit(obj["result"]["result"], "result")
+                        obj["result"]["result"] = new
+                        self.details[f"seal_edit_event:{kind}"] += 1
+                        events[i] = head + b"\ndata: " + json.dumps(obj, separators=(",", ":")).encode()
+            return Answer(answer.status, answer.headers, b"\n\n".join(events))
+        try:
+            obj = json.loads(answer.body)
+        except ValueError:
+            return answer
+        target: Any = None
+        if isinstance(obj.get("result"), dict) and isinstance(obj["result"].get("result"), str):
+            target, key, pool = obj["result"], "result", "result"
+        elif isinstance(obj.get("error"), dict) and isinstance(
+            (obj["error"].get("data") or {}).get("sealed"), str
+        ):
+            target, key, pool = obj["error"]["data"], "sealed", "sealed"
+        if target is None:
+            return answer
+        kind, new = self._sealed_edit(target[key], pool)
+        target[key] = new
+        self.details[f"seal_edit_response:{kind}"] += 1
+        return Answer(answer.status, answer.headers, json.dumps(obj).encode())
+
+    def _payload_with(self, token: str, member: str) -> str:
+        # The token with its payload's ``member`` changed; the signature is left as it was.
+        head, payload, sig = token.split(".")
+        obj = json.loads(_b64u_dec(payload))
+        kind = self.rng.choice(("fresh", "swap", "delete", "short"))
+        pool = [v for v in self.values.get("seal_key", ()) if v != obj.get(member)]
+        if kind == "swap" and not pool:
+            kind = "fresh"
+        if kind == "delete":
+            obj.pop(member, None)
+        elif kind == "swap":
+            obj[member] = self.rng.choice(pool)
+        else:
+            obj[member] = _b64u(self.rng.randbytes(31 if kind == "short" else 32))
+        self.details[f"seal_key_edit:{kind}"] += 1
+        return f"{head}.{_b64u(json.dumps(obj, separators=(',', ':')).encode())}.{sig}"
+
+    async def _m_seal_key_edit(self, wire: Wire) -> Answer:
+        # A seal_key swapped, removed or replaced in the signed ACCEPT_POLICY or SESSION.
+        rpc = wire.rpc
+        params = rpc.get("params") if isinstance(rpc, dict) else None
+        if isinstance(params, dict) and _is_jws(params.get("accept_jws")):
+            params["accept_jws"] = self._payload_with(params["accept_jws"], "seal_key")
+            return await self.forward(Wire(wire.path, wire.headers, json.dumps(rpc).encode(), wire.client))
+        answer = await self.forward(wire)
+        with contextlib.suppress(ValueError, AttributeError, KeyError, TypeError):
+            obj = json.loads(answer.body)
+            result = obj["result"]
+            if _is_jws(result.get("session_jws")):
+                result["session_jws"] = self._payload_with(result["session_jws"], "seal_key")
+                return Answer(answer.status, answer.headers, json.dumps(obj).encode())
+        return answer
+
+    async def _m_card_strip(self, wire: Wire) -> Answer:
+        # The agent card served without "sealed": it no longer hashes to the signed
+        # manifest hash (a downgrade attempt).
+        answer = await self.forward(wire)
+        if wire.verb != "GET":
+            return answer
+        with contextlib.suppress(ValueError, AttributeError):
+            card = json.loads(answer.body)
+            card["a2a_secure_extensions"] = [
+                x for x in card.get("a2a_secure_extensions", []) if x != "sealed"
+            ]
+            self.details["card_strip"] += 1
+            return Answer(answer.status, answer.headers, json.dumps(card).encode())
+        return answer
 
     async def _m_server_restart(self, wire: Wire) -> Answer:
         # The request reaches a server that is replaced by a fresh one (same key, same
@@ -1076,8 +1216,12 @@ def _record_signing(ledger: Ledger, session: ClientSession) -> None:
 
     def intent(body: Any) -> PreparedRequest:
         req = prepare_intent(body)
+        signed = json.loads(json.dumps(req.params["intent"]))
+        if "sealed" in signed:  # what the client sealed is what the handler must get
+            signed["inputs"] = json.loads(json.dumps(body["inputs"]))
+            del signed["sealed"]
         ledger.signed[(session.session_id, req.sequence)] = Signed(
-            did, session.session_id, req.sequence, "intent", json.loads(json.dumps(req.params["intent"]))
+            did, session.session_id, req.sequence, "intent", signed
         )
         ledger.last_prepared[did], ledger.last_session[did] = req, session.session_id
         return req
@@ -1130,8 +1274,10 @@ class RecordingRedisStore(RedisStore):
         await super().close_session(session_id)
 
 
-def build_server(ledger: Ledger, identity: Identity, store: Any = None) -> AgentServer:
-    """The honest server: handlers that write down every execution."""
+def build_server(
+    ledger: Ledger, identity: Identity, store: Any = None, *, sealed: bool = False
+) -> AgentServer:
+    """The honest server: handlers that write down every execution (``sealed``: §12.6)."""
     server = AgentServer(
         identity,
         Policy.build(blocked=["blocked"], rate_limit=10**7, rate_period=3600),
@@ -1140,7 +1286,10 @@ def build_server(ledger: Ledger, identity: Identity, store: Any = None) -> Agent
         # The attacker replays HELLOs freely, and two DIDs send every intent of a long
         # campaign with an id: the pending and intent_id bounds are not what is tested here.
         limits=ServerLimits(
-            max_pending_per_source=10**6, max_pending_total=10**6, max_intent_ids_per_did=10**7
+            max_pending_per_source=10**6,
+            max_pending_total=10**6,
+            max_intent_ids_per_did=10**7,
+            sealed_intents=sealed,
         ),
     )
 
@@ -1242,10 +1391,12 @@ class Campaign:
         exactly_once: bool | None = None,
         check_every: int = 1,
         mutations: tuple[tuple[str, int], ...] = MUTATIONS,
+        sealed: bool | None = None,
     ) -> None:
         """``store``: "memory", or "redis" (``redis_url``; adds the ``server_restart``
         mutation). ``exactly_once``: the clients' setting. ``check_every``: check the
-        invariants after every n-th run (and at the end)."""
+        invariants after every n-th run (and at the end). ``sealed``: the clients' setting;
+        when set, the server declares sealed intents and the sealed mutations join in."""
         self.seed = seed
         self.ops = ops_per_client
         self.op_timeout = op_timeout
@@ -1256,7 +1407,8 @@ class Campaign:
         self.redis_prefix = f"a2a-test:mitm:{seed}:{time.time_ns()}:"
         self.exactly_once = exactly_once
         self.check_every = check_every
-        self.mutation_table = mutations
+        self.sealed = sealed
+        self.mutation_table = mutations + (SEALED_MUTATIONS if sealed is not None else ())
         self._app: Any = None
         self._servers: list[AgentServer] = []
         self._kept: dict[str, A2AClient] = {}
@@ -1273,7 +1425,7 @@ class Campaign:
         store: Any = None
         if self.store_kind == "redis":
             store = RecordingRedisStore(self.ledger, self.redis_url, self.redis_prefix)
-        server = build_server(self.ledger, self.server_identity, store)
+        server = build_server(self.ledger, self.server_identity, store, sealed=self.sealed is not None)
         self._servers.append(server)
         return server
 
@@ -1334,7 +1486,7 @@ class Campaign:
             transport = fast_transport()
         http = httpx.AsyncClient(transport=transport, timeout=5, headers={"x-mitm-client": label})
         retry = RetryPolicy(attempts=3, base=0.005, cap=0.02, max_wait=0.5)
-        return A2AClient(ident, http=http, retry=retry, exactly_once=self.exactly_once)
+        return A2AClient(ident, http=http, retry=retry, exactly_once=self.exactly_once, sealed=self.sealed)
 
     @contextlib.asynccontextmanager
     async def _clients(self) -> AsyncIterator[dict[str, A2AClient]]:

@@ -152,7 +152,8 @@ async def test_exactly_once_true_refuses_a_server_that_does_not_declare_it() -> 
 async def test_exactly_once_false_never_sends_an_id_and_never_fetches_the_card() -> None:
     server = recording_server()
     async with serve_app(server.app()) as url:
-        async with A2AClient(identity("plain"), exactly_once=False) as client:
+        # sealed=False as well: by default the card is read once for sealed intents (§12.6).
+        async with A2AClient(identity("plain"), exactly_once=False, sealed=False) as client:
             res = await client.request(server.identity.did, {"goal": "record", "inputs": {}}, endpoint=url)
             assert res.intent_id is None
         assert server.seen == [None]  # type: ignore[attr-defined]

@@ -202,7 +202,8 @@ class Harness:
     async def _start(self) -> None:
         sink = MemoryAuditSink()
         calls: Counter[str] = Counter()
-        limits = ServerLimits(max_pending_per_source=10**6, max_pending_total=10**6)
+        # Sealed intents on (PROTOCOL.md §12.6): plain sessions stay plain, sealed ones are fuzzed too.
+        limits = ServerLimits(max_pending_per_source=10**6, max_pending_total=10**6, sealed_intents=True)
         server = build_agent(clock=self.clock, sink=sink, calls=calls, resolver=DIDResolver(), limits=limits)
         transport = httpx.ASGITransport(app=server.app(), client=("127.0.0.1", 4242))
         http = httpx.AsyncClient(transport=transport, base_url="http://fuzz.test", timeout=30)
@@ -231,6 +232,21 @@ class Harness:
         }
         self.signed_body = envelope("intent", req.params, "req-1")
         self.hello_body = envelope("hello", a.hello, 7)
+        # Sealed: an ACCEPT_POLICY with a seal_key, and a sealed intent on a sealed session.
+        c = await WireFlow(self.w).start()
+        c.hs.seal = True
+        await c.prove()
+        d = await WireFlow(self.w).start()
+        d.hs.seal = True
+        sealed = await d.complete()
+        sealed_req = sealed.prepare_intent({"goal": "echo", "inputs": {"text": "sealed", "n": [1, None]}})
+        with_id = sealed.prepare_intent({"goal": "echo", "inputs": {"text": "once"}, "intent_id": "F" * 22})
+        self.sealed_samples: dict[str, Any] = {
+            "accept_policy": c.accept_msg,
+            "intent": sealed_req.params,
+            "intent_id": with_id.params,  # with its sealed_key
+        }
+        self.sealed_body = envelope("intent", sealed_req.params, "req-s")
 
     def post(self, path: str, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
         hdrs = {"Content-Type": "application/json"} if headers is None else headers
@@ -346,6 +362,33 @@ def test_fuzz_mutated_valid_params(harness: Harness, data: st.DataObject, method
         text = text.replace(json.dumps(PLACEHOLDER), data.draw(st.sampled_from(NASTY_TOKENS)))
     body = text.encode("utf-8", "surrogatepass")
     harness.send(endpoint or ("/a2a/intent" if method in ("intent", "close") else "/a2a/handshake"), body)
+
+
+@HTTP
+@given(data=st.data(), which=st.sampled_from(["accept_policy", "intent", "intent_id"]))
+def test_fuzz_mutated_sealed_params(harness: Harness, data: st.DataObject, which: str) -> None:
+    # PROTOCOL.md §12.6: an ACCEPT_POLICY carrying a seal_key and sealed intents, mutated.
+    method = "accept_policy" if which == "accept_policy" else "intent"
+    params = harness.sealed_samples[which]
+    path = data.draw(st.sampled_from(list(paths_of(params))))
+    if data.draw(st.booleans()):
+        mutated = set_path(params, path, data.draw(json_values))
+    else:
+        mutated = drop_path(params, path)
+    body = json.dumps({"jsonrpc": "2.0", "method": method, "params": mutated, "id": 1}, allow_nan=True)
+    harness.send(
+        "/a2a/intent" if method == "intent" else "/a2a/handshake", body.encode("utf-8", "surrogatepass")
+    )
+
+
+@HTTP
+@given(data=st.data())
+def test_fuzz_bit_flips_of_a_sealed_request(harness: Harness, data: st.DataObject) -> None:
+    body = bytearray(harness.sealed_body)
+    for _ in range(data.draw(st.integers(min_value=1, max_value=4))):
+        i = data.draw(st.integers(min_value=0, max_value=len(body) - 1))
+        body[i] ^= 1 << data.draw(st.integers(min_value=0, max_value=7))
+    harness.send("/a2a/intent", bytes(body))
 
 
 def _get(obj: Any, path: tuple[Any, ...]) -> Any:

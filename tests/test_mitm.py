@@ -264,3 +264,44 @@ async def test_exactly_once_campaign_in_process(store: str, request: pytest.Fixt
     assert report.mutations["drop_then_forge_unknown_session"] > 0
     if store == "redis":
         assert report.details["server_restart:cancelled"] > 0
+
+
+async def test_sealed_campaign_in_process() -> None:
+    # PROTOCOL.md §12.6: the sealed mutations (sealed values flipped, moved across sequences,
+    # sessions, clients and directions, stripped or replaced by plaintext; seal_keys swapped in
+    # the signed handshake; the card stripped of "sealed") with clients that require sealing.
+    # The handler gets exactly the inputs the client sealed, and every value returned is the
+    # handler's output for that request; a stripped card is refused, never sent in the clear.
+    from tests.mitm_helpers import SEALED_MUTATIONS
+
+    report = await run_campaign(SEED, 80, in_process=True, runs_per_handshake=5, sealed=True, check_every=10)
+    print("\n" + report.summary(details=True))
+    assert report.violations == [], report.summary()
+    for name, _ in SEALED_MUTATIONS:
+        assert report.mutations[name] > 0, name
+    assert report.executions > 200 and report.results_returned > 200
+    edits = [k for k in report.details if k.startswith(("seal_edit_request:", "seal_edit_response:"))]
+    assert {k.split(":")[1] for k in edits} >= {"flip", "swap", "plain"}, edits
+
+
+async def test_sealed_exactly_once_campaign_in_process() -> None:
+    # Sealed sessions with intent_ids: a resend on a new session (after a forged -32043) gets
+    # the one run's answer, kept sealed under the intent's answer key and sealed again for the
+    # new session; the sealed mutations join the exactly-once table.
+    from tests.mitm_helpers import EXACTLY_ONCE_MUTATIONS
+
+    report = await run_campaign(
+        SEED,
+        100,
+        in_process=True,
+        runs_per_handshake=5,
+        exactly_once=True,
+        sealed=True,
+        mutations=EXACTLY_ONCE_MUTATIONS,
+        check_every=10,
+    )
+    print("\n" + report.summary())
+    assert report.violations == [], report.summary()
+    assert report.logical_duplicates == 0
+    assert report.with_intent_id == report.executions > 200
+    assert report.resent > 10 and report.resent_answered > 5

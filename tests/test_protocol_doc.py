@@ -562,6 +562,7 @@ def test_the_extension_table_names_every_extension_the_code_declares_or_reads() 
     from a2a_secure.client.extensions import parse_extensions
     from a2a_secure.protocol.intent_id import CARD_MEMBER, INTENT_ID
     from a2a_secure.protocol.priority import EXTENSION as PRIORITY
+    from a2a_secure.protocol.sealing import SEALED
     from a2a_secure.protocol.server import ServerLimits
     from a2a_secure.runtime.exactly_once import server_extensions
     from a2a_secure.store.memory import MemoryStore
@@ -578,6 +579,10 @@ def test_the_extension_table_names_every_extension_the_code_declares_or_reads() 
     assert value(DOCUMENTED, "agent-card")[CARD_MEMBER] == listed
     # A client ignores a name it does not know: it is read, and never taken for one it knows.
     assert parse_extensions({CARD_MEMBER: ["later-extension", PRIORITY]}) == {"later-extension", PRIORITY}
+    # §12.6: a server that seals lists it too, under the name the table gives it.
+    assert table[SEALED] == "§12.6"
+    assert SEALED in server_extensions(ServerLimits(sealed_intents=True), MemoryStore())
+    assert SEALED not in listed
 
 
 def test_the_documented_card_is_the_one_the_challenge_signs() -> None:

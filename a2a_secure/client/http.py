@@ -50,6 +50,7 @@ from a2a_secure.protocol.client import (
 from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, is_ids_full, new_intent_id
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.priority import with_priority
+from a2a_secure.protocol.sealing import SEALED
 from a2a_secure.protocol.server import AuditHook
 from a2a_secure.protocol.validate import json_equal
 from a2a_secure.protocol.wire import encode_request
@@ -272,6 +273,7 @@ class A2AClient:
         resend_on_unknown_session: bool = True,
         exactly_once: bool | None = None,
         addresses: AddressPolicy | None = None,
+        sealed: bool | None = None,
     ) -> None:
         """``addresses``: where this client may connect when the address comes from a
         document, a registry file or a card (a did:web service endpoint, an A2A card's
@@ -296,6 +298,12 @@ class A2AClient:
         is refused (-32602) before anything is sent; False: never (unless the caller passes
         an ``intent_id`` itself).
 
+        ``sealed``: whether inputs, results, stream events and error data travel sealed, end
+        to end through any proxy (PROTOCOL.md §12.6). None: when the server declares the
+        extension in its agent card (checked against the manifest hash its CHALLENGE signed);
+        True: always, and a server that does not declare it is refused (-32602) during the
+        handshake, before any intent could go out in the clear; False: never.
+
         ``verify``: ``True`` (certifi's roots), an ``ssl.SSLContext``, or the path of a CA
         bundle file.
 
@@ -310,6 +318,7 @@ class A2AClient:
         self.identity = identity
         self.resend_on_unknown_session = resend_on_unknown_session
         self.exactly_once = exactly_once
+        self.sealed = sealed
         self.resolver = resolver or DIDResolver()
         self.addresses = addresses or AddressPolicy()
         self._own_http = http is None
@@ -482,6 +491,8 @@ class A2AClient:
                     raise self._plain_error(error)
                 if nxt is not None:
                     msg = nxt(result)
+                    if method == "hello" and self.sealed is not False:
+                        await self._negotiate_sealing(peer, hs)
                 else:
                     session = hs.receive_session(result)
             except A2AError as exc:
@@ -496,6 +507,24 @@ class A2AClient:
         if self.exactly_once is not False:
             peer.extensions = await self._server_extensions(peer, session)
         return session
+
+    async def _negotiate_sealing(self, peer: _Peer, hs: ClientHandshake) -> None:
+        """Bring a seal_key to the ACCEPT_POLICY if the server declares sealed intents (§12.6).
+
+        The card is the one whose hash the CHALLENGE just signed; with ``sealed=True`` a
+        server without the extension (or whose card cannot be had: stripping it is how an
+        attacker would downgrade) ends the handshake here, before any session exists.
+        """
+        verified_only = self.sealed is True
+        declared = SEALED in await learn_extensions(
+            self.http, peer.endpoint, hs.server_manifest_hash, verified_only=verified_only
+        )
+        if not declared and self.sealed is True:
+            raise InvalidParams(
+                f"{peer.did[:128]} does not declare the sealed extension in its authenticated "
+                "agent card: refusing to send intents in the clear"
+            )
+        hs.seal = declared
 
     async def _server_extensions(
         self, peer: _Peer, session: ClientSession, *, verified_only: bool = False

@@ -31,6 +31,7 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import ResolvedDID
 from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
+from a2a_secure.protocol import sealing
 from a2a_secure.protocol.models import (
     Challenge,
     ClosedMessage,
@@ -74,6 +75,9 @@ MAX_INPUT_BYTES = 384 * 1024
 #: How deep ``inputs`` may nest: they sit four containers deep in the request (envelope,
 #: params, intent, inputs), and a server refuses JSON deeper than ``encoding.MAX_DEPTH``.
 MAX_INPUT_DEPTH = encoding.MAX_DEPTH - 3
+#: The most JSON sealed ``inputs`` may hold: their ciphertext is base64url in ``params`` and
+#: base64url again inside the signed payload (about 3.1 times the size in all).
+MAX_SEALED_INPUT_BYTES = 256 * 1024
 
 
 def check_intent_inputs(inputs: Any, what: str = "intent inputs") -> None:
@@ -145,6 +149,14 @@ class ClientHandshake:
         self._policy: Policy | None = None
         self.nonce_a = ""
         self.nonce_b = ""
+        # Sealed intents (§12.6): set before the POLICY arrives to bring a seal_key.
+        self.seal = False
+        self._ephemeral: sealing.EphemeralKey | None = None
+
+    @property
+    def server_manifest_hash(self) -> str:
+        """The server's manifest hash, signed in its CHALLENGE ("" before it is checked)."""
+        return self._challenge.manifest_hash if self._challenge is not None else ""
 
     def _advance(self, event: str) -> None:
         nxt = _TRANSITIONS.get((self.state, event))
@@ -274,6 +286,9 @@ class ClientHandshake:
             "server_did": self.server.did,
             "timestamp": int(self._clock()),
         }
+        if self.seal:
+            self._ephemeral = sealing.EphemeralKey(self._random)
+            payload[sealing.KEY_MEMBER] = self._ephemeral.public_b64u
         return {
             "type": "accept_policy",
             "nonce_b": self.nonce_b,
@@ -308,7 +323,9 @@ class ClientHandshake:
             "created_at": created,
             "expires_at": expires,
         }
-        SessionPayload.parse(payload, expected=expected)
+        # §12.6: a seal_key answers ours; without ours there must be none (exact members).
+        extra = frozenset((sealing.KEY_MEMBER,)) if self._ephemeral is not None else frozenset()
+        SessionPayload.parse(payload, expected=expected, extra=extra)
         check_payload_matches(
             session.to_dict(), {k: v for k, v in expected.items() if k != "session_id"}, err
         )
@@ -316,6 +333,25 @@ class ClientHandshake:
             raise err("expires_at is not created_at + session_timeout")
         if not is_fresh(created, self._clock()):
             raise StaleTimestamp("session created_at is not fresh")
+        keys = None
+        if self._ephemeral is not None:
+            server_seal = payload[sealing.KEY_MEMBER]
+            client_seal = self._ephemeral.public_b64u
+            shared = self._ephemeral.exchange(sealing.parse_seal_key(server_seal))
+            self._ephemeral = None  # the private half is gone: forward secrecy
+            keys = sealing.derive_keys(
+                shared,
+                sealing.transcript(
+                    client_did=self.identity.did,
+                    server_did=self.server.did,
+                    nonce_a=self.nonce_a,
+                    nonce_b=self.nonce_b,
+                    session_id=session.session_id,
+                    session_commitment=commitment,
+                    client_seal_key=client_seal,
+                    server_seal_key=server_seal,
+                ),
+            )
         return ClientSession(
             identity=self.identity,
             server_did=self.server.did,
@@ -328,6 +364,7 @@ class ClientHandshake:
             expires_at=expires,
             server_manifest_hash=self._challenge.manifest_hash,
             clock=self._clock,
+            seal_keys=keys,
         )
 
 
@@ -389,6 +426,7 @@ class ClientSession:
         expires_at: int,
         server_manifest_hash: str = "",
         clock: Clock = system.wall_clock,
+        seal_keys: sealing.SessionKeys | None = None,
     ) -> None:
         self.identity = identity
         self.server_did = server_did
@@ -403,6 +441,13 @@ class ClientSession:
         self.last_sequence = 0
         self.closed = False
         self._clock = clock
+        # Sealed intents (§12.6): inputs, results, events and error data travel sealed.
+        self.sealer = sealing.SessionSealer(seal_keys, session_id) if seal_keys is not None else None
+
+    @property
+    def sealed(self) -> bool:
+        """Whether this session agreed on sealing keys (PROTOCOL.md §12.6)."""
+        return self.sealer is not None
 
     def __repr__(self) -> str:
         return f"ClientSession(server_did={self.server_did!r}, expires_at={self.expires_at})"
@@ -425,7 +470,16 @@ class ClientSession:
         # The §6.1 shape check of the server's parse_intent, without importing the server
         # side (and asyncio with it) into a client.
         Intent.parse(body)
+        if sealing.SEALED in body or sealing.ANSWER_KEY_MEMBER in body:
+            raise InvalidParams("the sealed members are made by a sealed session, not given by the caller")
         check_intent_inputs(body["inputs"])
+        if self.sealer is not None:
+            size = len(encoding.dumps(body["inputs"]))
+            if size > MAX_SEALED_INPUT_BYTES:
+                raise InvalidParams(
+                    f"intent inputs refused: {size} bytes of JSON, more than the "
+                    f"{MAX_SEALED_INPUT_BYTES} a sealed request can carry"
+                )
         if not self.policy.allows(body["goal"]):
             raise PolicyViolation(f"intent {body['goal'][:64]!r} is not allowed by the session policy")
         return self._sign_request("intent", {"intent": body}, m.Typ.REQUEST, body["goal"])
@@ -439,6 +493,24 @@ class ClientSession:
         # intent carries its intent in both, a close has "close": true in the payload only.
         sequence = self._next_sequence()
         ts = int(self._clock())
+        if self.sealer is not None and "intent" in body:
+            intent = body["intent"]
+            sealed_intent = {
+                **intent,
+                "inputs": {},
+                sealing.SEALED: self.sealer.seal_inputs(sequence, intent["goal"], intent["inputs"]),
+            }
+            intent_id = intent.get("intent_id")
+            if intent_id is not None:
+                # §12.6: the answer key under which the server keeps this intent's answer,
+                # the same on every resend (derived from this agent's key and the id).
+                key = sealing.derive_answer_key(
+                    encoding.b64u_decode(self.identity.private_key_b64u()), self.server_did, intent_id
+                )
+                sealed_intent[sealing.ANSWER_KEY_MEMBER] = self.sealer.seal_answer_key(
+                    sequence, intent["goal"], intent_id, key
+                )
+            body = {"intent": sealed_intent}
         common = {
             "session_id": self.session_id,
             "session_commitment": self.session_commitment,
@@ -476,9 +548,12 @@ class ClientSession:
                 raise AuthenticationFailed("result sequence differs from the request's")
             if not json_equal(payload.result, msg.result):
                 raise AuthenticationFailed("result differs from the signed result")
+            result = msg.result
+            if self.sealer is not None:  # verified first, opened second (§12.6)
+                result = self.sealer.open_result(req.sequence, req.request_hash, result)
         except InvalidParams as exc:  # a malformed token in a reply is the server's fault
             raise AuthenticationFailed(exc.message) from None
-        return IntentResult("success", req.sequence, msg.result, msg.response_jws, req.intent_id)
+        return IntentResult("success", req.sequence, result, msg.response_jws, req.intent_id)
 
     def verify_closed(self, req: PreparedRequest, result: Any) -> None:
         """Verify the result of a close (§6.3) and mark the session closed."""
@@ -493,6 +568,7 @@ class ClientSession:
         except InvalidParams as exc:
             raise AuthenticationFailed(exc.message) from None
         self.closed = True
+        self.sealer = None  # §12.6: the session's keys go with it (forward secrecy)
 
     def verify_event(
         self, req: PreparedRequest, event: Any, index: int, *, check_fresh: bool = True
@@ -519,6 +595,10 @@ class ClientSession:
             ts = payload.timestamp
             if check_fresh and not (req.timestamp - 300 <= ts <= int(self._clock()) + 300):
                 raise StaleTimestamp("event timestamp is not fresh")
+            result = payload.result
+            # §12.6: every partial result is sealed; only the closing null of a stream is not.
+            if self.sealer is not None and not payload.is_error and not (payload.final and result is None):
+                result = self.sealer.open_event(req.sequence, req.request_hash, index, payload.final, result)
         except InvalidParams as exc:
             raise err(exc.message) from None
         error: A2AError | None = None
@@ -527,7 +607,20 @@ class ClientSession:
             signed_error = ErrorObject.parse(payload.error)
             error = error_for_code(signed_error.code, signed_error.message[:512])
             error.signed = True
-        return StreamEvent(index, payload.final, payload.result, error, token)
+        return StreamEvent(index, payload.final, result, error, token)
+
+    def _open_error_data(self, req: PreparedRequest, data: dict[str, Any], signed: bool) -> dict[str, Any]:
+        # Only a signed error's data is opened: the AEAD binds it to this request, and an
+        # unsigned error is anyone's (its "sealed" member is dropped unread).
+        sealed = data.pop(sealing.SEALED)
+        if signed:
+            try:
+                opened = self.sealer.open_error_data(req.sequence, req.request_hash, sealed)  # type: ignore[union-attr]
+            except A2AError:
+                opened = None
+            if isinstance(opened, dict):
+                data.update({k: v for k, v in opened.items() if k != "response_jws"})
+        return data
 
     def error_from_reply(self, req: PreparedRequest, error: Any) -> A2AError:
         """The SDK error for a JSON-RPC ``error`` answering ``req``.
@@ -558,6 +651,8 @@ class ClientSession:
             except A2AError:
                 signed = False
         plain = {k: v for k, v in data.items() if k != "response_jws"} if isinstance(data, dict) else None
+        if self.sealer is not None and plain is not None and sealing.SEALED in plain:
+            plain = self._open_error_data(req, plain, signed)
         exc = error_for_code(code, message[:512], plain)
         exc.signed = signed
         return exc

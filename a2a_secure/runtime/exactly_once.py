@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -58,6 +58,7 @@ from a2a_secure.errors import (
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.intent_id import INTENT_ID, ids_full_message, store_full_message
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
+from a2a_secure.protocol.sealing import SEALED
 from a2a_secure.store.base import Begin, SessionRecord, StoredReply
 from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest, IntentStore, supports_intent_ids
 
@@ -86,6 +87,8 @@ def server_extensions(limits: ServerLimits, store: object) -> list[str]:
     out: set[str] = {PRIORITY}  # every server of this version reads and schedules it (§12.3)
     if limits.intent_id_retention > 0 and supports_intent_ids(store):
         out.add(INTENT_ID)
+    if limits.sealed_intents:
+        out.add(SEALED)
     return sorted(out)
 
 
@@ -99,6 +102,10 @@ class Pending:
     running_until: int
     claim: Claim | None = None
     agent: str = ""  # the server DID the claim belongs to (the session's)
+    # Sealed intents (protocol/sealing.py): the answer as the claim keeps it (sealed under
+    # the intent's answer key), and back, sealed for this request's session.
+    to_claim: Callable[[StoredReply], StoredReply] | None = None
+    from_claim: Callable[[StoredReply, int, str], StoredReply] | None = None
 
 
 def _is_still_running(stored: StoredReply | None) -> bool:
@@ -249,6 +256,8 @@ class ExactlyOnce:
         # The intent ran: its answer goes out even if the store cannot keep it. The claim then
         # stays RUNNING and becomes LOST: a resend is told "outcome unknown", never re-run.
         with contextlib.suppress(Exception):
+            if pending.to_claim is not None:
+                stored = pending.to_claim(stored)
             await self._store.finish_intent(
                 pending.client_did,
                 pending.intent_id,
@@ -281,7 +290,10 @@ class ExactlyOnce:
                 pending.client_did, pending.intent_id, pending.intent_hash, self._clock(), agent=pending.agent
             )
         if claim.kind is ClaimKind.DONE and claim.reply is not None:
-            return await self._replay(claim.reply, session_id, sequence, req_hash, audit)
+            answer = claim.reply
+            if pending.from_claim is not None:
+                answer = pending.from_claim(answer, sequence, req_hash)
+            return await self._replay(answer, session_id, sequence, req_hash, audit)
         if claim.kind is ClaimKind.CONFLICT:
             exc: A2AError = SequenceError("intent_id already used for a different intent")
         else:  # LOST, or UNKNOWN: the claim is gone (its retention ended, or the store lost it)

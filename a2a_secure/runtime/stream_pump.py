@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from a2a_secure.errors import A2AError, IntentTimeout, InternalError, SessionUnknown
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.priority import INTERRUPTED_MESSAGE
+from a2a_secure.protocol.sealing import record_sealer
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
@@ -137,6 +138,7 @@ class StreamPump:
     ) -> None:
         """Run the handler to its end, publishing signed events, whoever is still listening."""
         sid, seq = session.session_id, rec.sequence
+        sealer = record_sealer(session)  # §12.6: each partial result sealed
         index = 0
         final_error: A2AError | None = None
 
@@ -166,6 +168,8 @@ class StreamPump:
                 ):
                     raise SessionUnknown("the session ended during the stream")
                 await self._config.key_guard.check_stream(self._config.store, self._config.resolver, session)
+                if sealer is not None:
+                    item = sealer.seal_event(seq, req_hash, index, single, item)
                 event = self.event(sid, seq, req_hash, index, single, result=item)
                 # §6.4: an event is at most 1 MiB (the result travels twice: in the event and
                 # base64url-encoded in its signature). A bigger one ends the stream instead.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from a2a_secure.identity import encoding
@@ -105,6 +105,12 @@ class SessionRecord:
     # The server key the session was opened with (its answers are signed with it); "" for
     # a record written before keys could rotate: the server's current key.
     server_kid: str = ""
+    # Sealed intents (PROTOCOL.md §12.6): the two directional AEAD keys, 64 bytes, or b""
+    # for a session that is not sealed. They live exactly as long as the session.
+    seal_keys: bytes = field(default=b"", repr=False)
+    # The sealer built from ``seal_keys`` the first time this record is used (its two AEAD
+    # contexts cost more than the AEAD itself); it lives and goes with the record.
+    sealer: Any = field(default=None, compare=False, repr=False)
 
     def expired(self, now: float) -> bool:
         """PROTOCOL.md §5.6: expired when ``now >= expires_at`` (absolute lifetime)."""
@@ -124,6 +130,7 @@ class SessionRecord:
             "expires_at": self.expires_at,
             "client_agent_id": self.client_agent_id,
             "server_kid": self.server_kid,
+            **({"seal_keys": encoding.b64u_encode(self.seal_keys)} if self.seal_keys else {}),
         }
 
     @classmethod
@@ -131,6 +138,8 @@ class SessionRecord:
         """Inverse of :meth:`to_dict`."""
         data = dict(obj)
         data["client_key"] = encoding.b64u_decode(data["client_key"])
+        if "seal_keys" in data:
+            data["seal_keys"] = encoding.b64u_decode(data["seal_keys"])
         data["policy"] = Policy.from_dict(data["policy"])
         return cls(**data)
 

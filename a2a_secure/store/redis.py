@@ -627,7 +627,9 @@ def _pack_session(s: SessionRecord) -> bytes:
             s.created_at,
             s.expires_at,
             s.client_agent_id,
-            *([s.server_kid] if s.server_kid else []),
+            *([s.server_kid] if s.server_kid or s.seal_keys else []),
+            # Sealed intents: the session's AEAD keys sit beside it and expire with its TTL.
+            *([encoding.b64u_encode(s.seal_keys)] if s.seal_keys else []),
         ]
     )
 
@@ -648,6 +650,7 @@ def _unpack_session(session_id: str, data: bytes) -> SessionRecord:
         expires_at=expires,
         client_agent_id=agent_id,
         server_kid=rest[0] if rest else "",
+        seal_keys=encoding.b64u_decode(rest[1]) if len(rest) > 1 else b"",
     )
 
 

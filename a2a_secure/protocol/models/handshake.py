@@ -355,10 +355,19 @@ class AcceptPayload(_Validated):
 
     @classmethod
     def parse(
-        cls, obj: Any, *, error: ErrorType = AuthenticationFailed, expected: Mapping[str, Any] | None = None
+        cls,
+        obj: Any,
+        *,
+        error: ErrorType = AuthenticationFailed,
+        expected: Mapping[str, Any] | None = None,
+        optional: frozenset[str] = frozenset(),
     ) -> AcceptPayload:
-        """Exact members, integer timestamp, then the members equal to ``expected``."""
-        exact_members(obj, m.ACCEPT_PAYLOAD, "accept payload", error)
+        """Exact members, integer timestamp, then the members equal to ``expected``.
+
+        ``optional``: extension members (§12) this receiver takes when present.
+        """
+        present = optional & obj.keys() if isinstance(obj, dict) else frozenset()
+        exact_members(obj, m.ACCEPT_PAYLOAD | present, "accept payload", error)
         require_int(obj["timestamp"], "accept timestamp", error=error)
         _check_expected(obj, expected, error)
         return _make(cls, *(obj[name] for name in cls.__slots__))
@@ -456,10 +465,18 @@ class SessionPayload(_Validated):
 
     @classmethod
     def parse(
-        cls, obj: Any, *, error: ErrorType = AuthenticationFailed, expected: Mapping[str, Any] | None = None
+        cls,
+        obj: Any,
+        *,
+        error: ErrorType = AuthenticationFailed,
+        expected: Mapping[str, Any] | None = None,
+        extra: frozenset[str] = frozenset(),
     ) -> SessionPayload:
-        """Exact members, then (given ``expected``) every member equal to the client's value."""
-        exact_members(obj, m.SESSION_PAYLOAD, "session payload", error)
+        """Exact members, then (given ``expected``) every member equal to the client's value.
+
+        ``extra``: the extension members (§12) the payload must carry as well.
+        """
+        exact_members(obj, m.SESSION_PAYLOAD | extra, "session payload", error)
         _check_expected(obj, expected, error)
         return _make(cls, *(obj[name] for name in cls.__slots__))
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from a2a_secure.errors import AuthenticationFailed, InvalidParams
+from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import Decoded, jws_decode_unverified
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.intent_id import check_intent_id
@@ -90,6 +91,10 @@ class Intent(_Validated):
     constraints: Constraints | None = None
     priority: int | None = None
     intent_id: str | None = None  # the intent_id extension (protocol/intent_id.py)
+    sealed: str | None = None  # sealed intents (protocol/sealing.py): the sealed inputs
+    # ... and its bytes, decoded once at step 1 (base64url costs more than the AEAD).
+    sealed_bytes: bytes = field(default=b"", compare=False, repr=False)
+    sealed_key: str | None = None  # sealed intents with an intent_id: the sealed answer key
 
     @classmethod
     def parse(cls, obj: Any, *, error: ErrorType = InvalidParams) -> Intent:
@@ -114,7 +119,24 @@ class Intent(_Validated):
         intent_id = None
         if "intent_id" in intent:
             intent_id = check_intent_id(intent["intent_id"], error)
-        return _make(cls, goal, inputs, domain, constraints, priority, intent_id)
+        sealed, sealed_bytes = None, b""
+        if "sealed" in intent:  # §12.6: the inputs travel sealed, and the plain member is {}
+            sealed = require_str(intent["sealed"], "intent sealed", min_len=1, max_len=1 << 21, error=error)
+            sealed_bytes = encoding.b64u_decode(sealed, error=error)
+            # An AEAD tag (16 bytes) over at least "{}": anything shorter cannot be sealed inputs.
+            if len(sealed_bytes) < 18:
+                raise error("intent sealed is too short to hold sealed inputs")
+            if inputs:
+                raise error("intent inputs must be {} when the inputs are sealed")
+        sealed_key = None
+        if "sealed_key" in intent:  # §12.6: a 32-byte key and its 16-byte tag
+            sealed_key = intent["sealed_key"]
+            require_b64u_bytes(sealed_key, "intent sealed_key", 48, error)
+            if sealed is None:
+                raise error("intent sealed_key needs sealed inputs")
+        return _make(
+            cls, goal, inputs, domain, constraints, priority, intent_id, sealed, sealed_bytes, sealed_key
+        )
 
     @property
     def constraints_dict(self) -> dict[str, Any]:
@@ -137,6 +159,10 @@ class Intent(_Validated):
             out["priority"] = self.priority
         if self.intent_id is not None:
             out["intent_id"] = self.intent_id
+        if self.sealed is not None:
+            out["sealed"] = self.sealed
+        if self.sealed_key is not None:
+            out["sealed_key"] = self.sealed_key
         return out
 
 

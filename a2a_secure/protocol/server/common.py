@@ -77,6 +77,9 @@ class ServerLimits:
     # ``max_queued_intents``. None: no limit, hence no queue, and nothing to pay for it.
     max_concurrent_intents: int | None = None
     max_queued_intents: int = 100
+    # Sealed intents (PROTOCOL.md §12.6, protocol/sealing.py): declared in the card, and a
+    # client that brings a seal_key gets session keys; off unless asked for.
+    sealed_intents: bool = False
 
     def __post_init__(self) -> None:
         if self.max_concurrent_intents is not None and self.max_concurrent_intents < 1:

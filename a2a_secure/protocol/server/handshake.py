@@ -21,6 +21,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign, jws_verify
 from a2a_secure.identity.resolver import ResolvedDID
 from a2a_secure.protocol import messages as m
+from a2a_secure.protocol import sealing
 from a2a_secure.protocol.models import (
     AcceptPayload,
     AcceptPolicy,
@@ -201,8 +202,12 @@ class HandshakeResponder:
             accept.accept_jws, pending.client_keys[kid], typ=m.Typ.ACCEPT, kid=kid, decoded=accept.decoded
         )
         commitment = m.session_commitment(pending.nonce_a, pending.nonce_b, pending.policy_hash)
+        # §12.6: a seal_key is taken only by a server that declares sealed intents; anywhere
+        # else it is an unexpected member of the signed payload (-32040).
+        optional = frozenset((sealing.KEY_MEMBER,)) if cfg.limits.sealed_intents else frozenset()
         ts = AcceptPayload.parse(
             payload,
+            optional=optional,
             expected={
                 "policy_hash": pending.policy_hash,
                 "session_commitment": commitment,
@@ -212,12 +217,35 @@ class HandshakeResponder:
                 "server_did": cfg.identity.did,
             },
         ).timestamp
+        client_seal = payload.get(sealing.KEY_MEMBER) if optional else None
+        if client_seal is not None:
+            sealing.parse_seal_key(client_seal)  # 32 bytes, else -32040 before anything opens
         now, now_i = self._now()
         if not is_fresh(ts, now):
             raise stale("accept_policy", ts, now)
         audit.verified = True
         session_id = encoding.b64u_encode(self._random(m.SESSION_ID_BYTES))
         expires_at = now_i + pending.policy.session_timeout
+        seal_keys, server_seal = b"", None
+        if client_seal is not None:
+            # The server's ephemeral key lives only in this call: once the session's keys are
+            # gone, nothing the server keeps opens the session's traffic again.
+            ephemeral = sealing.EphemeralKey(self._random)
+            server_seal = ephemeral.public_b64u
+            shared = ephemeral.exchange(sealing.parse_seal_key(client_seal))
+            seal_keys = sealing.derive_keys(
+                shared,
+                sealing.transcript(
+                    client_did=pending.client_did,
+                    server_did=cfg.identity.did,
+                    nonce_a=pending.nonce_a,
+                    nonce_b=pending.nonce_b,
+                    session_id=session_id,
+                    session_commitment=commitment,
+                    client_seal_key=client_seal,
+                    server_seal_key=server_seal,
+                ),
+            ).to_bytes()
         record = SessionRecord(
             session_id=session_id,
             session_commitment=commitment,
@@ -230,6 +258,7 @@ class HandshakeResponder:
             expires_at=expires_at,
             client_agent_id=pending.client_agent_id,
             server_kid=cfg.identity.kid,
+            seal_keys=seal_keys,
         )
         opened = await cfg.store.open_session(
             pending.nonce_b, record, max_sessions=cfg.limits.max_sessions, now=now, agent=pending.server_did
@@ -248,6 +277,8 @@ class HandshakeResponder:
             "created_at": now_i,
             "expires_at": expires_at,
         }
+        if server_seal is not None:
+            session_payload[sealing.KEY_MEMBER] = server_seal
         return {
             "type": "session",
             "session_id": session_id,

@@ -17,6 +17,7 @@ the :class:`ServerConfig`, and ends sessions (§6.3) there and in the
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -41,6 +42,16 @@ from a2a_secure.protocol.models import (
     RequestPayload,
 )
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY
+from a2a_secure.protocol.sealing import (
+    ClaimBox,
+    SessionSealer,
+    claim_intent,
+    from_claim,
+    open_intent_inputs,
+    record_sealer,
+    seal_error_data,
+    to_claim,
+)
 from a2a_secure.protocol.server.auditing import AuditFields
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, log_unexpected, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
@@ -108,6 +119,9 @@ class IntentProcessor:
             audit.intent_goal = intent.goal[:256]
             if intent.intent_id is not None:
                 self._exactly_once.check(intent)
+            if (intent.sealed is not None or intent.sealed_key is not None) and not cfg.limits.sealed_intents:
+                # §12.6: as any unknown member of intent at a server without the extension.
+                raise InvalidParams("intent: unexpected member 'sealed' (this server does not seal)")
         audit.sequence = params_seq
         # Step 2: the session.
         now = self._clock()
@@ -148,6 +162,11 @@ class IntentProcessor:
                 expected["intent"] = intent_obj = intent.to_dict()
                 signed = RequestPayload.parse(payload, expected=expected)
             sequence, ts = signed.sequence, signed.timestamp
+            sealer = record_sealer(session)
+            inputs: dict[str, Any] | None = None
+            answer_key: bytes | None = None
+            if intent is not None:
+                inputs, answer_key = open_intent_inputs(sealer, intent, sequence)
         except A2AError as exc:
             return self._signed_error(exc, session_id, params_seq, req_hash, now_i)
         audit.sequence = sequence
@@ -169,9 +188,20 @@ class IntentProcessor:
                 intent is not None
                 and intent_obj is not None
                 and intent.intent_id is not None
-                and self._admissible(session, intent)
+                and inputs is not None
+                and self._admissible(session, intent, inputs)
             ):
+                if answer_key is not None:  # §12.6: the claim keeps its answer sealed, keyless
+                    assert sealer is not None and inputs is not None
+                    intent_obj = claim_intent(intent_obj, inputs, answer_key)
                 once = self._exactly_once.prepare(session, intent, intent_obj, wants_stream, now)
+                if once is not None and answer_key is not None:
+                    assert sealer is not None
+                    box = ClaimBox(answer_key, intent.intent_id)
+                    once.to_claim = functools.partial(
+                        to_claim, sealer=sealer, sequence=sequence, request_hash=req_hash, box=box
+                    )
+                    once.from_claim = functools.partial(from_claim, box=box, sealer=sealer)
             if once is None:
                 begin = await cfg.store.begin_request(
                     session_id,
@@ -209,8 +239,12 @@ class IntentProcessor:
                 reply = await self._close(session, sequence, req_hash)
             else:
                 assert intent is not None
-                reply = await self._run_intent(session, sequence, req_hash, intent, wants_stream, audit)
+                assert inputs is not None
+                reply = await self._run_intent(
+                    session, sequence, req_hash, intent, inputs, wants_stream, audit, sealer
+                )
         except A2AError as exc:
+            exc = seal_error_data(sealer, exc, sequence, req_hash)
             reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
         except Exception as exc:
             log_unexpected(_log, "internal error after the sequence was consumed", exc)
@@ -226,8 +260,11 @@ class IntentProcessor:
                 await self._exactly_once.finish(session_id, sequence, reply.stored)
         return reply
 
-    def _admit(self, session: SessionRecord, intent: Intent) -> int:
-        """Steps 9 and 10, pure checks: the priority the intent runs at, or the refusal."""
+    def _admit(self, session: SessionRecord, intent: Intent, inputs: dict[str, Any]) -> int:
+        """Steps 9 and 10, pure checks: the priority the intent runs at, or the refusal.
+
+        ``inputs``: the intent's inputs as the handler will see them (opened, when sealed).
+        """
         goal = intent.goal
         # Step 9: the policy agreed in the handshake, not today's configuration.
         if not session.policy.allows(goal):
@@ -240,15 +277,15 @@ class IntentProcessor:
             raise MethodNotFound(f"no handler for intent {goal[:64]!r}")
         if intent.stream is False and dispatcher.is_always_streamed(goal):
             raise InvalidParams(f"intent {goal[:64]!r} is always streamed; stream: false is not allowed")
-        dispatcher.admit(goal, intent.inputs, session.policy)  # tool.execute: its inner goal's
+        dispatcher.admit(goal, inputs, session.policy)  # tool.execute: its inner goal's
         return priority
 
-    def _admissible(self, session: SessionRecord, intent: Intent) -> bool:
+    def _admissible(self, session: SessionRecord, intent: Intent, inputs: dict[str, Any]) -> bool:
         """Whether steps 9 and 10 pass. §12.5: they are checked before an ``intent_id`` is
         claimed, so that a refused intent does not use its id up (its refusal would be the
         id's answer for the whole retention window, and the corrected intent a 409)."""
         try:
-            self._admit(session, intent)
+            self._admit(session, intent, inputs)
         except A2AError:
             return False
         return True
@@ -271,11 +308,13 @@ class IntentProcessor:
         sequence: int,
         req_hash: str,
         intent: Intent,
+        inputs: dict[str, Any],
         wants_stream: bool,
         audit: AuditFields,
+        sealer: SessionSealer | None,
     ) -> Reply:
         goal = intent.goal
-        priority = self._admit(session, intent)  # steps 9 and 10
+        priority = self._admit(session, intent, inputs)  # steps 9 and 10
         # Step 11 (the runner's): within min(timeout_ms, server maximum).
         constraints = intent.constraints_dict
         max_ms = self._config.limits.max_handler_timeout_ms
@@ -291,10 +330,11 @@ class IntentProcessor:
             priority=priority,
             intent_id=intent.intent_id,
         )
-        inputs = intent.inputs
         if wants_stream:
             return await self._streams.start(
                 session, sequence, req_hash, goal, inputs, context, timeout_ms, audit
             )
         result = await self._run(goal, inputs, context, timeout_ms)
+        if sealer is not None:  # §12.6: the signature covers the sealed form
+            result = sealer.seal_result(sequence, req_hash, result)
         return self._success_reply(session.session_id, sequence, req_hash, result, int(self._clock()))

@@ -12,7 +12,7 @@ State: none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from a2a_secure.protocol.models import Intent
@@ -85,6 +85,11 @@ class PendingClaim(Protocol):
     def claim(self) -> Claim | None:
         """The store's answer to the claim, once made."""
         ...
+
+    # Sealed intents (§12.6): the answer as the claim keeps it (sealed under the intent's
+    # answer key), and back, sealed for the resend's session; None for a plain intent.
+    to_claim: Callable[[StoredReply], StoredReply] | None
+    from_claim: Callable[[StoredReply, int, str], StoredReply] | None
 
 
 class Claims(Protocol):

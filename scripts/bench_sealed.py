@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Server CPU per sealed intent next to a plain one (PROTOCOL.md §12.6).
+
+Two measurements, each with two sessions of one client, one sealed and one not, and 1 KB of
+JSON inputs to the test agent's ``echo`` (so the result is 1 KB too):
+
+* HTTP: ``a2a-secure serve`` in its own process (uvicorn, one worker, MemoryStore) and the
+  real ``A2AClient``; the figure is the server process's CPU time (user + system, from
+  /proc, in clock ticks: use enough ``--intents`` per round) divided by the intents it
+  answered: what a deployment pays per intent.
+* core: ``ServerProtocol.handle`` alone in this process (no HTTP, no JSON body), timed
+  around each intent (shapes, session, signature check, opening the inputs, the handler,
+  sealing the result, signing the answer); the client's work is outside the timed part.
+  This isolates the sealing work, which is mostly base64url (the ciphertext travels in
+  base64url and again inside the signed payload) and JSON, not the AEAD.
+
+Rounds alternate plain and sealed batches so that both meet the same machine state; each
+figure is the median of ``--rounds``. A sealed intent does no public-key work: the X25519
+exchange happens once per handshake (reported too).
+
+    python scripts/bench_sealed.py [--rounds 7] [--intents 2000] [--size 1024] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
+from a2a_secure.policy import Policy
+from a2a_secure.protocol.client import ClientHandshake, ClientSession
+from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits, ServerProtocol
+from a2a_secure.store.memory import MemoryStore
+
+
+async def _echo(inputs: Any, ctx: IntentContext) -> Any:
+    return inputs
+
+
+def make_server(server_id: Identity) -> ServerProtocol:
+    dispatcher = IntentDispatcher()
+    dispatcher.add("echo", _echo)
+    return ServerProtocol(
+        server_id,
+        Policy.build(rate_limit=10**9, rate_period=3600, session_timeout=3600),
+        store=MemoryStore(),
+        resolver=DIDResolver(),
+        dispatcher=dispatcher,
+        manifest_hash="sha256:" + "0" * 64,
+        limits=ServerLimits(sealed_intents=True),
+    )
+
+
+async def handshake(
+    server: ServerProtocol, client: Identity, server_did: str, *, seal: bool
+) -> ClientSession:
+    hs = ClientHandshake(client, resolve_did_key(server_did))
+    challenge = await server.handle("hello", hs.hello(), source="bench")
+    policy = await server.handle("proof", hs.receive_challenge(challenge.result))
+    hs.seal = seal
+    session = await server.handle("accept_policy", hs.receive_policy(policy.result))
+    return hs.receive_session(session.result)
+
+
+async def server_seconds(
+    server: ServerProtocol, session: ClientSession, inputs: dict[str, Any], n: int
+) -> float:
+    """Seconds the server spent on ``n`` intents (its handling only), each answer verified."""
+    total = 0.0
+    for _ in range(n):
+        req = session.prepare_intent({"goal": "echo", "inputs": inputs})
+        start = time.process_time()  # CPU time: other processes on the machine do not count
+        reply = await server.handle("intent", req.params)
+        total += time.process_time() - start
+        if session.verify_result(req, reply.result).result != inputs:
+            raise SystemExit("a result did not come back intact")
+    return total
+
+
+async def handshake_seconds(
+    server: ServerProtocol, client: Identity, did: str, n: int, *, seal: bool
+) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        await handshake(server, client, did, seal=seal)
+    return (time.perf_counter() - start) / n
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def run_http(rounds: int, n: int, size: int) -> dict[str, Any]:
+    """Server process CPU per intent over HTTP, plain and sealed."""
+    from a2a_secure.client.http import A2AClient
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server_id = Identity.generate("bench-server")
+        key = Path(tmp) / "server.key"
+        server_id.save(key)
+        policy = Path(tmp) / "policy.json"
+        policy.write_text(json.dumps({"rate_limit": 10**9, "sealed_intents": True}))
+        port = _free_port()
+        proc = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "a2a_secure", "serve", "--key-file", str(key)],
+            *["--policy", str(policy), "--port", str(port)],
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(200):
+                with socket.socket() as sock:
+                    if sock.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                await asyncio.sleep(0.05)
+            inputs = {"text": "x" * (size - len('{"text":""}'))}
+            intent = {"goal": "echo", "inputs": inputs}
+            per: dict[bool, list[float]] = {False: [], True: []}
+            async with (
+                # exactly_once=False: intent_id is not used on a sealed session, so the plain
+                # one must not pay for it either.
+                A2AClient(Identity.generate("bench-plain"), sealed=False, exactly_once=False) as plain,
+                A2AClient(Identity.generate("bench-sealed"), sealed=True, exactly_once=False) as sealed,
+            ):
+                clients = {False: plain, True: sealed}
+                for client in clients.values():  # handshake and warm-up
+                    for _ in range(100):
+                        await client.request(server_id.did, intent, endpoint=url)
+                for _ in range(rounds):
+                    for is_sealed, client in clients.items():
+                        before = _cpu_seconds(proc.pid)
+                        for _ in range(n):
+                            res = await client.request(server_id.did, intent)
+                        per[is_sealed].append((_cpu_seconds(proc.pid) - before) / n * 1e6)
+                        if res.result != inputs:
+                            raise SystemExit("a result did not come back intact")
+                assert (await sealed.session_for(server_id.did)).sealed
+        finally:
+            proc.terminate()
+            await proc.wait()
+    p, s = statistics.median(per[False]), statistics.median(per[True])
+    return {
+        "http_server_cpu_us_per_plain_intent": round(p, 1),
+        "http_server_cpu_us_per_sealed_intent": round(s, 1),
+        "http_sealed_over_plain": round(s / p, 3),
+    }
+
+
+async def run(rounds: int, n: int, size: int) -> dict[str, Any]:
+    server_id, client = Identity.generate("bench-server"), Identity.generate("bench-client")
+    server = make_server(server_id)
+    plain = await handshake(server, client, server_id.did, seal=False)
+    sealed = await handshake(server, client, server_id.did, seal=True)
+    assert sealed.sealed and not plain.sealed
+    inputs = {"text": "x" * (size - len('{"text":""}'))}
+    await server_seconds(server, plain, inputs, 200)  # warm-up
+    await server_seconds(server, sealed, inputs, 200)
+    plain_us: list[float] = []
+    sealed_us: list[float] = []
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            plain_us.append(await server_seconds(server, plain, inputs, n) / n * 1e6)
+            sealed_us.append(await server_seconds(server, sealed, inputs, n) / n * 1e6)
+    finally:
+        gc.enable()
+    hs_plain = await handshake_seconds(server, client, server_id.did, 50, seal=False)
+    hs_sealed = await handshake_seconds(server, client, server_id.did, 50, seal=True)
+    p, s = statistics.median(plain_us), statistics.median(sealed_us)
+    return {
+        "input_bytes": size,
+        "intents_per_round": n,
+        "rounds": rounds,
+        "server_us_per_plain_intent": round(p, 1),
+        "server_us_per_sealed_intent": round(s, 1),
+        "sealed_over_plain": round(s / p, 3),
+        "handshake_ms_plain_both_sides": round(hs_plain * 1e3, 3),
+        "handshake_ms_sealed_both_sides": round(hs_sealed * 1e3, 3),
+        "python": platform.python_version(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--intents", type=int, default=2000)
+    parser.add_argument("--size", type=int, default=1024, help="bytes of JSON inputs")
+    parser.add_argument("--json", type=Path, metavar="PATH")
+    args = parser.parse_args(argv)
+    out = asyncio.run(run_http(args.rounds, args.intents, args.size))
+    out.update(asyncio.run(run(args.rounds, args.intents, args.size)))
+    print(f"server CPU per intent, {out['input_bytes']} B of inputs (median of {out['rounds']} rounds):")
+    print(
+        f"  HTTP (a2a-secure serve):  plain {out['http_server_cpu_us_per_plain_intent']:8.1f} µs,"
+        f" sealed {out['http_server_cpu_us_per_sealed_intent']:8.1f} µs"
+        f"   ({out['http_sealed_over_plain']:.3f} × plain)"
+    )
+    print(
+        f"  core (ServerProtocol):    plain {out['server_us_per_plain_intent']:8.1f} µs,"
+        f" sealed {out['server_us_per_sealed_intent']:8.1f} µs   ({out['sealed_over_plain']:.3f} × plain)"
+    )
+    print(
+        f"handshake, both sides: plain {out['handshake_ms_plain_both_sides']:.3f} ms,"
+        f" sealed {out['handshake_ms_sealed_both_sides']:.3f} ms (one X25519 exchange per side)"
+    )
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
