@@ -1,0 +1,283 @@
+"""OpenTelemetry spans for handshakes and intents, and the W3C trace context between agents.
+
+The SDK only uses the OpenTelemetry *API* (the ``otel`` extra), and only once the
+application has imported it and configured a tracer provider: :func:`tracer` looks
+``opentelemetry.trace`` up in ``sys.modules`` and returns None while it is absent or while
+no SDK provider is set, so an agent without tracing pays a dictionary look-up per hook and
+never imports OpenTelemetry.
+
+Spans (names and attributes follow the RPC semantic conventions for JSON-RPC where they
+fit; the SDK's own attributes are under ``a2a_secure.``):
+
+* server: one ``SERVER`` span per POST to ``/a2a/handshake`` or ``/a2a/intent``, named
+  ``a2a_secure/<method>`` (``hello``, ``proof``, ``accept_policy``, ``intent``, ``close``),
+  the child of the ``traceparent`` header when one came. Handlers run inside it, so a
+  handler's own calls to other agents join the trace.
+* client: one ``CLIENT`` span ``a2a_secure/handshake`` per handshake, its steps as events,
+  and one ``a2a_secure/intent`` per intent (``request``, ``stream``), whose HTTP requests
+  carry ``traceparent``/``tracestate``. Retries and re-handshakes are events on it.
+
+Attributes: goal, sequence, outcome, error code, the DIDs, a hash of the session id, and
+whether the answer was streamed or replayed. Never inputs, results, tokens, signatures,
+nonces or keys (SECURITY.md, "Telemetry"). The trace context travels only in HTTP headers,
+outside the signed request: a forged one can only mislead a trace, never the protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from a2a_secure import __version__
+
+__all__ = [
+    "NOOP",
+    "ClientTrace",
+    "annotate_server",
+    "client_span",
+    "client_step",
+    "continue_trace",
+    "event",
+    "server_span",
+    "start_client_span",
+    "trace_headers",
+    "tracer",
+]
+
+NOOP = contextlib.nullcontext()
+_PROPAGATED = (b"traceparent", b"tracestate")
+_RPC = {"rpc.system": "jsonrpc", "rpc.service": "a2a_secure", "rpc.jsonrpc.version": "2.0"}
+_cache: list[Any] = [None, None]  # the provider last seen, and its tracer (None: no SDK)
+
+
+def tracer() -> Any | None:
+    """The SDK's tracer, or None when no OpenTelemetry SDK is configured in this process."""
+    api = sys.modules.get("opentelemetry.trace")
+    if api is None:
+        return None
+    provider = api.get_tracer_provider()
+    if provider is not _cache[0]:
+        found = None
+        if not isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
+            found = provider.get_tracer("a2a_secure", __version__)
+        _cache[:] = [provider, found]
+    return _cache[1]
+
+
+def _recording_span() -> Any | None:
+    api = sys.modules.get("opentelemetry.trace")
+    if api is None or tracer() is None:
+        return None
+    span = api.get_current_span()
+    return span if span.is_recording() else None
+
+
+# -- server ------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def server_span(tracer: Any, headers: Sequence[tuple[bytes, bytes]], endpoint: str) -> Iterator[Any]:
+    """The SERVER span of one POST, the child of its ``traceparent`` header if it has one."""
+    from opentelemetry import propagate  # noqa: PLC0415 - only with an SDK configured
+    from opentelemetry.trace import SpanKind  # noqa: PLC0415
+
+    carrier = {name.decode(): value.decode("latin-1") for name, value in headers if name in _PROPAGATED}
+    parent = propagate.extract(carrier) if carrier else None
+    with tracer.start_as_current_span(
+        f"a2a_secure/{endpoint}",
+        context=parent,
+        kind=SpanKind.SERVER,
+        attributes=_RPC,
+        record_exception=False,  # an exception's text may quote what it was given
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def annotate_server(fields: Mapping[str, Any]) -> None:
+    """Name and describe the current server span from one request's telemetry fields."""
+    span = _recording_span()
+    if span is None:
+        return
+    from opentelemetry.trace import StatusCode  # noqa: PLC0415
+
+    method = fields["method"]
+    span.update_name(f"a2a_secure/{method}")
+    attrs: dict[str, Any] = {"rpc.method": method, "a2a_secure.outcome": fields["outcome"]}
+    for key in ("goal", "sequence", "caller_did", "session_hash", "reason"):
+        if fields.get(key) is not None:
+            attrs[f"a2a_secure.{key}"] = fields[key]
+    for key in ("verified", "stream", "replay"):
+        if fields.get(key):
+            attrs[f"a2a_secure.{key}"] = True
+    if fields.get("http_status"):
+        attrs["http.response.status_code"] = fields["http_status"]
+    code = fields.get("code")
+    if code is not None:
+        attrs["rpc.jsonrpc.error_code"] = code
+        attrs["a2a_secure.error_code"] = code
+        attrs["error.type"] = str(code)
+        span.set_status(StatusCode.ERROR, str(code))
+    span.set_attributes(attrs)
+
+
+# -- client ------------------------------------------------------------------------------------
+class ClientTrace:
+    """A client span that is not the current one (a stream's, held across its yields)."""
+
+    def __init__(self, span: Any) -> None:
+        self.span = span
+        self.headers = _inject(span)
+
+    def event(self, name: str, attributes: Mapping[str, Any]) -> None:
+        """Add an event to the span."""
+        self.span.add_event(name, dict(attributes))
+
+    def end(self, error: Any | None) -> None:
+        """End the span with the outcome of ``error`` (an ``A2AError`` or None)."""
+        _outcome(self.span, error)
+        self.span.end()
+
+
+def _inject(span: Any) -> list[tuple[bytes, bytes]]:
+    from opentelemetry import propagate, trace  # noqa: PLC0415
+
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    return [(k.encode(), v.encode("latin-1")) for k, v in carrier.items() if k.encode() in _PROPAGATED]
+
+
+def _outcome(span: Any, error: Any | None) -> None:
+    if error is None:
+        span.set_attribute("a2a_secure.outcome", "success")
+        return
+    from opentelemetry.trace import StatusCode  # noqa: PLC0415
+
+    code = getattr(error, "code", None)
+    span.set_attributes(
+        {
+            "a2a_secure.outcome": "error",
+            "a2a_secure.error_code": code if isinstance(code, int) else -32603,
+            "rpc.jsonrpc.error_code": code if isinstance(code, int) else -32603,
+            "error.type": str(code) if isinstance(code, int) else type(error).__name__,
+        }
+    )
+    span.set_status(StatusCode.ERROR, str(code))
+
+
+def _client_attributes(what: str, server_did: str, goal: Any) -> dict[str, Any]:
+    attrs: dict[str, Any] = {**_RPC, "rpc.method": what, "a2a_secure.server_did": server_did[:256]}
+    if isinstance(goal, str):
+        attrs["a2a_secure.goal"] = goal[:256]
+    return attrs
+
+
+@contextlib.contextmanager
+def _current_client_span(tracer: Any, what: str, server_did: str, goal: Any) -> Iterator[Any]:
+    from opentelemetry.trace import SpanKind  # noqa: PLC0415
+
+    with tracer.start_as_current_span(
+        f"a2a_secure/{what}",
+        kind=SpanKind.CLIENT,
+        attributes=_client_attributes(what, server_did, goal),
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            _outcome(span, exc)
+            raise
+        if span.attributes.get("a2a_secure.outcome") is None:
+            span.set_attribute("a2a_secure.outcome", "success")
+
+
+def client_span(what: str, server_did: str, goal: Any = None) -> contextlib.AbstractContextManager[Any]:
+    """The current CLIENT span of a handshake or an intent (a shared no-op without an SDK)."""
+    found = tracer()
+    if found is None:
+        return NOOP
+    return _current_client_span(found, what, server_did, goal)
+
+
+def start_client_span(what: str, server_did: str, goal: Any = None) -> ClientTrace | None:
+    """A CLIENT span that is not made current (for a generator), or None without an SDK."""
+    found = tracer()
+    if found is None:
+        return None
+    from opentelemetry.trace import SpanKind  # noqa: PLC0415
+
+    span = found.start_span(
+        f"a2a_secure/{what}", kind=SpanKind.CLIENT, attributes=_client_attributes(what, server_did, goal)
+    )
+    span.set_attribute("a2a_secure.stream", True)
+    return ClientTrace(span)
+
+
+def trace_headers() -> list[tuple[bytes, bytes]] | tuple[()]:
+    """``traceparent`` (and ``tracestate``) of the current span, for an outgoing request."""
+    span = _recording_span()
+    if span is None:
+        return ()
+    return _inject(span)
+
+
+def event(name: str, attributes: Mapping[str, Any]) -> None:
+    """Add an event to the current span, if one is recording."""
+    span = _recording_span()
+    if span is not None:
+        span.add_event(name, dict(attributes))
+
+
+def client_step(
+    step: str, error: Any | None, *, goal: Any = None, sequence: int | None = None, session_id: Any = None
+) -> None:
+    """A client step ended: an event on the handshake span, or the outcome of an intent span."""
+    span = _recording_span()
+    if span is None:
+        return
+    from a2a_secure.telemetry.observer import session_hash  # noqa: PLC0415
+
+    attrs: dict[str, Any] = {"a2a_secure.outcome": "error" if error is not None else "success"}
+    if error is not None:
+        attrs["a2a_secure.error_code"] = getattr(error, "code", -32603)
+    if sequence is not None:
+        attrs["a2a_secure.sequence"] = sequence
+    if isinstance(session_id, str):
+        attrs["a2a_secure.session_hash"] = session_hash(session_id)
+    if step in ("hello", "proof", "accept_policy"):
+        span.add_event(f"a2a_secure.{step}", attrs)
+        if error is not None:
+            _outcome(span, error)
+        return
+    if isinstance(goal, str):
+        attrs["a2a_secure.goal"] = goal[:256]
+    span.set_attributes(attrs)
+
+
+def continue_trace(meta: Any) -> contextlib.AbstractContextManager[Any]:
+    """Make the trace context in an MCP ``_meta`` current, unless a span already is.
+
+    The MCP SDK's own middleware usually opened a span from it already; then the intent
+    spans are that span's children and nothing changes here.
+    """
+    if tracer() is None or not isinstance(meta, Mapping) or "traceparent" not in meta:
+        return NOOP
+    from opentelemetry import context, propagate, trace  # noqa: PLC0415
+
+    if trace.get_current_span().get_span_context().is_valid:
+        return NOOP
+    carrier = {k: v for k in ("traceparent", "tracestate") if isinstance(v := meta.get(k), str)}
+    extracted = propagate.extract(carrier)
+    if not trace.get_current_span(extracted).get_span_context().is_valid:
+        return NOOP
+
+    @contextlib.contextmanager
+    def attached() -> Iterator[None]:
+        token = context.attach(extracted)
+        try:
+            yield
+        finally:
+            context.detach(token)
+
+    return attached()
