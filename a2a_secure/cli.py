@@ -278,6 +278,17 @@ def _build_serve(subparsers: Subparsers) -> None:
         metavar="MS",
         help="how long WAIT waits for the replicas, 1-800 ms (default 100)",
     )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="serve Prometheus metrics at /metrics (needs the metrics extra; all workers summed)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: one JSON object per line, one per answered request (no inputs, no tokens)",
+    )
     parser.set_defaults(handler=_serve)
 
 
@@ -311,6 +322,8 @@ def _serve(args: argparse.Namespace) -> int:
             app=args.app,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
+            metrics=args.metrics,
+            log_format=args.log_format,
         )
     except ServeUsageError as exc:  # arguments that do not go together: a usage error
         _fail(str(exc))

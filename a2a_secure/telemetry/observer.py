@@ -4,9 +4,10 @@ The server core gathers a request's audit fields while it processes it (PROTOCOL
 ``AuditFields``); when the answer is ready it hands them and the reply to
 :meth:`ServerObserver.observe`, once per request (a stream: at its final event). From them
 the observer builds one dictionary of *telemetry fields*, the only thing the span, the
-metrics and the log line see: method, goal, sequence, outcome, error code, HTTP status,
-duration, the caller's DID, a hash of the session id, whether the answer was streamed or
-replayed, and for refusals operators act on a reason from a fixed set. Inputs, results,
+metrics and the log line see: method, goal (when served, else ``other``), sequence,
+outcome, error code, HTTP status, duration, the caller's DID, a hash of the session id,
+whether the answer was streamed or replayed, and for refusals operators act on a reason
+from a fixed set. Inputs, results,
 tokens, signatures, nonces and keys are not in the audit fields to begin with.
 """
 
@@ -101,9 +102,15 @@ class ServerObserver:
             level = logging.WARNING if fields["http_status"] >= 500 else logging.INFO
             _events.log(level, fields["method"], extra={"a2a_secure": fields})
 
-    @staticmethod
-    def fields(audit: Any, reply: Any, seconds: float) -> dict[str, Any]:
-        """The telemetry fields of one request (see the module documentation)."""
+    def fields(self, audit: Any, reply: Any, seconds: float) -> dict[str, Any]:
+        """The telemetry fields of one request (see the module documentation).
+
+        The goal is the caller's word: it is kept only when this server serves it, else it
+        is ``other``, so that nothing a caller typed reaches a span, a label or a log line.
+        """
+        goal = audit.intent_goal
+        if goal is not None and not self._serves(goal):
+            goal = OTHER_GOAL
         error = reply.error
         code = error.get("code") if error is not None else None
         fields: dict[str, Any] = {
@@ -113,7 +120,7 @@ class ServerObserver:
             "http_status": reply.http_status,
             "duration_s": seconds,
             "duration_ms": round(seconds * 1000, 3),
-            "goal": audit.intent_goal,
+            "goal": goal,
             "sequence": audit.sequence,
             "caller_did": audit.client_did,
             "session_hash": session_hash(audit.session_id) if audit.session_id else None,
@@ -126,9 +133,7 @@ class ServerObserver:
 
     def _count(self, fields: dict[str, Any]) -> None:
         assert self.metrics is not None
-        goal = fields["goal"]
-        label = goal if isinstance(goal, str) and self._serves(goal) else OTHER_GOAL
-        self.metrics.request(fields, label)
+        self.metrics.request(fields, fields["goal"] or OTHER_GOAL)
         if fields["outcome"] == "success" and fields["session_hash"] is not None:
             if fields["method"] == "accept_policy":
                 self._sessions[fields["session_hash"]] = self._monotonic() + self._session_timeout()
