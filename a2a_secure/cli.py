@@ -29,6 +29,7 @@ from a2a_secure.errors import A2AError
 from a2a_secure.identity.did import did_web_document, did_web_to_url
 from a2a_secure.identity.keys import Identity, public_key_entry
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
+from a2a_secure.telemetry import tracing
 
 __all__ = ["Handler", "Subparsers", "add_command_group", "build_parser", "main", "print_json", "subcommand"]
 
@@ -527,6 +528,7 @@ def _mcp(args: argparse.Namespace) -> int:
     registry = AgentRegistry.load(args.registry)
     agent = A2AAgent(identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True)
     mcp_server.configure_logging()
+    tracing.configure_from_env("a2a-secure-mcp")  # OTEL_EXPORTER_OTLP_* asks for traces
     if args.transport == "stdio":
         asyncio.run(mcp_server.run_stdio(agent))
     else:

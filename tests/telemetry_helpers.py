@@ -6,15 +6,19 @@
 * :func:`three_agents`: a client, an orchestrator server whose ``plan`` handler calls the
   translator with its own ``A2AClient``, and the translator server, each under uvicorn on
   127.0.0.1;
-* :func:`span_text`: everything a span exports (name, attributes, events), as text to scan.
+* :func:`span_text`: everything a span exports (name, attributes, events), as text to scan;
+* :func:`otlp_receiver`: an OTLP/HTTP trace receiver on 127.0.0.1 keeping the bodies it is
+  sent, and :func:`decode_spans` to read them (opentelemetry-proto).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from http_helpers import identity
@@ -111,3 +115,56 @@ def span_text(span: Any) -> str:
         },
         default=str,
     )
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    received: list[bytes]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path == "/v1/traces" and self.headers["Content-Type"] == "application/x-protobuf":
+            self.received.append(body)
+            self.send_response(200)
+        else:
+            self.send_response(404)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def otlp_receiver() -> Iterator[tuple[str, list[bytes]]]:
+    """(the ``/v1/traces`` URL, the protobuf bodies received) of a receiver on 127.0.0.1."""
+    received: list[bytes] = []
+    httpd = HTTPServer(("127.0.0.1", 0), type("Receiver", (_Receiver,), {"received": received}))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1/traces", received
+    finally:
+        httpd.shutdown()
+        thread.join()
+        httpd.server_close()
+
+
+def decode_spans(bodies: list[bytes], scopes: tuple[str, ...] | None = None) -> list[Any]:
+    """The spans in OTLP ``ExportTraceServiceRequest`` bodies (of the named scopes only)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    spans: list[Any] = []
+    for body in bodies:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                if scopes is None or scope_spans.scope.name in scopes:
+                    spans.extend(scope_spans.spans)
+    return spans
+
+
+def otlp_attributes(span: Any) -> dict[str, Any]:
+    """An OTLP span's string and integer attributes."""
+    return {a.key: a.value.string_value or a.value.int_value for a in span.attributes}

@@ -8,9 +8,7 @@ the protobuf it is sent.
 from __future__ import annotations
 
 import base64
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import httpx
@@ -22,7 +20,15 @@ from http_helpers import JSON, envelope, identity
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
-from telemetry_helpers import SECRET, sdk_provider, span_text, three_agents
+from telemetry_helpers import (
+    SECRET,
+    decode_spans,
+    otlp_attributes,
+    otlp_receiver,
+    sdk_provider,
+    span_text,
+    three_agents,
+)
 
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import A2AError
@@ -227,35 +233,11 @@ async def test_a_traceparent_header_is_continued_and_a_bad_one_ignored(
 
 
 # -- the real OTLP/HTTP exporter ---------------------------------------------------------------
-class _Receiver(BaseHTTPRequestHandler):
-    received: list[bytes]
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        assert self.path == "/v1/traces"
-        assert self.headers["Content-Type"] == "application/x-protobuf"
-        self.received.append(body)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 async def test_otlp_http_export_of_three_agents_decodes_as_one_trace() -> None:
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    received: list[bytes] = []
-    handler = type("Receiver", (_Receiver,), {"received": received})
-    httpd = HTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    endpoint = f"http://127.0.0.1:{httpd.server_address[1]}/v1/traces"
-    try:
+    with otlp_receiver() as (endpoint, received):
         processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint))
         with sdk_provider(processor) as provider:
             async with three_agents() as agents:
@@ -266,25 +248,13 @@ async def test_otlp_http_export_of_three_agents_decodes_as_one_trace() -> None:
                         endpoint=agents.orchestrator_url,
                     )
             assert provider.force_flush(10_000)
-    finally:
-        httpd.shutdown()
-        thread.join()
-        httpd.server_close()
-    spans = []
-    for body in received:
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(body)
-        for resource_spans in request.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                if scope_spans.scope.name in ("a2a_secure", "test"):  # not FastAPI's own
-                    spans.extend(s for s in scope_spans.spans if "close" not in s.name)
-        assert SECRET.encode() not in body
+    assert all(SECRET.encode() not in body for body in received)
+    # The sessions closed at the end are traces of their own; FastAPI's spans are not ours.
+    spans = [s for s in decode_spans(received, ("a2a_secure", "test")) if "close" not in s.name]
     assert len({s.trace_id for s in spans}) == 1
     by_id = {s.span_id: s for s in spans}
 
-    def attrs(span: Any) -> dict[str, Any]:
-        return {a.key: a.value.string_value or a.value.int_value for a in span.attributes}
-
+    attrs = otlp_attributes
     chain = []
     span = next(
         s
@@ -303,3 +273,23 @@ async def test_otlp_http_export_of_three_agents_decodes_as_one_trace() -> None:
         ("a2a_secure/intent", 3, "plan"),  # the client
         ("user request", 1, None),
     ]
+
+
+def test_an_mcp_meta_traceparent_becomes_the_parent_when_no_span_is_current(
+    exporter: InMemorySpanExporter,
+) -> None:
+    from opentelemetry import trace
+
+    from a2a_secure.telemetry import tracing
+
+    meta = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "progress_token": 1}
+    with tracing.continue_trace(meta):
+        ctx = trace.get_current_span().get_span_context()
+        assert format(ctx.trace_id, "032x") == "4bf92f3577b34da6a3ce929d0e0e4736"
+        other = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+        with trace.get_tracer("test").start_as_current_span("inner") as inner, tracing.continue_trace(other):
+            assert trace.get_current_span() is inner  # a current span is never replaced
+    assert not trace.get_current_span().get_span_context().is_valid
+    for bad in (None, {}, {"traceparent": "garbage"}, ["traceparent"]):
+        with tracing.continue_trace(bad):
+            assert not trace.get_current_span().get_span_context().is_valid

@@ -68,6 +68,7 @@ from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.store.revocation import FileRevocations, Revocations
+from a2a_secure.telemetry import tracing
 
 __all__ = [
     "ENV",
@@ -266,6 +267,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     audit log are closed when the app shuts down.
     """
     env = os.environ if environ is None else environ
+    tracing.configure_from_env("a2a-secure", env)  # OTEL_EXPORTER_OTLP_* asks for traces
     key_file = env.get(ENV["key_file"])
     if not key_file:
         raise ValueError(f"{ENV['key_file']} is not set")

@@ -26,6 +26,8 @@ outside the signed request: a forged one can only mislead a trace, never the pro
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -38,6 +40,7 @@ __all__ = [
     "annotate_server",
     "client_span",
     "client_step",
+    "configure_from_env",
     "continue_trace",
     "event",
     "server_span",
@@ -46,7 +49,10 @@ __all__ = [
     "tracer",
 ]
 
+_log = logging.getLogger("a2a_secure.telemetry")
 NOOP = contextlib.nullcontext()
+# The standard OpenTelemetry variables that ask for traces to be exported over OTLP.
+OTLP_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROPAGATED = (b"traceparent", b"tracestate")
 _RPC = {"rpc.system": "jsonrpc", "rpc.service": "a2a_secure", "rpc.jsonrpc.version": "2.0"}
 _cache: list[Any] = [None, None]  # the provider last seen, and its tracer (None: no SDK)
@@ -281,3 +287,49 @@ def continue_trace(meta: Any) -> contextlib.AbstractContextManager[Any]:
             context.detach(token)
 
     return attached()
+
+
+def configure_from_env(service_name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Export traces over OTLP/HTTP when the standard ``OTEL_*`` variables ask for it.
+
+    For the processes the SDK starts itself (``serve`` workers, ``mcp``): with
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` set (and
+    ``OTEL_TRACES_EXPORTER`` unset or ``otlp``), and no tracer provider configured yet, a
+    ``TracerProvider`` with a batch OTLP/HTTP exporter becomes the global one. The exporter
+    reads the endpoint, headers and timeout from those variables; ``OTEL_SERVICE_NAME``
+    names the service (else ``service_name``). Needs ``opentelemetry-sdk`` and
+    ``opentelemetry-exporter-otlp-proto-http``; without them a warning says so. Returns
+    whether tracing was configured here.
+    """
+    env = os.environ if environ is None else environ
+    if not any(env.get(name) for name in OTLP_ENV) or env.get("OTEL_TRACES_EXPORTER", "otlp") != "otlp":
+        return False
+    try:
+        from opentelemetry import trace  # noqa: PLC0415
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: PLC0415
+        from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
+        from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
+    except ImportError:
+        _log.warning(
+            "OTLP tracing asked for, but opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http "
+            "are not installed: no traces are exported"
+        )
+        return False
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return False  # the application configured its own
+    resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or service_name})
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return True
+
+
+def shutdown() -> None:
+    """Flush and stop the global tracer provider, if it is an SDK one (at process exit)."""
+    api = sys.modules.get("opentelemetry.trace")
+    if api is None:
+        return
+    stop = getattr(api.get_tracer_provider(), "shutdown", None)
+    if stop is not None:
+        stop()
