@@ -460,13 +460,18 @@ def _build_demo(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--keep-logs", metavar="DIR", help="write the audit logs to DIR (default: a temp dir)"
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also trace every call (printed as a tree), count metrics and write JSON event lines",
+    )
     parser.set_defaults(handler=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from a2a_secure.demo import main as demo_main  # noqa: PLC0415 - server extra
 
-    return demo_main(args.keep_logs)
+    return demo_main(args.keep_logs, trace=args.trace)
 
 
 @subcommand("audit")

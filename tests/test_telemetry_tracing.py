@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -293,3 +294,29 @@ def test_an_mcp_meta_traceparent_becomes_the_parent_when_no_span_is_current(
     for bad in (None, {}, {"traceparent": "garbage"}, ["traceparent"]):
         with tracing.continue_trace(bad):
             assert not trace.get_current_span().get_span_context().is_valid
+
+
+async def test_demo_trace_shows_one_trace_tree_metrics_and_json_lines(tmp_path: Path) -> None:
+    import io
+    import json
+
+    from a2a_secure.demo import run_demo
+    from a2a_secure.telemetry.view import SpanCollector
+
+    collector = SpanCollector()
+    out = io.StringIO()
+    with sdk_provider(collector):
+        assert await run_demo(out, tmp_path, trace=collector) == 0
+    text = out.getvalue()
+    tree = text.split("trace tree (OpenTelemetry spans of every agent, one trace):\n")[1]
+    traces = [line for line in tree.splitlines() if line.startswith("trace ")]
+    assert len(traces) == 2  # the demo, and the attacker's forged request (no traceparent)
+    first = tree.split(traces[1])[0]
+    for agent in ("translator", "summarizer", "sentiment", "calendar"):
+        assert f"to={agent}" in first
+    assert "a2a_secure/intent [server]" in first and "events=hello,proof,accept_policy" in first
+    assert "translator  translate success: 2; translate error -32040: 1" in text
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert {r["event"] for r in records} >= {"hello", "proof", "accept_policy", "intent", "close"}
+    assert all(len(r["trace_id"]) == 32 and len(r["span_id"]) == 16 for r in records)

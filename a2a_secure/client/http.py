@@ -939,6 +939,10 @@ class A2AClient:
 
     async def close_session(self, server_did: str) -> None:
         """Close the session with ``server_did`` (authenticated close, §6.3)."""
+        with tracing.client_span("close", server_did):
+            await self._close_session(server_did)
+
+    async def _close_session(self, server_did: str) -> None:
         peer = self._peers.get(server_did)
         if peer is None or peer.session is None:
             return
