@@ -54,6 +54,9 @@ class ServerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
+        # (method, goal, outcome, code, replay, reason) -> the label children it counts in;
+        # bounded: every member comes from a fixed or server-defined set.
+        self._series: dict[tuple[Any, ...], tuple[Any, Any, tuple[Any, ...]]] = {}
         self.handshake_steps = Counter(
             "a2a_secure_handshake_steps",
             "Handshake steps answered, by step, outcome and JSON-RPC error code ('none' on success)",
@@ -135,24 +138,39 @@ class ServerMetrics:
     def request(self, fields: dict[str, Any], goal_label: str) -> None:
         """Count one answered request (see :class:`~a2a_secure.telemetry.ServerObserver`)."""
         method = fields["method"]
-        outcome = fields["outcome"]
-        code = str(fields["code"]) if fields.get("code") is not None else "none"
-        seconds = fields["duration_s"]
+        code = fields["code"]
+        key = (method, goal_label, fields["outcome"], code, fields["replay"], fields["reason"])
+        series = self._series.get(key)
+        if series is None:  # labels() takes a lock and builds a tuple: once per combination
+            series = self._series[key] = self._children(key)
+        counter, histogram, extra = series
+        counter.inc()
+        if histogram is not None:
+            histogram.observe(fields["duration_s"])
+        for child in extra:
+            child.inc()
+
+    def _children(self, key: tuple[Any, ...]) -> tuple[Any, Any, tuple[Any, ...]]:
+        method, goal, outcome, code, replay, reason = key
+        code_label = str(code) if code is not None else "none"
+        extra = [self.refusals.labels(reason)] if reason is not None else []
         if method in _HANDSHAKE_STEPS:
-            self.handshake_steps.labels(method, outcome, code).inc()
-            self.handshake_seconds.labels(method).observe(seconds)
-        elif method == "intent":
-            self.intents.labels(goal_label, outcome, code).inc()
-            self.intent_seconds.labels(goal_label).observe(seconds)
-            if fields.get("replay"):
-                self.replays.labels(goal_label).inc()
-        elif method == "close":
-            self.closes.labels(outcome, code).inc()
-        else:
-            self.rejects.labels(code).inc()
-        reason = fields.get("reason")
-        if reason is not None:
-            self.refusals.labels(reason).inc()
+            return (
+                self.handshake_steps.labels(method, outcome, code_label),
+                self.handshake_seconds.labels(method),
+                tuple(extra),
+            )
+        if method == "intent":
+            if replay:
+                extra.append(self.replays.labels(goal))
+            return (
+                self.intents.labels(goal, outcome, code_label),
+                self.intent_seconds.labels(goal),
+                tuple(extra),
+            )
+        if method == "close":
+            return self.closes.labels(outcome, code_label), None, tuple(extra)
+        return self.rejects.labels(code_label), None, tuple(extra)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition of these metrics (of every worker in multiprocess mode)."""

@@ -89,13 +89,17 @@ class ServerObserver:
         self._monotonic = monotonic
         # Session hash -> when it expires (monotonic): the open-sessions gauge of this worker.
         self._sessions: dict[str, float] = {}
+        self._next_prune = 0.0
+        self._gauges: tuple[int, int, int] | None = None  # the values last set
 
     def observe(self, audit: Any, reply: Any, seconds: float) -> None:
         """One request ended with ``reply`` after ``seconds`` (``audit``: its AuditFields)."""
-        if self.metrics is None and not self.log_requests and tracing.tracer() is None:
+        traced = tracing.tracer() is not None
+        if self.metrics is None and not self.log_requests and not traced:
             return
         fields = self.fields(audit, reply, seconds)
-        tracing.annotate_server(fields)
+        if traced:
+            tracing.annotate_server(fields)
         if self.metrics is not None:
             self._count(fields)
         if self.log_requests:
@@ -134,26 +138,39 @@ class ServerObserver:
     def _count(self, fields: dict[str, Any]) -> None:
         assert self.metrics is not None
         self.metrics.request(fields, fields["goal"] or OTHER_GOAL)
-        if fields["outcome"] == "success" and fields["session_hash"] is not None:
-            if fields["method"] == "accept_policy":
+        method = fields["method"]
+        if method in ("accept_policy", "close") and fields["outcome"] == "success" and fields["session_hash"]:
+            if method == "accept_policy":
                 self._sessions[fields["session_hash"]] = self._monotonic() + self._session_timeout()
-            elif fields["method"] == "close":
+            else:
                 self._sessions.pop(fields["session_hash"], None)
-        self.update_gauges()
+        self.update_gauges(prune=False)
 
-    def update_gauges(self) -> None:
-        """Set the open-sessions and queue gauges of this worker."""
-        if self.metrics is None:
+    def update_gauges(self, *, prune: bool = True) -> None:
+        """Set the open-sessions and queue gauges of this worker (each only when it changed).
+
+        Expired sessions are dropped at most once a second (and at each scrape), not at
+        every request: the scan is as long as the number of open sessions.
+        """
+        metrics = self.metrics
+        if metrics is None:
             return
         now = self._monotonic()
-        expired = [h for h, until in self._sessions.items() if until <= now]
-        for h in expired:
-            del self._sessions[h]
-        self.metrics.open_sessions.set(len(self._sessions))
+        if prune or now >= self._next_prune:
+            self._next_prune = now + 1.0
+            for h in [h for h, until in self._sessions.items() if until <= now]:
+                del self._sessions[h]
         scheduler = self._scheduler() if self._scheduler is not None else None
-        if scheduler is not None:
-            self.metrics.queued.set(scheduler.queued)
-            self.metrics.running.set(scheduler.running)
+        values = (
+            (len(self._sessions), scheduler.queued, scheduler.running)
+            if scheduler
+            else (len(self._sessions), 0, 0)
+        )
+        if values != self._gauges:
+            self._gauges = values
+            metrics.open_sessions.set(values[0])
+            metrics.queued.set(values[1])
+            metrics.running.set(values[2])
 
     def action(self, record: dict[str, Any]) -> None:
         """An approval event (the approval engine's audit record)."""

@@ -80,33 +80,52 @@ def _recording_span() -> Any | None:
     return span if span.is_recording() else None
 
 
-# -- server ------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def server_span(tracer: Any, headers: Sequence[tuple[bytes, bytes]], endpoint: str) -> Iterator[Any]:
-    """The SERVER span of one POST, the child of its ``traceparent`` header if it has one."""
-    from opentelemetry import propagate  # noqa: PLC0415 - only with an SDK configured
-    from opentelemetry.trace import SpanKind  # noqa: PLC0415
+class _Api:
+    """The OpenTelemetry API names used once a tracer exists (imported then, once)."""
 
+    def __init__(self) -> None:
+        from opentelemetry import propagate, trace  # noqa: PLC0415 - only with an SDK configured
+
+        self.extract = propagate.extract
+        self.current = trace.get_current_span
+        self.server = trace.SpanKind.SERVER
+        self.error = trace.StatusCode.ERROR
+
+
+_api: list[_Api] = []
+
+
+def _names() -> _Api:
+    if not _api:
+        _api.append(_Api())
+    return _api[0]
+
+
+# -- server ------------------------------------------------------------------------------------
+def server_span(
+    tracer: Any, headers: Sequence[tuple[bytes, bytes]], endpoint: str
+) -> contextlib.AbstractContextManager[Any]:
+    """The SERVER span of one POST, the child of its ``traceparent`` header if it has one."""
+    api = _names()
     carrier = {name.decode(): value.decode("latin-1") for name, value in headers if name in _PROPAGATED}
-    parent = propagate.extract(carrier) if carrier else None
-    with tracer.start_as_current_span(
+    return tracer.start_as_current_span(  # type: ignore[no-any-return]
         f"a2a_secure/{endpoint}",
-        context=parent,
-        kind=SpanKind.SERVER,
+        context=api.extract(carrier) if carrier else None,
+        kind=api.server,
         attributes=_RPC,
         record_exception=False,  # an exception's text may quote what it was given
         set_status_on_exception=False,
-    ) as span:
-        yield span
+    )
 
 
 def annotate_server(fields: Mapping[str, Any]) -> None:
-    """Name and describe the current server span from one request's telemetry fields."""
-    span = _recording_span()
-    if span is None:
-        return
-    from opentelemetry.trace import StatusCode  # noqa: PLC0415
+    """Name and describe the current server span from one request's telemetry fields.
 
+    Called only while :func:`tracer` is not None.
+    """
+    span = _names().current()
+    if not span.is_recording():
+        return
     method = fields["method"]
     span.update_name(f"a2a_secure/{method}")
     attrs: dict[str, Any] = {"rpc.method": method, "a2a_secure.outcome": fields["outcome"]}
@@ -123,7 +142,7 @@ def annotate_server(fields: Mapping[str, Any]) -> None:
         attrs["rpc.jsonrpc.error_code"] = code
         attrs["a2a_secure.error_code"] = code
         attrs["error.type"] = str(code)
-        span.set_status(StatusCode.ERROR, str(code))
+        span.set_status(_names().error, str(code))
     span.set_attributes(attrs)
 
 
