@@ -291,3 +291,23 @@ async def test_prometheus_scrapes_two_workers_and_reads_the_workload_back(
     assert len(intents) == 4 * clients
     assert all(SECRET not in json.dumps(r) for r in records)
     assert {r["outcome"] for r in intents} == {"success", "error"}
+
+
+def test_the_grafana_dashboard_uses_only_metrics_the_server_exports() -> None:
+    import re
+
+    from a2a_secure.telemetry.metrics import ServerMetrics
+
+    dashboard = json.loads((TESTS_DIR.parent / "examples" / "grafana-dashboard.json").read_text())
+    used = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"a2a_secure_\w+", target["expr"])
+    }
+    exported = set()
+    for family in ServerMetrics().registry.collect():
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "gauge": [""]}
+        exported |= {family.name + s for s in suffixes[family.type]}
+    assert used and used <= exported, used - exported
+    assert len(used) >= 12
