@@ -311,3 +311,29 @@ def test_the_grafana_dashboard_uses_only_metrics_the_server_exports() -> None:
         exported |= {family.name + s for s in suffixes[family.type]}
     assert used and used <= exported, used - exported
     assert len(used) >= 12
+
+
+def test_refusal_reasons_are_read_from_the_servers_own_messages() -> None:
+    from a2a_secure.errors import AuthenticationFailed, SessionUnknown, Unavailable
+    from a2a_secure.protocol.keyguard import revoked_message
+    from a2a_secure.store.revocation import Revocation
+    from a2a_secure.telemetry.observer import _REASONS, refusal_reason
+
+    revoked = revoked_message(Revocation("did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"))
+    cases = [
+        (Unavailable("rate limit reached", retry_after=3), "rate_limited"),
+        (Unavailable("shared store unavailable", retry_after=1), "store_unavailable"),
+        (AuthenticationFailed(revoked), "revoked"),
+        (SessionUnknown(f"session ended: {revoked}"), "revoked"),
+        (Unavailable("too many failed handshake steps from this address", retry_after=1), "failure_budget"),
+        (Unavailable("too many open sessions", retry_after=30), "capacity"),
+        (Unavailable("the original request is still running", retry_after=1), "in_progress"),
+        (SessionUnknown("unknown, expired or closed session"), None),
+        (AuthenticationFailed("signature does not verify: too many"), None),  # not a 503
+    ]
+    for exc, reason in cases:
+        assert refusal_reason(exc.code, exc.message) == reason, exc.message
+    # Each message the classifier reads is still the one the server sends.
+    source = "\n".join(p.read_text() for p in (TESTS_DIR.parent / "a2a_secure").rglob("*.py"))
+    for needle, _reason in _REASONS:
+        assert f'"{needle}' in source or f" {needle}" in source, needle
