@@ -583,15 +583,21 @@ class AgentServer(IntentDispatcher):
         return self._protocol
 
     # -- HTTP ---------------------------------------------------------------------------------
-    async def handle_asgi(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
+    def handle_asgi(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> Awaitable[None]:
         """Serve one POST to ``/a2a/<endpoint>`` as a raw ASGI exchange (see :meth:`_handle_asgi`).
 
         With an OpenTelemetry SDK configured it runs in a server span, the child of the
         request's ``traceparent`` header if it has one (a2a_secure.telemetry.tracing).
+        Not a coroutine function itself: without tracing, no coroutine of its own.
         """
         tracer = tracing.tracer()
         if tracer is None:
-            return await self._handle_asgi(scope, receive, send, endpoint)
+            return self._handle_asgi(scope, receive, send, endpoint)
+        return self._traced_asgi(tracer, scope, receive, send, endpoint)
+
+    async def _traced_asgi(
+        self, tracer: Any, scope: Scope, receive: Receive, send: Send, endpoint: str
+    ) -> None:
         with tracing.server_span(tracer, scope["headers"], endpoint):
             await self._handle_asgi(scope, receive, send, endpoint)
 

@@ -59,10 +59,15 @@ _cache: list[Any] = [None, None]  # the provider last seen, and its tracer (None
 
 
 def tracer() -> Any | None:
-    """The SDK's tracer, or None when no OpenTelemetry SDK is configured in this process."""
-    api = sys.modules.get("opentelemetry.trace")
-    if api is None:
+    """The SDK's tracer, or None when no OpenTelemetry SDK is configured in this process.
+
+    The first test is a dictionary look-up: without ``opentelemetry.sdk.trace`` imported no
+    SDK provider can be set (FastAPI imports the API alone, and asking the API for its
+    provider costs a failed ``os.environ`` look-up, an exception, on every request).
+    """
+    if "opentelemetry.sdk.trace" not in sys.modules:
         return None
+    api = sys.modules["opentelemetry.trace"]
     provider = api.get_tracer_provider()
     if provider is not _cache[0]:
         found = None
@@ -73,10 +78,9 @@ def tracer() -> Any | None:
 
 
 def _recording_span() -> Any | None:
-    api = sys.modules.get("opentelemetry.trace")
-    if api is None or tracer() is None:
+    if tracer() is None:
         return None
-    span = api.get_current_span()
+    span = sys.modules["opentelemetry.trace"].get_current_span()
     return span if span.is_recording() else None
 
 
