@@ -38,6 +38,7 @@ from a2a_secure.errors import A2AError
 from a2a_secure.identity.did import did_web_document, did_web_to_url
 from a2a_secure.identity.keys import Identity, public_key_entry
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
+from a2a_secure.telemetry import tracing
 from a2a_secure.terminal import printable, printable_json
 
 if TYPE_CHECKING:
@@ -258,6 +259,17 @@ def _build_serve(subparsers: Subparsers) -> None:
         metavar="MS",
         help="how long WAIT waits for the replicas, 1-800 ms (default 100)",
     )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="serve Prometheus metrics at /metrics (needs the metrics extra; all workers summed)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: one JSON object per line, one per answered request (no inputs, no tokens)",
+    )
     parser.set_defaults(handler=_serve)
 
 
@@ -292,6 +304,8 @@ def _serve(args: argparse.Namespace) -> int:
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             url=args.url,
+            metrics=args.metrics,
+            log_format=args.log_format,
         )
     except ServeUsageError as exc:  # arguments that do not go together: a usage error
         _fail(str(exc))
@@ -516,13 +530,18 @@ def _build_demo(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--keep-logs", metavar="DIR", help="write the audit logs to DIR (default: a temp dir)"
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also trace every call (printed as a tree), count metrics and write JSON event lines",
+    )
     parser.set_defaults(handler=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from a2a_secure.demo import main as demo_main  # noqa: PLC0415 - server extra
 
-    return demo_main(args.keep_logs)
+    return demo_main(args.keep_logs, trace=args.trace)
 
 
 @subcommand("audit")
@@ -595,6 +614,7 @@ def _mcp(args: argparse.Namespace) -> int:
         identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True, addresses=addresses
     )
     mcp_server.configure_logging()
+    tracing.configure_from_env("a2a-secure-mcp")  # OTEL_EXPORTER_OTLP_* asks for traces
     if args.transport == "stdio":
         asyncio.run(mcp_server.run_stdio(agent))
     else:

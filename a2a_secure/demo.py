@@ -4,12 +4,19 @@ The translator, summarizer and sentiment example agents are served by real uvico
 on 127.0.0.1 (ephemeral ports); an orchestrator finds them through a registry, runs a
 handshake with each, sends signed intents, shows that a tampered request is refused, closes
 its sessions, and finally verifies every agent's hash-chained audit log.
+
+With ``--trace`` the three telemetry parts run too (a2a_secure.telemetry): every call is
+traced (an in-process OpenTelemetry SDK; the whole demo is one trace, printed as a tree at
+the end), each agent counts its intents in Prometheus metrics (summed up at the end), and
+each answered request is one JSON line in ``events.jsonl`` beside the audit logs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
+import logging
 import tempfile
 from pathlib import Path
 from typing import Any, TextIO
@@ -101,8 +108,12 @@ async def _approval_part(
             out.write(f"    a second approval is refused: code {exc.code}: {exc.message}\n\n")
 
 
-async def run_demo(out: TextIO, workdir: Path) -> int:
-    """Run the whole demo, writing to ``out``; audit logs go under ``workdir``."""
+async def run_demo(out: TextIO, workdir: Path, *, trace: Any = None) -> int:
+    """Run the whole demo, writing to ``out``; audit logs go under ``workdir``.
+
+    ``trace``: a :class:`~a2a_secure.telemetry.view.SpanCollector` installed in the global
+    tracer provider: the demo then also shows its trace tree, metrics and JSON log lines.
+    """
     builders = {"translator": translator, "summarizer": summarizer, "sentiment": sentiment}
     hosts: dict[str, A2AAgent] = {}
     logs: dict[str, Path] = {}
@@ -115,6 +126,7 @@ async def run_demo(out: TextIO, workdir: Path) -> int:
         agent = module.build_agent(identity)
         agent.server._audit = auditor.record  # the example builders take no audit argument
         hosts[name] = agent
+    telemetry = _Telemetry(hosts, workdir) if trace is not None else None
 
     out.write("a2a-secure demo: three agents and an orchestrator on loopback\n\n")
     dids_extra: dict[str, str] = {}
@@ -136,6 +148,8 @@ async def run_demo(out: TextIO, workdir: Path) -> int:
         auditors.append(orch_audit)
         out.write(f"  orchestrator {orch_identity.did[:32]}…  (client)\n\n")
 
+        if telemetry is not None:  # one trace for the whole demo
+            stack.enter_context(telemetry.root())
         async with A2AAgent(
             "orchestrator", orch_identity, registry=registry, audit=orch_audit.record
         ) as orchestrator:
@@ -190,22 +204,85 @@ async def run_demo(out: TextIO, workdir: Path) -> int:
         lines = path.read_text().splitlines()
         events = [encoding.loads(line)["event"] for line in lines]
         out.write(f"  {name:<12} {message}\n               events: {' '.join(events)}\n")
+    if telemetry is not None:
+        telemetry.report(out, trace, names | {orch_identity.did: "orchestrator"})
     verdict = "all handshakes, intents and audit chains verified" if ok else "audit verification FAILED"
     out.write(f"\ndemo finished: {verdict}\n")
     return 0 if ok else 1
 
 
-def main(keep_logs: str | None = None) -> int:
-    """Run the demo; audit logs go to ``keep_logs`` if given, else a temporary directory."""
+class _Telemetry:
+    """The demo's metrics and JSON event log (``--trace``), and its one root span."""
+
+    def __init__(self, hosts: dict[str, A2AAgent], workdir: Path) -> None:
+        from a2a_secure.telemetry.logs import EVENTS, JsonFormatter  # noqa: PLC0415
+
+        self.metrics: list[tuple[str, Any]] = []
+        with_metrics = importlib.util.find_spec("prometheus_client") is not None  # the metrics extra
+        for name, agent in hosts.items():
+            observer = agent.server._observer  # the example builders take no telemetry argument
+            observer.log_requests = True
+            if with_metrics:
+                from a2a_secure.telemetry.metrics import ServerMetrics  # noqa: PLC0415
+
+                agent.server.metrics = observer.metrics = ServerMetrics()
+                self.metrics.append((name, agent.server.metrics))
+        self.log_path = workdir / "events.jsonl"
+        self.handler = logging.FileHandler(self.log_path, encoding="utf-8")
+        self.handler.setFormatter(JsonFormatter())
+        events = logging.getLogger(EVENTS)
+        events.addHandler(self.handler)
+        events.setLevel(logging.INFO)
+
+    def root(self) -> contextlib.AbstractContextManager[Any]:
+        from opentelemetry import trace  # noqa: PLC0415
+
+        return trace.get_tracer("a2a_secure.demo").start_as_current_span("a2a-secure demo")
+
+    def report(self, out: TextIO, collector: Any, names: dict[str, str]) -> None:
+        from a2a_secure.telemetry.logs import EVENTS  # noqa: PLC0415
+        from a2a_secure.telemetry.view import metrics_summary, trace_tree  # noqa: PLC0415
+
+        logging.getLogger(EVENTS).removeHandler(self.handler)
+        self.handler.close()
+        if self.metrics:
+            out.write("\nmetrics (Prometheus counters of each agent):\n")
+            out.write(metrics_summary(self.metrics) + "\n")
+        lines = self.log_path.read_text(encoding="utf-8").splitlines()
+        out.write(f"\nJSON event log: {len(lines)} lines in {self.log_path}, e.g.\n  {lines[-1]}\n")
+        out.write("\ntrace tree (OpenTelemetry spans of every agent, one trace):\n")
+        demo_spans = [s for s in collector.spans if s.instrumentation_scope.name.startswith("a2a_secure")]
+        out.write(trace_tree(demo_spans, names) + "\n")
+
+
+def main(keep_logs: str | None = None, trace: bool = False) -> int:
+    """Run the demo; audit logs go to ``keep_logs`` if given, else a temporary directory.
+
+    ``trace``: also show the telemetry (needs ``opentelemetry-sdk``, in the dev extra).
+    """
     import sys  # noqa: PLC0415
 
+    collector = None
+    if trace:
+        try:
+            from opentelemetry import trace as otel  # noqa: PLC0415
+            from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+        except ImportError:
+            sys.stderr.write("demo --trace needs opentelemetry-sdk: pip install opentelemetry-sdk\n")
+            return 2
+        from a2a_secure.telemetry.view import SpanCollector  # noqa: PLC0415
+
+        collector = SpanCollector()
+        provider = TracerProvider()
+        provider.add_span_processor(collector)  # type: ignore[arg-type]
+        otel.set_tracer_provider(provider)
     try:
         if keep_logs:
             path = Path(keep_logs)
             path.mkdir(parents=True, exist_ok=True)
-            return asyncio.run(run_demo(sys.stdout, path))
+            return asyncio.run(run_demo(sys.stdout, path, trace=collector))
         with tempfile.TemporaryDirectory(prefix="a2a-demo-") as tmp:
-            return asyncio.run(run_demo(sys.stdout, Path(tmp)))
+            return asyncio.run(run_demo(sys.stdout, Path(tmp), trace=collector))
     except A2AError as exc:
         sys.stderr.write(f"demo failed: {exc.message} (code {exc.code})\n")
         return 1

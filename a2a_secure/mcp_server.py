@@ -46,6 +46,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from a2a_secure import __version__
 from a2a_secure.agent import A2AAgent
 from a2a_secure.llm_tools import META_PREFIX, ToolCallError, ToolResult, ToolSpec
+from a2a_secure.telemetry import tracing
 from a2a_secure.terminal import printable
 
 __all__ = ["build_server", "configure_logging", "http_security", "run_http", "run_stdio"]
@@ -114,7 +115,9 @@ def build_server(agent: A2AAgent) -> Server[Any]:
                 await ctx.session.report_progress(float(count), None, f"partial result {count}")
 
         try:
-            result = await agent.tools.call(params.name, params.arguments, on_progress=on_progress)
+            # The caller's trace (traceparent in _meta) goes on into the agents' intents.
+            with tracing.continue_trace(getattr(ctx, "meta", None)):
+                result = await agent.tools.call(params.name, params.arguments, on_progress=on_progress)
         except ToolCallError as exc:
             return _failure(exc.message)
         except Exception:

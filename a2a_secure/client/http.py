@@ -17,7 +17,7 @@ import random
 import socket
 import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -54,6 +54,7 @@ from a2a_secure.protocol.sealing import SEALED
 from a2a_secure.protocol.server import AuditHook
 from a2a_secure.protocol.validate import json_equal
 from a2a_secure.protocol.wire import encode_request
+from a2a_secure.telemetry import tracing
 
 __all__ = ["A2AClient", "RetryPolicy", "check_endpoint"]
 
@@ -378,9 +379,12 @@ class A2AClient:
         sequence: int | None = None,
         verified: bool = True,
     ) -> None:
+        session = peer.session
+        tracing.client_step(
+            event, error, goal=goal, sequence=sequence, session_id=session.session_id if session else None
+        )
         if self._audit is None:
             return
-        session = peer.session
         self._audit(
             event=event,
             role="client",
@@ -421,24 +425,31 @@ class A2AClient:
 
         The reply is read with a bound: a hostile server must not exhaust the client's memory.
         """
+        trace = tracing.trace_headers()  # traceparent/tracestate of the current span, if any
         if self._pool is None:
-            async with self.http.stream("POST", url, content=body, headers=_POST_HEADERS) as resp:
+            headers = {**_POST_HEADERS, **{k.decode(): v.decode() for k, v in trace}}
+            async with self.http.stream("POST", url, content=body, headers=headers) as resp:
                 content = await _read_capped(resp.aiter_bytes(), MAX_REPLY_BYTES)
             return resp.status_code, content, resp.headers.get("retry-after")
         # Without a given httpx client the call goes through the client's own small HTTP/1.1
         # pool (client/pool.py): the httpx layers (URL merging, cookie jar, auth and redirect
         # flows, hooks, anyio) do nothing for these calls and cost more than the signature
         # check of the reply. It raises the same httpx exceptions.
-        return await self._pool.post(url, body, limit=MAX_REPLY_BYTES, too_large=_reply_too_large)
+        return await self._pool.post(
+            url, body, limit=MAX_REPLY_BYTES, too_large=_reply_too_large, headers=trace
+        )
 
     @contextlib.asynccontextmanager
-    async def _open_stream(self, url: str, body: bytes) -> AsyncIterator[_StreamReply]:
+    async def _open_stream(
+        self, url: str, body: bytes, trace: Sequence[tuple[bytes, bytes]] = ()
+    ) -> AsyncIterator[_StreamReply]:
         """POST a streamed request; the reply as it comes, through the pool or the given client."""
         if self._pool is not None:
-            async with self._pool.stream(url, body) as reply:
+            async with self._pool.stream(url, body, headers=trace) as reply:
                 yield reply
             return
-        async with self.http.stream("POST", url, content=body, headers=_STREAM_HEADERS) as resp:
+        headers = {**_STREAM_HEADERS, **{k.decode(): v.decode() for k, v in trace}}
+        async with self.http.stream("POST", url, content=body, headers=headers) as resp:
             yield _HttpxStream(resp)
 
     @staticmethod
@@ -473,6 +484,10 @@ class A2AClient:
             return await self._handshake(peer)
 
     async def _handshake(self, peer: _Peer) -> ClientSession:
+        with tracing.client_span("handshake", peer.did):  # the steps are its events (_record)
+            return await self._run_handshake(peer)
+
+    async def _run_handshake(self, peer: _Peer) -> ClientSession:
         resolved = await self.resolver.resolve(peer.did)
         hs = ClientHandshake(self.identity, resolved, manifest_hash=self.manifest_hash, clock=self._clock)
         url = peer.endpoint + "/a2a/handshake"
@@ -654,6 +669,9 @@ class A2AClient:
                     raise PeerUnreachable(
                         f"{url} did not answer ({reason})", endpoint=url, reason=reason
                     ) from None
+                tracing.event(
+                    "a2a_secure.retry", {"a2a_secure.attempt": attempt + 1, "error.type": "transport"}
+                )
                 await asyncio.sleep(self.retry.delay(attempt, None))
                 continue
             retryable = status in (500, 502, 503, 504) and error is not None
@@ -665,6 +683,9 @@ class A2AClient:
                 retryable = not session.error_from_reply(req, error).signed
             if not retryable or attempt >= self.retry.attempts:
                 return status, result, error, retry_after
+            tracing.event(
+                "a2a_secure.retry", {"a2a_secure.attempt": attempt + 1, "http.response.status_code": status}
+            )
             await asyncio.sleep(self.retry.delay(attempt, retry_after))
 
     # -- intents ---------------------------------------------------------------------------------
@@ -696,6 +717,17 @@ class A2AClient:
         run the intent at most once; the server must declare the extension (see
         ``exactly_once``). The id used is ``IntentResult.intent_id``.
         """
+        with tracing.client_span("intent", server_did, intent.get("goal")):
+            return await self._request(server_did, intent, endpoint, priority, intent_id)
+
+    async def _request(
+        self,
+        server_did: str,
+        intent: Mapping[str, Any],
+        endpoint: str | None,
+        priority: int | None,
+        intent_id: str | None,
+    ) -> IntentResult:
         intent = with_priority(intent, priority)
         peer = self._peer(server_did, endpoint)
         chosen = self._given_intent_id(intent, intent_id)
@@ -713,6 +745,7 @@ class A2AClient:
                     peer.session = None
                     if attempt == 2 or not self.resend_on_unknown_session:
                         raise
+                    tracing.event("a2a_secure.resend", {"a2a_secure.reason": "session_unknown"})
         raise SessionUnknown()  # pragma: no cover
 
     async def send_intent(self, session: ClientSession, intent: Mapping[str, Any]) -> IntentResult:
@@ -720,8 +753,9 @@ class A2AClient:
         peer = self._peers.get(session.server_did)
         if peer is None:
             raise InvalidParams("unknown session")
-        async with peer.lock:
-            return await self._send(peer, session, intent)
+        with tracing.client_span("intent", session.server_did, intent.get("goal")):
+            async with peer.lock:
+                return await self._send(peer, session, intent)
 
     async def _send(self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any]) -> IntentResult:
         req = session.prepare_intent(intent)
@@ -795,6 +829,32 @@ class A2AClient:
         peer = self._peer(server_did, endpoint)
         chosen = self._given_intent_id(intent, intent_id)
         own_id = chosen is None  # an id this client picks, not the caller's
+        # Not the current span: a generator's context is its consumer's between items.
+        trace = tracing.start_client_span("intent", server_did, intent.get("goal"))
+        failure: BaseException | None = None
+        attempts = self._stream_attempts(peer, body_intent, chosen, own_id, trace, session_check)
+        try:
+            async with contextlib.aclosing(attempts):  # releases the session lock now on early exit
+                async for item in attempts:
+                    yield item
+        except GeneratorExit:  # the caller stopped reading: not a failure
+            raise
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            if trace is not None:
+                trace.end(failure)
+
+    async def _stream_attempts(
+        self,
+        peer: _Peer,
+        body_intent: Mapping[str, Any],
+        chosen: str | None,
+        own_id: bool,
+        trace: tracing.ClientTrace | None,
+        session_check: Callable[[ClientSession], None] | None,
+    ) -> AsyncGenerator[StreamEvent, None]:
         async with peer.lock:
             for attempt in (1, 2):
                 session, body, chosen = await self._attempt(peer, body_intent, chosen)
@@ -804,7 +864,7 @@ class A2AClient:
                 started = self._clock()
                 yielded = False
                 try:
-                    async for item in self._stream_events(peer, session, req):
+                    async for item in self._stream_events(peer, session, req, trace):
                         yielded = True
                         yield item
                 except A2AError as exc:
@@ -822,12 +882,18 @@ class A2AClient:
                     if not resend:
                         raise
                     peer.session = None
+                    if trace is not None:
+                        trace.event("a2a_secure.resend", {"a2a_secure.reason": "session_unknown"})
                     continue
                 self._record("intent", started, peer, goal=req.goal, sequence=req.sequence)
                 return
 
     async def _stream_events(
-        self, peer: _Peer, session: ClientSession, req: PreparedRequest
+        self,
+        peer: _Peer,
+        session: ClientSession,
+        req: PreparedRequest,
+        trace: tracing.ClientTrace | None = None,
     ) -> AsyncIterator[StreamEvent]:
         rid = next(self._ids)
         body = encode_request("intent", req.params, rid)
@@ -840,7 +906,7 @@ class A2AClient:
             replayed = 0  # events of this attempt that replayed ones already held, in order
             held_before = len(held)  # a replay comes first: only these events can be replayed
             try:
-                async with self._open_stream(url, body) as resp:
+                async with self._open_stream(url, body, trace.headers if trace is not None else ()) as resp:
                     ctype = resp.content_type.split(";")[0].strip().lower()
                     if ctype != "text/event-stream":
                         raw = await _read_capped(resp.chunks(), MAX_REPLY_BYTES)
@@ -888,10 +954,19 @@ class A2AClient:
                 retry_after is not None and retry_after > self.retry.max_wait
             ):
                 raise failure
+            if trace is not None:  # resumed with the byte-identical request (§6.4)
+                trace.event(
+                    "a2a_secure.retry",
+                    {"a2a_secure.attempt": attempt + 1, "a2a_secure.events_held": len(held)},
+                )
             await asyncio.sleep(self.retry.delay(attempt, retry_after))
 
     async def close_session(self, server_did: str) -> None:
         """Close the session with ``server_did`` (authenticated close, §6.3)."""
+        with tracing.client_span("close", server_did):
+            await self._close_session(server_did)
+
+    async def _close_session(self, server_did: str) -> None:
         peer = self._peers.get(server_did)
         if peer is None or peer.session is None:
             return

@@ -54,6 +54,7 @@ class Replayer:
         self, session_id: str, sequence: int, req_hash: str, stored: StoredReply | None, audit: AuditFields
     ) -> Reply:
         """The original's answer; ``stored`` is None while the original is still running."""
+        audit.extra["replay"] = True  # telemetry tells replays apart
         # Waiting is measured on the event loop's monotonic clock, not the protocol clock.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._config.limits.replay_wait_seconds

@@ -26,7 +26,7 @@ from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.priority import PriorityRights
-from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
+from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter, ObserveHook
 from a2a_secure.protocol.server.budget import FailureBudget
 from a2a_secure.protocol.server.common import (
     INTENT_METHODS,
@@ -75,7 +75,10 @@ class ServerProtocol:
         monotonic: Clock = time.monotonic,
         key_guard: KeyGuard | None = None,
         priority_rights: PriorityRights | None = None,
+        observe: ObserveHook | None = None,
     ) -> None:
+        """``observe(audit_fields, reply, seconds)`` is told of every answered request
+        (telemetry: a2a_secure.telemetry), like the audit hook and whether or not there is one."""
         config = ServerConfig(
             identity=identity,
             policy=policy,
@@ -90,7 +93,7 @@ class ServerProtocol:
         self._config = config
         self._clock = clock
         deadlines = SessionDeadlines(config, monotonic)
-        auditor = AuditWriter(audit, config, clock)
+        auditor = AuditWriter(audit, config, clock, observe)
         replies = SignedReplies(config)
         runner = IntentRunner(config)  # its gate (§12.3) is shared with the stream pump
         self._scheduler = runner.gate.scheduler

@@ -67,11 +67,14 @@ from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.store.actions import ActionStore
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
+from a2a_secure.telemetry import tracing
+from a2a_secure.telemetry.observer import ServerObserver
 
 if TYPE_CHECKING:
     from a2a_secure.audit import Auditor
     from a2a_secure.identity.rotation import KeyRing
     from a2a_secure.store.revocation import Revocations
+    from a2a_secure.telemetry.metrics import ServerMetrics
 
 __all__ = ["AgentServer", "create_app", "public_url"]
 
@@ -340,10 +343,18 @@ class AgentServer(IntentDispatcher):
         approvers: Iterable[str] = (),
         approval: ApprovalSettings | None = None,
         serve_tools: bool = False,
+        metrics: bool | ServerMetrics = False,
+        log_requests: bool = False,
     ) -> None:
         """``priority_rights``: the highest intent priority each caller may use (PROTOCOL.md
         §12.3; default 3 for everyone). ``limits.max_concurrent_intents`` turns the priority
-        queue on (per worker process)."""
+        queue on (per worker process).
+
+        ``metrics``: True (or a :class:`~a2a_secure.telemetry.metrics.ServerMetrics`) serves
+        Prometheus metrics at ``/metrics`` (the ``metrics`` extra). ``log_requests``: one
+        record per answered request on the logger ``a2a_secure.events`` (JSON lines with
+        :class:`~a2a_secure.telemetry.logs.JsonFormatter`). Traces need no setting: spans
+        are made once the application configures an OpenTelemetry SDK."""
         super().__init__()
         if key_ring is not None and key_ring.current.did != identity.did:
             raise ValueError("the key ring's current key is not the identity's")
@@ -375,6 +386,18 @@ class AgentServer(IntentDispatcher):
         self._approvers = approver_dids(approvers)
         self._approval_settings = approval
         self._approvals: ApprovalEngine | None = None
+        if metrics is True:
+            from a2a_secure.telemetry.metrics import ServerMetrics  # noqa: PLC0415 - metrics extra
+
+            metrics = ServerMetrics()
+        self.metrics: ServerMetrics | None = metrics or None
+        self._observer = ServerObserver(
+            metrics=self.metrics,
+            log_requests=log_requests,
+            serves=self.has,
+            session_timeout=lambda: self.policy.session_timeout,
+            scheduler=lambda: self._protocol.scheduler if self._protocol is not None else None,
+        )
         if serve_tools:
             self.enable_tools()
 
@@ -433,7 +456,7 @@ class AgentServer(IntentDispatcher):
         admit: Admission | None = None,
     ) -> None:
         """See :meth:`IntentDispatcher.add`; the card and core are rebuilt to list it."""
-        super().add(goal, handler, admit=admit)
+        super().add(goal, self._observer.timed(goal, handler), admit=admit)
         self._card = None
         self._protocol = None
 
@@ -499,6 +522,7 @@ class AgentServer(IntentDispatcher):
 
     def _audit_action(self, **record: Any) -> None:
         # Looked up at each call: the hook may be replaced after the server is built.
+        self._observer.action(record)
         if self._audit is not None:
             self._audit(**record)
 
@@ -629,11 +653,30 @@ class AgentServer(IntentDispatcher):
                     ring=self.key_ring, revocations=self.revocations, monotonic=self._monotonic
                 ),
                 priority_rights=self.priority_rights,
+                observe=self._observer.observe,
             )
         return self._protocol
 
     # -- HTTP ---------------------------------------------------------------------------------
-    async def handle_asgi(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
+    def handle_asgi(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> Awaitable[None]:
+        """Serve one POST to ``/a2a/<endpoint>`` as a raw ASGI exchange (see :meth:`_handle_asgi`).
+
+        With an OpenTelemetry SDK configured it runs in a server span, the child of the
+        request's ``traceparent`` header if it has one (a2a_secure.telemetry.tracing).
+        Not a coroutine function itself: without tracing, no coroutine of its own.
+        """
+        tracer = tracing.tracer()
+        if tracer is None:
+            return self._handle_asgi(scope, receive, send, endpoint)
+        return self._traced_asgi(tracer, scope, receive, send, endpoint)
+
+    async def _traced_asgi(
+        self, tracer: Any, scope: Scope, receive: Receive, send: Send, endpoint: str
+    ) -> None:
+        with tracing.server_span(tracer, scope["headers"], endpoint):
+            await self._handle_asgi(scope, receive, send, endpoint)
+
+    async def _handle_asgi(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
         """Serve one POST to ``/a2a/<endpoint>`` as a raw ASGI exchange.
 
         The two hot endpoints bypass Starlette's Request/Response objects (and, in the app
@@ -698,6 +741,13 @@ class AgentServer(IntentDispatcher):
         statements = list(self.key_ring.statements) if self.key_ring is not None else []
         return Response(encoding.dumps({"statements": statements}), media_type="application/json")
 
+    async def metrics_endpoint(self, request: Request) -> Response:
+        """GET /metrics: the Prometheus metrics (only with ``metrics``)."""
+        assert self.metrics is not None
+        self._observer.update_gauges()
+        body, content_type = self.metrics.render()
+        return Response(body, media_type=content_type)
+
     async def health_endpoint(self, request: Request) -> Response:
         """GET /health: liveness, and the DID served."""
         return JSONResponse({"status": "ok", "did": self.identity.did})
@@ -712,6 +762,8 @@ class AgentServer(IntentDispatcher):
         router.add_route("/.well-known/did.json", self.did_document_endpoint, methods=["GET"])
         router.add_route("/.well-known/a2a-rotation.json", self.rotation_endpoint, methods=["GET"])
         router.add_route("/health", self.health_endpoint, methods=["GET"])
+        if self.metrics is not None:
+            router.add_route("/metrics", self.metrics_endpoint, methods=["GET"])
         return router
 
     def app(self) -> FastAPI:

@@ -30,6 +30,11 @@ Environment variables read by :func:`app_from_env`:
 ``A2A_SECURE_REVOCATIONS``  a revocation file (``a2a-secure revoke --file``), checked besides
                             the revocations kept in the store (``a2a-secure revoke --redis-url``)
 ``A2A_SECURE_URL``          the agent's public base URL, the card's ``url`` (PROTOCOL.md §4)
+``A2A_SECURE_METRICS``      ``1``: serve Prometheus metrics at ``/metrics`` (the ``metrics``
+                            extra); with several workers, ``serve`` also sets
+                            ``PROMETHEUS_MULTIPROC_DIR`` (a2a_secure.telemetry.metrics)
+``A2A_SECURE_LOG_FORMAT``   ``json``: log one JSON object per line, one per answered request
+                            (a2a_secure.telemetry.logs)
 ``A2A_SECURE_APP``          ``module:attr``: an ``AgentServer`` (or an object with a ``server``
                             attribute holding one, like ``A2AAgent``) whose intents are served,
                             or a callable given the ``AgentServer`` to register handlers on
@@ -45,7 +50,10 @@ import importlib
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -61,6 +69,7 @@ from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.store.revocation import FileRevocations, Revocations
+from a2a_secure.telemetry import tracing
 
 __all__ = [
     "ENV",
@@ -85,7 +94,10 @@ ENV = {
     "audit_log": "A2A_SECURE_AUDIT_LOG",
     "app": "A2A_SECURE_APP",
     "revocations": "A2A_SECURE_REVOCATIONS",
+    "metrics": "A2A_SECURE_METRICS",
+    "log_format": "A2A_SECURE_LOG_FORMAT",
 }
+LOG_FORMATS = ("text", "json")
 FACTORY = "a2a_secure.server.run:app_from_env"
 WORKERS_NEED_REDIS = "--workers > 1 needs --redis-url: sessions would not be shared between workers"
 
@@ -275,6 +287,8 @@ def build_server(
     limits: ServerLimits | None = None,
     url: str = "",
     shared_store: bool = False,
+    metrics: bool = False,
+    log_requests: bool = False,
 ) -> AgentServer:
     """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts.
 
@@ -296,6 +310,8 @@ def build_server(
         revocations=revocations,
         priority_rights=priority_rights,
         limits=limits,
+        metrics=metrics,
+        log_requests=log_requests,
     )
     if app:
         _mount_app(server, app, shared_store=shared_store)
@@ -337,6 +353,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     audit log are closed when the app shuts down.
     """
     env = os.environ if environ is None else environ
+    tracing.configure_from_env("a2a-secure", env)  # OTEL_EXPORTER_OTLP_* asks for traces
     key_file = env.get(ENV["key_file"])
     if not key_file:
         raise ValueError(f"{ENV['key_file']} is not set")
@@ -377,6 +394,8 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
         priority_rights=rights,
         limits=limits,
         url=env.get(ENV["url"]) or "",
+        metrics=env.get(ENV["metrics"]) == "1",
+        log_requests=env.get(ENV["log_format"]) == "json",
     )
     fastapi_app = server.app()
     fastapi_app.state.agent_server = server
@@ -391,6 +410,10 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
             if auditor is not None:
                 with contextlib.suppress(Exception):
                     auditor.close()
+            if server.metrics is not None:  # this worker's live gauges end with it
+                from a2a_secure.telemetry.metrics import mark_process_dead  # noqa: PLC0415
+
+                mark_process_dead(os.getpid())
 
     fastapi_app.router.lifespan_context = lifespan
     return fastapi_app
@@ -413,11 +436,17 @@ def serve(
     redis_wait_replicas: int | None = None,
     redis_wait_timeout_ms: int | None = None,
     url: str | None = None,
+    metrics: bool = False,
+    log_format: str = "text",
 ) -> None:
     """Run the agent under uvicorn with ``workers`` processes (blocks until stopped).
 
     ``url`` is the agent's public base URL in its card (PROTOCOL.md §4); None:
     :func:`default_url` of ``host``, ``port`` and TLS.
+    ``metrics``: serve Prometheus metrics at ``/metrics``; with several workers in
+    ``prometheus_client``'s multiprocess mode, through a directory made for this run (or
+    ``PROMETHEUS_MULTIPROC_DIR`` if set, emptied first) and removed when it ends.
+    ``log_format``: ``text`` or ``json`` (one object per line, one per answered request).
 
     ``redis_wait_replicas`` and ``redis_wait_timeout_ms`` are the ``wait_replicas`` and
     ``wait_timeout_ms`` of the :class:`~a2a_secure.store.redis.RedisStore` (None: its
@@ -444,6 +473,14 @@ def serve(
             raise ServeUsageError(f"--{name.replace('_', '-')} must be an integer from {low} to {high}")
     if redis_wait_timeout_ms is not None and redis_wait_replicas is None:
         raise ServeUsageError("--redis-wait-timeout-ms needs --redis-wait-replicas")
+    if log_format not in LOG_FORMATS:
+        raise ServeUsageError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
+    if metrics:
+        try:
+            import prometheus_client  # noqa: F401, PLC0415 - the metrics extra
+        except ImportError:
+            hint = "pip install 'a2a-secure[metrics]'"
+            raise ServeUsageError(f"--metrics needs the metrics extra: {hint}") from None
     import uvicorn  # noqa: PLC0415 - server extra
 
     url = public_url(default_url(host, port, tls=tls_cert is not None) if url is None else url)
@@ -456,6 +493,8 @@ def serve(
         "audit_log": os.path.abspath(audit_log) if audit_log else None,
         "app": app,
         **{name: None if value is None else str(value) for name, value in wait.items()},
+        "metrics": "1" if metrics else None,
+        "log_format": "json" if log_format == "json" else None,
     }
     for name, value in settings.items():
         if value:
@@ -476,15 +515,49 @@ def serve(
         url=url,
         shared_store=bool(redis_url),
     )
-    uvicorn.run(
-        FACTORY,
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        ssl_certfile=os.fspath(tls_cert) if tls_cert is not None else None,
-        ssl_keyfile=os.fspath(tls_key) if tls_key is not None else None,
-        log_level=log_level,
-        access_log=False,
-        lifespan="on",
-    )
+    extra: dict[str, Any] = {}
+    if log_format == "json":
+        from a2a_secure.telemetry.logs import log_config  # noqa: PLC0415
+
+        extra["log_config"] = log_config(log_level)
+    with _metrics_dir(metrics and workers > 1):
+        uvicorn.run(
+            FACTORY,
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            ssl_certfile=os.fspath(tls_cert) if tls_cert is not None else None,
+            ssl_keyfile=os.fspath(tls_key) if tls_key is not None else None,
+            log_level=log_level,
+            access_log=False,
+            lifespan="on",
+            **extra,
+        )
+
+
+@contextlib.contextmanager
+def _metrics_dir(wanted: bool) -> Iterator[None]:
+    """``PROMETHEUS_MULTIPROC_DIR`` for the workers, set before any of them starts.
+
+    Values left from an earlier run would be added to this run's: a directory the operator
+    named is emptied first, and one made here is removed at the end.
+    """
+    if not wanted:
+        yield
+        return
+    from a2a_secure.telemetry.metrics import MULTIPROC_ENV  # noqa: PLC0415
+
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        for stale in Path(given).glob("*.db"):
+            stale.unlink()
+        yield
+        return
+    path = tempfile.mkdtemp(prefix="a2a-secure-metrics-")
+    os.environ[MULTIPROC_ENV] = path
+    try:
+        yield
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)

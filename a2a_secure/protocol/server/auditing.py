@@ -11,13 +11,16 @@ keeps whatever it records.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from a2a_secure.protocol.server.common import AuditHook, Clock, Reply, ServerConfig
 
-__all__ = ["AuditFields", "AuditWriter"]
+__all__ = ["AuditFields", "AuditWriter", "ObserveHook"]
+
+# Called once per answered request with its audit fields, its reply and its duration (s).
+ObserveHook = Callable[[Any, Reply, float], object]
 
 
 @dataclass(slots=True)
@@ -39,13 +42,18 @@ class AuditFields:
 class AuditWriter:
     """Writes one audit record per request through the hook (none without a hook)."""
 
-    def __init__(self, hook: AuditHook | None, config: ServerConfig, clock: Clock) -> None:
+    def __init__(
+        self, hook: AuditHook | None, config: ServerConfig, clock: Clock, observe: ObserveHook | None = None
+    ) -> None:
         self._hook = hook
         self._config = config
         self._clock = clock
+        self._observe = observe
 
     def write(self, a: AuditFields, reply: Reply) -> None:
         """The record of a request that ended with ``reply``."""
+        if self._observe is not None:  # telemetry (a2a_secure.telemetry): fields, never inputs
+            self._observe(a, reply, self._clock() - a.started)
         if self._hook is None:
             return
         code = reply.error.get("code") if reply.error is not None else None
