@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from a2a_secure.protocol.approval import NeedsApproval
     from a2a_secure.registry import AgentRegistry
 
-__version__ = "0.1.0"
+from a2a_secure.version import __version__
 
 __all__ = [
     "A2AAgent",

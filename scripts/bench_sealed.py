@@ -41,7 +41,8 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import ClientHandshake, ClientSession
-from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits, ServerProtocol
+from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits
+from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.store.memory import MemoryStore
 
 

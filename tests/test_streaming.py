@@ -327,7 +327,7 @@ async def test_the_server_timeout_bounds_each_gap_not_the_whole_stream(stack: St
 async def test_keepalive_is_exactly_a_comment_line_and_an_empty_line(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from a2a_secure.protocol import streaming
+    from a2a_secure.runtime import stream_record as streaming
 
     monkeypatch.setattr(streaming, "KEEPALIVE_SECONDS", 0.02)
     req = stack.prepare("count", {"n": 2, "delay_ms": 200}, stream=True)

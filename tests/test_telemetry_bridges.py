@@ -59,6 +59,7 @@ async def test_mcp_tool_call_continues_the_trace_in_its_meta(
                     ClientSession(read, write) as mcp,
                 ):
                     await mcp.initialize()
+                    await mcp.list_tools()  # a call goes only to a card the last listing showed
                     result = await mcp.call_tool("beta__echo", {"text": "traced"})
                     assert not result.is_error
             # the MCP server exits when its stdin closes, flushing its spans (atexit)

@@ -15,6 +15,7 @@ results, tokens, signatures, nonces or keys; a session id only as a hash.
 
 from __future__ import annotations
 
-from a2a_secure.telemetry.observer import ServerObserver, session_hash
+from a2a_secure.telemetry.observer import ServerObserver
+from a2a_secure.telemetry.tracing import session_hash
 
 __all__ = ["ServerObserver", "session_hash"]

@@ -13,13 +13,13 @@ tokens, signatures, nonces and keys are not in the audit fields to begin with.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from a2a_secure.telemetry import tracing
+from a2a_secure.telemetry.tracing import session_hash
 
 if TYPE_CHECKING:
     from a2a_secure.telemetry.metrics import ServerMetrics
@@ -46,11 +46,6 @@ _APPROVAL_OUTCOMES = {
     "action_failed": "failed",
     "action_refused": "refused",
 }
-
-
-def session_hash(session_id: str) -> str:
-    """The first 16 hex digits of SHA-256 of a session id: links records, reveals nothing."""
-    return hashlib.sha256(session_id.encode()).hexdigest()[:16]
 
 
 def refusal_reason(code: Any, message: Any) -> str | None:

@@ -26,13 +26,14 @@ outside the signed request: a forged one can only mislead a trace, never the pro
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from a2a_secure import __version__
+from a2a_secure.version import __version__
 
 __all__ = [
     "NOOP",
@@ -56,6 +57,11 @@ OTLP_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROPAGATED = (b"traceparent", b"tracestate")
 _RPC = {"rpc.system": "jsonrpc", "rpc.service": "a2a_secure", "rpc.jsonrpc.version": "2.0"}
 _cache: list[Any] = [None, None]  # the provider last seen, and its tracer (None: no SDK)
+
+
+def session_hash(session_id: str) -> str:
+    """The first 16 hex digits of SHA-256 of a session id: links records, reveals nothing."""
+    return hashlib.sha256(session_id.encode()).hexdigest()[:16]
 
 
 def tracer() -> Any | None:
@@ -265,8 +271,6 @@ def client_step(
     span = _recording_span()
     if span is None:
         return
-    from a2a_secure.telemetry.observer import session_hash  # noqa: PLC0415
-
     attrs: dict[str, Any] = {"a2a_secure.outcome": "error" if error is not None else "success"}
     if error is not None:
         attrs["a2a_secure.error_code"] = getattr(error, "code", -32603)
