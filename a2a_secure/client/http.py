@@ -32,6 +32,7 @@ from a2a_secure.errors import (
     InternalError,
     InvalidParams,
     PeerUnreachable,
+    PolicyViolation,
     SessionUnknown,
     Unavailable,
 )
@@ -46,6 +47,7 @@ from a2a_secure.protocol.client import (
     PreparedRequest,
     StreamEvent,
 )
+from a2a_secure.protocol.delegation import CHAIN_UNKNOWN, DELEGATION, Chain
 from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, is_ids_full, new_intent_id
 from a2a_secure.protocol.jsonrpc import encode_request
 from a2a_secure.protocol.policy import Policy
@@ -257,6 +259,11 @@ async def _sse_events(body: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, by
         raise AuthenticationFailed("stream ended inside an event")
 
 
+def _chain_unknown(exc: A2AError) -> bool:
+    """Whether ``exc`` is the server's signed "send the chain in full" (§12.6); nothing ran."""
+    return getattr(exc, "signed", False) is True and exc.message.endswith(CHAIN_UNKNOWN)
+
+
 class _Peer:
     """One server: its endpoint and its open session, with a lock keeping sequences ordered."""
 
@@ -269,6 +276,8 @@ class _Peer:
         # Until then (monotonic), intents this client names no id for go without one: the
         # server refused a new id because this DID holds as many as it keeps (§12.5).
         self.ids_full_until = 0.0
+        # The delegation chains (by hash) sent in full on ``session``: later intents name them.
+        self.chains_sent: set[str] = set()
         self.lock = asyncio.Lock()
 
 
@@ -504,6 +513,7 @@ class A2AClient:
         assert session is not None
         peer.session = session
         peer.extensions = frozenset()
+        peer.chains_sent.clear()
         if self.exactly_once is not False:
             peer.extensions = await self._server_extensions(peer, session)
         return session
@@ -581,8 +591,38 @@ class A2AClient:
                 "send the intent without a priority"
             )
 
+    async def _with_delegation(
+        self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any], chain: Chain | None
+    ) -> Mapping[str, Any]:
+        """``intent`` acting under ``chain`` (PROTOCOL.md §12.6): the tokens the first time on
+        this session, the chain's hash after that.
+
+        Refused before anything is signed: a server whose card does not declare the
+        extension, and a chain that does not let this client's DID do this goal at this
+        server now (a chain delegated to someone else, expired, or too narrow).
+        """
+        if chain is None:
+            return intent
+        if DELEGATION not in peer.extensions:
+            peer.extensions = await self._server_extensions(peer, session, verified_only=True)
+            if DELEGATION not in peer.extensions:
+                raise InvalidParams(f"{peer.did[:128]} does not declare the delegation extension")
+        refused = chain.refusal(
+            now=self._clock(),
+            client_did=self.identity.did,
+            server_did=peer.did,
+            goal=str(intent.get("goal", "")),
+            priority=intent.get(PRIORITY, 3),
+        )
+        if refused is not None:
+            raise InvalidParams(f"not sent: {refused.message}")
+        if chain.hash in peer.chains_sent:
+            return {**intent, DELEGATION: chain.hash}
+        peer.chains_sent.add(chain.hash)
+        return {**intent, DELEGATION: chain.tokens}
+
     async def _attempt(
-        self, peer: _Peer, intent: Mapping[str, Any], chosen: str | None
+        self, peer: _Peer, intent: Mapping[str, Any], chosen: str | None, chain: Chain | None = None
     ) -> tuple[ClientSession, Mapping[str, Any], str | None]:
         """One attempt's session, the intent to sign on it and its intent_id.
 
@@ -596,6 +636,7 @@ class A2AClient:
         assert session is not None
         await self._check_priority(peer, session, intent)
         body, chosen = await self._with_intent_id(peer, session, intent, chosen)
+        body = await self._with_delegation(peer, session, body, chain)
         return session, body, chosen
 
     @staticmethod
@@ -667,6 +708,7 @@ class A2AClient:
         endpoint: str | None = None,
         priority: int | None = None,
         intent_id: str | None = None,
+        on_behalf_of: Chain | None = None,
     ) -> IntentResult:
         """Send ``intent`` to ``server_did`` on a (re)used session; return the verified result.
 
@@ -676,7 +718,9 @@ class A2AClient:
         ``intent_id``: the caller's own id for this intent (22-64 base64url
         characters, 128 random bits or more), so that its own retries, across restarts too,
         run the intent at most once; the server must declare the extension (see
-        ``exactly_once``). The id used is ``IntentResult.intent_id``.
+        ``exactly_once``). The id used is ``IntentResult.intent_id``. ``on_behalf_of``: a
+        delegation chain whose leaf names this client's DID (PROTOCOL.md §12.6); the server
+        must declare the extension.
         """
         intent = with_priority(intent, priority)
         peer = self._peer(server_did, endpoint)
@@ -684,9 +728,14 @@ class A2AClient:
         own_id = chosen is None  # an id this client picks, not the caller's
         async with peer.lock:
             for attempt in (1, 2):
-                session, body, chosen = await self._attempt(peer, intent, chosen)
+                session, body, chosen = await self._attempt(peer, intent, chosen, on_behalf_of)
                 try:
                     return await self._send(peer, session, body)
+                except PolicyViolation as exc:
+                    if on_behalf_of is None or not _chain_unknown(exc) or attempt == 2:
+                        raise
+                    # The worker that answered has not seen the chain: send it in full.
+                    peer.chains_sent.discard(on_behalf_of.hash)
                 except Unavailable as exc:
                     if not (own_id and attempt == 1 and self._ids_full(peer, exc)):
                         raise

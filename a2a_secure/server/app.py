@@ -36,6 +36,7 @@ from a2a_secure.protocol.approval import (
     NeedsApproval,
     approver_dids,
 )
+from a2a_secure.protocol.delegation import DelegationRules
 from a2a_secure.protocol.intent_id import CARD_MEMBER as EXTENSIONS_MEMBER
 from a2a_secure.protocol.jsonrpc import EnvelopeError, encode_error, encode_result, parse_request
 from a2a_secure.protocol.keyguard import KeyGuard
@@ -271,10 +272,12 @@ class AgentServer(IntentDispatcher):
         approvers: Iterable[str] = (),
         approval: ApprovalSettings | None = None,
         serve_tools: bool = False,
+        delegation: DelegationRules | None = None,
     ) -> None:
         """``priority_rights``: the highest intent priority each caller may use (PROTOCOL.md
         §12.3; default 3 for everyone). ``limits.max_concurrent_intents`` turns the priority
-        queue on (per worker process)."""
+        queue on (per worker process). ``delegation``: accept delegation chains (§12.6), and
+        the goals that run only on behalf of listed principals; None: the extension is off."""
         super().__init__()
         if key_ring is not None and key_ring.current.did != identity.did:
             raise ValueError("the key ring's current key is not the identity's")
@@ -292,6 +295,7 @@ class AgentServer(IntentDispatcher):
         self.resolver = resolver or DIDResolver()
         self.limits = limits or ServerLimits()
         self.priority_rights = priority_rights or PriorityRights()
+        self.delegation = delegation
         self.max_body = max_body
         self._clock = clock
         self._monotonic = monotonic
@@ -518,7 +522,7 @@ class AgentServer(IntentDispatcher):
                 card["streaming_intents"] = self.streaming_goals
             if self._intent_schemas:
                 card["intent_schemas"] = {g: dict(v) for g, v in sorted(self._intent_schemas.items())}
-            extensions = server_extensions(self.limits, self.store)
+            extensions = server_extensions(self.limits, self.store, delegation=self.delegation is not None)
             if extensions:  # additive: a server without extensions keeps today's card
                 card[EXTENSIONS_MEMBER] = extensions
             if self._card_builder is not None:
@@ -554,6 +558,7 @@ class AgentServer(IntentDispatcher):
                     ring=self.key_ring, revocations=self.revocations, monotonic=self._monotonic
                 ),
                 priority_rights=self.priority_rights,
+                delegation=self.delegation,
             )
         return self._protocol
 

@@ -13,6 +13,7 @@ from typing import Any
 from a2a_secure.errors import AuthenticationFailed, InvalidParams
 from a2a_secure.identity.jws import Decoded, jws_decode_unverified
 from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.delegation import check_member as check_delegation
 from a2a_secure.protocol.intent_id import check_intent_id
 from a2a_secure.protocol.models._base import (
     _NOT_DECODED,
@@ -90,6 +91,8 @@ class Intent(_Validated):
     constraints: Constraints | None = None
     priority: int | None = None
     intent_id: str | None = None  # the intent_id extension (protocol/intent_id.py)
+    # The delegation extension (protocol/delegation.py): a chain of tokens, or a chain's hash.
+    delegation: tuple[str, ...] | str | None = None
 
     @classmethod
     def parse(cls, obj: Any, *, error: ErrorType = InvalidParams) -> Intent:
@@ -114,7 +117,10 @@ class Intent(_Validated):
         intent_id = None
         if "intent_id" in intent:
             intent_id = check_intent_id(intent["intent_id"], error)
-        return _make(cls, goal, inputs, domain, constraints, priority, intent_id)
+        delegation = None
+        if "delegation" in intent:
+            delegation = check_delegation(intent["delegation"], error)
+        return _make(cls, goal, inputs, domain, constraints, priority, intent_id, delegation)
 
     @property
     def constraints_dict(self) -> dict[str, Any]:
@@ -137,6 +143,9 @@ class Intent(_Validated):
             out["priority"] = self.priority
         if self.intent_id is not None:
             out["intent_id"] = self.intent_id
+        if self.delegation is not None:
+            d = self.delegation
+            out["delegation"] = d if isinstance(d, str) else list(d)
         return out
 
 

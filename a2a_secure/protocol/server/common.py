@@ -16,6 +16,7 @@ from typing import Any, Literal
 from a2a_secure.errors import StaleTimestamp, log_unexpected
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.delegation import DelegationRules
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.priority import PriorityRights
@@ -108,6 +109,8 @@ class ServerConfig:
         return self.retired_signers.get(session_id, self.identity)
 
     priority_rights: PriorityRights = field(default_factory=PriorityRights)
+    # The delegation extension (PROTOCOL.md §12.6); None: not served (and not declared).
+    delegation: DelegationRules | None = None
 
 
 @dataclass(frozen=True, slots=True)

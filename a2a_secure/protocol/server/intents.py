@@ -43,6 +43,7 @@ from a2a_secure.protocol.priority import DEFAULT_PRIORITY
 from a2a_secure.protocol.server.auditing import AuditFields
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, log_unexpected, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
+from a2a_secure.protocol.server.delegation import NO_DELEGATION, DelegationGuard, Verdict, claim_form
 from a2a_secure.protocol.server.dispatcher import IntentContext
 from a2a_secure.protocol.server.replies import SignedReplies
 from a2a_secure.protocol.validate import ct_equal, is_fresh
@@ -83,9 +84,11 @@ class IntentProcessor:
         streams: StreamPump,
         clock: Clock,
         exactly_once: ExactlyOnce,
+        delegation: DelegationGuard | None = None,
     ) -> None:
         self._config = config
         self._exactly_once = exactly_once
+        self._delegation = delegation or DelegationGuard(config)
         self._deadlines = deadlines
         self._past_deadline = deadlines.past
         self._signed_error = replies.error
@@ -112,6 +115,8 @@ class IntentProcessor:
             audit.intent_goal = intent.goal[:256]
             if intent.intent_id is not None:
                 self._exactly_once.check(intent)
+            if intent.delegation is not None:
+                self._delegation.check_member(intent)
         audit.sequence = params_seq
         # Step 2: the session.
         now = self._clock()
@@ -167,10 +172,20 @@ class IntentProcessor:
             if intent is not None and not self._has_room(intent.priority or DEFAULT_PRIORITY):
                 # §12.3: the queue is full; likewise before the sequence is consumed.
                 raise Unavailable("too many intents are waiting to run", retry_after=1)
+            # §12.6: the chain is checked now, its refusal given at step 9 (and claims no id).
+            delegated = NO_DELEGATION
+            if intent is not None:
+                delegated = await self._delegation.verdict(session, intent, now)
             # Steps 7-8, one atomic check-and-update (with an intent_id, and its claim).
             once: Pending | None = None
-            if intent is not None and intent_obj is not None and intent.intent_id is not None:
-                once = self._exactly_once.prepare(session, intent, intent_obj, wants_stream, now)
+            if (
+                intent is not None
+                and intent_obj is not None
+                and intent.intent_id is not None
+                and delegated.refusal is None
+            ):
+                claimed = claim_form(intent_obj) if intent.delegation is not None else intent_obj
+                once = self._exactly_once.prepare(session, intent, claimed, wants_stream, now)
             if once is None:
                 begin = await cfg.store.begin_request(
                     session_id,
@@ -207,7 +222,9 @@ class IntentProcessor:
                 reply = await self._close(session, sequence, req_hash)
             else:
                 assert intent is not None
-                reply = await self._run_intent(session, sequence, req_hash, intent, wants_stream, audit)
+                reply = await self._run_intent(
+                    session, sequence, req_hash, intent, wants_stream, audit, delegated
+                )
         except A2AError as exc:
             reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
         except Exception as exc:
@@ -244,12 +261,17 @@ class IntentProcessor:
         intent: Intent,
         wants_stream: bool,
         audit: AuditFields,
+        delegated: Verdict = NO_DELEGATION,
     ) -> Reply:
         dispatcher = self._config.dispatcher
         goal = intent.goal
-        # Step 9: the policy agreed in the handshake, not today's configuration.
+        # Step 9: the policy agreed in the handshake, not today's configuration ...
         if not session.policy.allows(goal):
             raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
+        # ... intersected with the scope of the chain the intent acts under (§12.6).
+        if delegated.refusal is not None:
+            raise delegated.refusal
+        chain = delegated.chain
         # ... and the server's priority rights (§12.3), also -32042 before anything runs.
         priority = self._config.priority_rights.effective(intent.priority, session.client_did)
         # Step 10: a handler.
@@ -269,6 +291,8 @@ class IntentProcessor:
             client_agent_id=session.client_agent_id,
             priority=priority,
             intent_id=intent.intent_id,
+            principal=None if chain is None else chain.principal,
+            delegation=chain,
         )
         inputs = intent.inputs
         if intent.stream is False and dispatcher.is_always_streamed(goal):

@@ -20,6 +20,7 @@ from typing import Any
 from a2a_secure.errors import A2AError, InternalError, MethodNotFound
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
+from a2a_secure.protocol.delegation import DelegationRules
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.policy import Policy
 from a2a_secure.protocol.priority import PriorityRights
@@ -71,6 +72,7 @@ class ServerProtocol:
         monotonic: Clock = time.monotonic,
         key_guard: KeyGuard | None = None,
         priority_rights: PriorityRights | None = None,
+        delegation: DelegationRules | None = None,
     ) -> None:
         config = ServerConfig(
             identity=identity,
@@ -82,6 +84,7 @@ class ServerProtocol:
             limits=limits or ServerLimits(),
             key_guard=key_guard or KeyGuard(monotonic=monotonic),
             priority_rights=priority_rights or PriorityRights(),
+            delegation=delegation,
         )
         self._config = config
         self._clock = clock
