@@ -43,6 +43,7 @@ __all__ = [
     "DelegationRefused",
     "DelegationRules",
     "Link",
+    "check_bounds",
     "check_member",
     "issue",
     "load_chain",
@@ -106,23 +107,30 @@ def _str_list(value: Any, what: str, limit: int, error: ErrorType, *, dids: bool
 def check_member(value: Any, error: ErrorType = InvalidParams) -> tuple[str, ...] | str:
     """The ``intent.delegation`` member's form (§6.1 step 1): a chain or a chain's hash.
 
-    A chain is 1 to :data:`MAX_DEPTH` strings of at most :data:`MAX_LINK_CHARS` characters,
-    :data:`MAX_CHAIN_CHARS` in all; nothing is decoded here.
+    Only the JSON types are checked here (-32602); the bounds of depth and size are a
+    refusal of the chain (:func:`check_bounds`), signed like the others.
     """
     if isinstance(value, str):
         if not encoding.is_hash_string(value):
             raise error("delegation must be an array of tokens or a sha256 hash string")
         return value
-    if not isinstance(value, list) or not 1 <= len(value) <= MAX_DEPTH:
-        raise error(f"delegation must be an array of 1 to {MAX_DEPTH} tokens")
+    if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
+        raise error("delegation must be an array of tokens or a sha256 hash string")
+    return tuple(value)
+
+
+def check_bounds(tokens: Sequence[str], error: ErrorType = DelegationRefused) -> None:
+    """1 to :data:`MAX_DEPTH` tokens of at most :data:`MAX_LINK_CHARS` characters and
+    :data:`MAX_CHAIN_CHARS` in all: counted on the strings, before anything is decoded."""
+    if not 1 <= len(tokens) <= MAX_DEPTH:
+        raise error(f"delegation refused: a chain has 1 to {MAX_DEPTH} links")
     total = 0
-    for token in value:
-        if not isinstance(token, str) or len(token) > MAX_LINK_CHARS:
-            raise error(f"each delegation token is a string of at most {MAX_LINK_CHARS} characters")
+    for token in tokens:
+        if len(token) > MAX_LINK_CHARS:
+            raise error(f"delegation refused: a link is at most {MAX_LINK_CHARS} characters")
         total += len(token)
     if total > MAX_CHAIN_CHARS:
-        raise error(f"a delegation chain is at most {MAX_CHAIN_CHARS} characters")
-    return tuple(value)
+        raise error(f"delegation refused: a chain is at most {MAX_CHAIN_CHARS} characters")
 
 
 def reference_of(value: tuple[str, ...] | str) -> str:
@@ -247,7 +255,7 @@ def parse_chain(tokens: Sequence[str]) -> Chain:
     target or revocation (:meth:`Chain.check_use` and the adapter): those change with every use.
     Raises :class:`DelegationRefused` naming the first link that breaks a rule.
     """
-    check_member(list(tokens), DelegationRefused)
+    check_bounds(tokens)
     links: list[Link] = []
     seen: set[str] = set()
     for at, token in enumerate(tokens):

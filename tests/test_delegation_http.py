@@ -1,0 +1,296 @@
+"""Delegation chains over real HTTP (PROTOCOL.md §12.6): a person, three agents, uvicorn.
+
+The person (a did:key only) delegates to an assistant, which asks an orchestrator, which asks
+a calendar that runs ``create_event`` only on the person's behalf. Each attack is sent by a
+real client over a real session with the raw ``delegation`` member (the client API refuses
+to send most of them), and each must come back as a signed -32042 with nothing run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from http_helpers import identity
+
+from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
+from a2a_secure.client.http import A2AClient, RetryPolicy
+from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation
+from a2a_secure.identity import encoding
+from a2a_secure.identity.jws import jws_sign
+from a2a_secure.identity.keys import Identity
+from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.delegation import TYP, Chain, DelegationRules, load_chain
+from a2a_secure.protocol.server import IntentContext
+from a2a_secure.server.app import AgentServer
+from a2a_secure.store.memory import MemoryStore
+from a2a_secure.store.revocation import StoreRevocations
+from a2a_secure.testing import serve_app
+
+NO_RETRY = RetryPolicy(attempts=1)
+PERSON = identity("deleg-person")
+ASSISTANT = identity("deleg-assistant")
+ORCH = identity("deleg-orchestrator")
+CAL = identity("deleg-calendar")
+MALLORY = identity("deleg-mallory")
+
+
+@dataclass
+class World:
+    cal_url: str
+    orch_url: str
+    cal_store: MemoryStore
+    calls: Counter[str] = field(default_factory=Counter)
+    seen: list[dict[str, Any]] = field(default_factory=list)
+
+
+def calendar(world_calls: Counter[str], seen: list[dict[str, Any]], store: MemoryStore) -> AgentServer:
+    server = AgentServer(
+        CAL, store=store, delegation=DelegationRules.build({"create_event": [PERSON.did]}), name="calendar"
+    )
+
+    @server.intent("create_event")
+    async def create_event(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
+        world_calls["create_event"] += 1
+        chain = ctx.delegation
+        seen.append({"principal": ctx.principal, "caller": ctx.caller_did, "hops": chain.hops})
+        return {"created": inputs.get("title"), "for": ctx.principal}
+
+    @server.intent("list_events")
+    async def list_events(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
+        world_calls["list_events"] += 1
+        return {"events": [], "for": ctx.principal}
+
+    return server
+
+
+def orchestrator(cal_url: str, calls: Counter[str], onward: A2AClient) -> AgentServer:
+    server = AgentServer(ORCH, delegation=DelegationRules(), name="orchestrator")
+
+    @server.intent("plan")
+    async def plan(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
+        calls["plan"] += 1
+        # The assistant hands over the chain extended to this agent; it must be for the same
+        # principal as the one this intent runs under.
+        mine = load_chain(encoding.dumps(inputs["chain"]))
+        assert ctx.principal is not None and mine.principal == ctx.principal
+        result = await onward.request(
+            CAL.did, {"goal": "create_event", "inputs": {"title": inputs["title"]}},
+            endpoint=cal_url, on_behalf_of=mine,
+        )  # fmt: skip
+        return {"calendar": result.result, "principal": ctx.principal}
+
+    return server
+
+
+@contextlib.asynccontextmanager
+async def world() -> AsyncIterator[World]:
+    calls: Counter[str] = Counter()
+    seen: list[dict[str, Any]] = []
+    store = MemoryStore()
+    async with contextlib.AsyncExitStack() as stack:
+        cal_url = await stack.enter_async_context(serve_app(calendar(calls, seen, store).app()))
+        onward = await stack.enter_async_context(A2AClient(ORCH, retry=NO_RETRY))
+        orch_url = await stack.enter_async_context(serve_app(orchestrator(cal_url, calls, onward).app()))
+        yield World(cal_url, orch_url, store, calls, seen)
+
+
+def person_chain(to: Identity = ASSISTANT, **kw: Any) -> Chain:
+    opts: dict[str, Any] = {"goals": ["plan", "create_event"], "ttl": 3600, "targets": [ORCH.did, CAL.did]}
+    opts.update(kw)
+    return PERSON.delegate(to.did, **opts)  # type: ignore[no-any-return]
+
+
+def to_orch(chain: Chain | None = None, **kw: Any) -> Chain:
+    """The person's chain, delegated on by the assistant to the orchestrator."""
+    return (chain or person_chain()).further(
+        ASSISTANT, to=ORCH.did, goals=["create_event"], now=time.time(), **kw
+    )
+
+
+async def raw(client: A2AClient, url: str, delegation: Any, goal: str = "create_event") -> Any:
+    """Send ``delegation`` as it is, on the client's session with the calendar."""
+    session = await client.session_for(CAL.did, url)
+    intent: dict[str, Any] = {"goal": goal, "inputs": {"title": "x"}}
+    if delegation is not None:
+        intent["delegation"] = delegation
+    return await client.send_intent(session, intent)
+
+
+async def refused_signed(client: A2AClient, w: World, delegation: Any, match: str) -> None:
+    before = sum(w.calls.values())
+    with pytest.raises(PolicyViolation, match=match) as info:
+        await raw(client, w.cal_url, delegation)
+    assert info.value.signed is True and info.value.code == -32042
+    assert sum(w.calls.values()) == before  # nothing ran
+
+
+def link(signer: Identity, parent: Chain | None, **members: Any) -> str:
+    now = int(time.time())
+    payload: dict[str, Any] = {
+        "iss": signer.did, "aud": ORCH.did, "sub": PERSON.did, "jti": encoding.b64u_encode(b"j" * 16),
+        "nbf": now, "exp": now + 600, "goals": ["create_event"], "max_priority": 3,
+    }  # fmt: skip
+    if parent is not None:
+        payload["parent"] = parent.hash
+        if parent.leaf.targets is not None:
+            payload["targets"] = list(parent.leaf.targets)
+    typ = members.pop("typ", TYP)
+    payload.update(members)
+    return jws_sign(payload, signer, typ)
+
+
+# -- the honest path -----------------------------------------------------------------------------
+async def test_person_assistant_orchestrator_calendar_end_to_end() -> None:
+    async with world() as w, A2AClient(ASSISTANT, retry=NO_RETRY) as assistant:
+        chain = person_chain()
+        onward = to_orch(chain)
+        for title in ("standup", "retro"):
+            result = await assistant.request(
+                ORCH.did, {"goal": "plan", "inputs": {"title": title, "chain": onward.tokens}},
+                endpoint=w.orch_url, on_behalf_of=chain,
+            )  # fmt: skip
+            assert result.result == {
+                "calendar": {"created": title, "for": PERSON.did},
+                "principal": PERSON.did,
+            }
+        assert w.calls == Counter(plan=2, create_event=2)
+        hops = w.seen[0]["hops"]
+        assert [(h["issuer"], h["audience"]) for h in hops] == [
+            (PERSON.did, ASSISTANT.did),
+            (ASSISTANT.did, ORCH.did),
+        ]
+        assert hops[1]["goals"] == ["create_event"] and w.seen[0]["caller"] == ORCH.did
+
+
+async def test_later_intents_name_the_chain_by_hash_only_on_its_session() -> None:
+    async with world() as w, A2AClient(ORCH, retry=NO_RETRY) as orch:
+        chain = to_orch()
+        assert (await raw(orch, w.cal_url, chain.tokens)).result["for"] == PERSON.did
+        assert (await raw(orch, w.cal_url, chain.hash)).result["for"] == PERSON.did
+        # On another session (or at a worker that has not seen it) the hash names nothing.
+        await orch.close_session(CAL.did)
+        await refused_signed(orch, w, chain.hash, "unknown on this session; send it in full")
+        # The client API recovers: it sends the chain in full once more.
+        peer = orch._peers[CAL.did]
+        peer.chains_sent.add(chain.hash)
+        result = await orch.request(CAL.did, {"goal": "create_event", "inputs": {}}, on_behalf_of=chain)
+        assert result.result["for"] == PERSON.did and w.calls["create_event"] == 3
+
+
+async def test_a_goal_that_needs_a_principal_is_refused_without_one() -> None:
+    async with world() as w, A2AClient(ORCH, retry=NO_RETRY) as orch:
+        await refused_signed(orch, w, None, "runs only on behalf of a principal")
+        other = MALLORY.delegate(ASSISTANT.did, ["*"], ttl=600).further(
+            ASSISTANT, to=ORCH.did, now=time.time()
+        )
+        await refused_signed(orch, w, other.tokens, "may not run on behalf of")
+        # A goal without the requirement runs with or without a chain.
+        assert (await raw(orch, w.cal_url, None, goal="list_events")).result == {"events": [], "for": None}
+
+
+# -- the attacks ---------------------------------------------------------------------------------
+async def test_each_attack_is_a_signed_refusal_and_nothing_runs() -> None:
+    root = person_chain()
+    expired = PERSON.delegate(ASSISTANT.did, ["create_event"], ttl=60, now=time.time() - 120)
+    other_root = PERSON.delegate(ASSISTANT.did, ["create_event"], ttl=600)
+    spliced = [*root.tokens, to_orch(other_root).tokens[1]]
+    six = person_chain(goals=["*"])
+    hops = [ASSISTANT, MALLORY, identity("d1"), identity("d2"), identity("d3"), identity("d4")]
+    for signer, nxt in itertools.pairwise(hops):
+        six = six.further(signer, to=nxt.did, now=time.time()) if len(six.links) < 5 else six
+    depth_bomb = [*six.tokens, link(six.audience and identity("d4"), six, aud=ORCH.did)]
+    header = encoding.b64u_encode(encoding.dumps({"alg": "EdDSA", "typ": TYP, "kid": PERSON.kid}))
+    body = link(PERSON, None, iss=PERSON.did).split(".")[1]
+    not_persons_key = f"{header}.{body}.{encoding.b64u_encode(MALLORY.sign(f'{header}.{body}'.encode()))}"
+    web = Identity.from_seed(b"w" * 32, "web").with_did_web(
+        "did:web:unresolvable.invalid", "did:web:unresolvable.invalid#k1"
+    )
+    cases: list[tuple[Any, str]] = [
+        ([*root.tokens, link(ASSISTANT, root, goals=["create_event", "delete_all"])], "link 1: goals widen"),
+        ([*root.tokens, link(ASSISTANT, root, exp=int(root.exp) + 60)], "link 1: the window is not inside"),
+        (expired.further(ASSISTANT, to=ORCH.did, now=time.time() - 110).tokens, "link 0: expired at"),
+        (spliced, "link 1: parent is not the hash"),
+        (root.tokens, "delegated to another DID than this session's client"),  # the assistant's, replayed
+        (to_orch(person_chain(targets=[ORCH.did])).tokens, "this agent is not among the link's targets"),
+        ([*root.tokens, link(ASSISTANT, root, aud=PERSON.did)], "a DID appears twice"),
+        (depth_bomb, "a chain has 1 to 5 links"),
+        (["A" * 5000], "a link is at most 4096 characters"),
+        ([*root.tokens, link(ASSISTANT, root, typ=m.Typ.REQUEST)], r"link 1: JWS typ must be a2a-deleg"),
+        ([link(MALLORY, None, iss=PERSON.did, sub=PERSON.did)], "kid does not belong to the issuer's DID"),
+        ([not_persons_key], "link 0: JWS signature does not verify"),
+        ([link(web, None, iss=web.did, sub=web.did)], "issuer did:web:unresolvable.invalid cannot be"),
+    ]  # fmt: skip
+    async with world() as w, A2AClient(ORCH, retry=NO_RETRY) as orch:
+        for delegation, match in cases:
+            await refused_signed(orch, w, delegation, match)
+        assert w.calls == Counter()
+        # The same session still works with an honest chain: each refusal was one step 9.
+        assert (await raw(orch, w.cal_url, to_orch().tokens)).result["for"] == PERSON.did
+
+
+async def test_a_revoked_link_ends_the_chain_mid_session() -> None:
+    async with world() as w, A2AClient(ORCH, retry=NO_RETRY) as orch:
+        deny = StoreRevocations(w.cal_store)
+        chain = to_orch()
+        assert (await raw(orch, w.cal_url, chain.tokens)).status == "success"
+        await deny.revoke("delegation:" + chain.links[0].jti)  # the person's own link
+        await refused_signed(orch, w, chain.hash, "token id revoked: delegation:" + chain.links[0].jti)
+        await deny.unrevoke("delegation:" + chain.links[0].jti)
+        assert (await raw(orch, w.cal_url, chain.hash)).status == "success"
+        # Revoking a hop's DID (not the session's client) ends every chain through it.
+        await deny.revoke(ASSISTANT.did)
+        await refused_signed(orch, w, chain.hash, "DID revoked: " + ASSISTANT.did)
+        assert w.calls["create_event"] == 2
+
+
+async def test_the_client_refuses_before_sending() -> None:
+    async with world() as w, A2AClient(ORCH, retry=NO_RETRY) as orch:
+        with pytest.raises(InvalidParams, match=r"not sent: .*delegated to another DID"):
+            await orch.request(
+                CAL.did,
+                {"goal": "create_event", "inputs": {}},
+                endpoint=w.cal_url,
+                on_behalf_of=person_chain(),
+            )
+        with pytest.raises(InvalidParams, match=r"not sent: .*outside the delegated goals"):
+            await orch.request(
+                CAL.did, {"goal": "list_events", "inputs": {}}, endpoint=w.cal_url, on_behalf_of=to_orch()
+            )
+        assert w.calls == Counter()
+
+
+async def test_a_server_without_the_extension_refuses_the_member_unsigned() -> None:
+    plain = AgentServer(CAL, store=MemoryStore(), name="plain")
+
+    @plain.intent("create_event")
+    async def create_event(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
+        raise AssertionError("must not run")
+
+    assert "delegation" not in plain.card.get("a2a_secure_extensions", [])
+    async with serve_app(plain.app()) as url, A2AClient(ORCH, retry=NO_RETRY) as orch:
+        with pytest.raises(InvalidParams, match="does not declare the delegation extension"):
+            await orch.request(
+                CAL.did, {"goal": "create_event", "inputs": {}}, endpoint=url, on_behalf_of=to_orch()
+            )
+        with pytest.raises(A2AError, match="unexpected member 'delegation'") as info:
+            await raw(orch, url, to_orch().tokens)
+        assert info.value.code == -32602 and not info.value.signed
+
+
+async def test_an_agent_acts_for_the_person_it_was_set_up_with() -> None:
+    async with world() as w:
+        registry = AgentRegistry([RegistryEntry("calendar", CAL.did, w.cal_url)])
+        agent = A2AAgent("orch", ORCH, registry=registry, on_behalf_of=to_orch())
+        async with agent:
+            assert (await agent.request("calendar", {"goal": "create_event", "inputs": {"title": "t"}}))[
+                "for"
+            ] == PERSON.did
+            narrower = agent.delegate_further(agent.on_behalf_of, MALLORY.did, ["create_event"], ttl=60)
+            assert narrower.audience == MALLORY.did and narrower.exp <= agent.on_behalf_of.exp
