@@ -338,6 +338,9 @@ def _build_call(subparsers: Subparsers) -> None:
         metavar="N",
         help="intent priority 1-5 (default 3), within the rights the agent gives this caller",
     )
+    parser.add_argument(
+        "--on-behalf-of", metavar="FILE", help="act under this delegation chain (a2a-secure delegate)"
+    )
     parser.set_defaults(handler=_call)
 
 
@@ -363,15 +366,25 @@ def _call(args: argparse.Namespace) -> int:
     if args.domain:
         intent["domain"] = args.domain
     registry, target = _registry_for(args)
+    chain = _chain_arg(args)
 
     async def run() -> Any:
         async with A2AAgent(
-            identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True
+            identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True, on_behalf_of=chain
         ) as a:
             return await a.request(target, intent, priority=args.priority)
 
     print_json(asyncio.run(run()))
     return 0
+
+
+def _chain_arg(args: argparse.Namespace) -> Any:
+    """The delegation chain of ``--on-behalf-of`` (PROTOCOL.md §12.6), or None."""
+    if not args.on_behalf_of:
+        return None
+    from a2a_secure.cli_delegate import read_chain  # noqa: PLC0415
+
+    return read_chain(args.on_behalf_of)
 
 
 def _registry_for(args: argparse.Namespace) -> tuple[Any, str]:
@@ -493,6 +506,11 @@ def _build_mcp(subparsers: Subparsers) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="http transport: loopback address to bind")
     parser.add_argument("--port", type=int, default=8765, help="http transport: port (default 8765)")
     parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agents' certificates")
+    parser.add_argument(
+        "--on-behalf-of",
+        metavar="FILE",
+        help="act for a person under this delegation chain: only the tools it covers are offered",
+    )
     parser.set_defaults(handler=_mcp)
 
 
@@ -512,7 +530,13 @@ def _mcp(args: argparse.Namespace) -> int:
         return 2
     identity = Identity.load(args.key_file)
     registry = AgentRegistry.load(args.registry)
-    agent = A2AAgent(identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True)
+    agent = A2AAgent(
+        identity.agent_id,
+        identity,
+        registry=registry,
+        verify=args.ca_bundle or True,
+        on_behalf_of=_chain_arg(args),
+    )
     mcp_server.configure_logging()
     if args.transport == "stdio":
         asyncio.run(mcp_server.run_stdio(agent))
@@ -521,5 +545,5 @@ def _mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-# The key lifecycle commands (key rotate, revoke) register themselves on import.
-from a2a_secure import cli_keys  # noqa: E402, F401
+# The key lifecycle commands (key rotate, revoke) and delegate register themselves on import.
+from a2a_secure import cli_delegate, cli_keys  # noqa: E402, F401

@@ -446,8 +446,9 @@ class ToolCatalog:
         the new session may commit to another card than the one the model was shown.
         """
         client = self.agent.client
+        chain = self.agent.on_behalf_of  # the person the tools act for (PROTOCOL.md §12.6)
         try:
-            return await client.send_intent(session, intent)
+            return await client.send_intent(session, intent, on_behalf_of=chain)
         except SessionUnknown:
             if not client.resend_on_unknown_session:
                 raise
@@ -456,7 +457,7 @@ class ToolCatalog:
         session = await client.handshake(did, endpoint)
         if not hmac.compare_digest(card_hash, session.server_manifest_hash):
             raise _CardChanged
-        return await client.send_intent(session, intent)
+        return await client.send_intent(session, intent, on_behalf_of=chain)
 
 
 def _check_arguments(arguments: Any) -> None:

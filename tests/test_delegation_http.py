@@ -8,18 +8,25 @@ to send most of them), and each must come back as a signed -32042 with nothing r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
+import json
+import os
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from http_helpers import identity
 
 from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
+from a2a_secure.cli import main
+from a2a_secure.cli_delegate import read_chain
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation
 from a2a_secure.identity import encoding
@@ -294,3 +301,59 @@ async def test_an_agent_acts_for_the_person_it_was_set_up_with() -> None:
             ] == PERSON.did
             narrower = agent.delegate_further(agent.on_behalf_of, MALLORY.did, ["create_event"], ttl=60)
             assert narrower.audience == MALLORY.did and narrower.exp <= agent.on_behalf_of.exp
+
+
+async def test_cli_delegate_then_call_on_behalf_of(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keys = {}
+    for who in (PERSON, ASSISTANT, ORCH):
+        keys[who.did] = str(tmp_path / f"{who.agent_id}.key")
+        who.save(keys[who.did])
+    first, second = str(tmp_path / "person.chain"), str(tmp_path / "orch.chain")
+    targets = ["--target", ORCH.did, "--target", CAL.did]
+    argv = ["delegate", "--key-file", keys[PERSON.did], "--to", ASSISTANT.did, "--goals", "plan,create_event"]
+    assert main([*argv, "--ttl", "8h", *targets, "--out", first]) == 0
+    assert os.stat(first).st_mode & 0o777 == 0o600
+    further = ["delegate", "--key-file", keys[ASSISTANT.did], "--to", ORCH.did, "--parent", first]
+    assert main([*further, "--goals", "delete_all", "--out", second]) == 1
+    assert "goals widen" in capsys.readouterr().err
+    assert main([*further, "--goals", "create_event", "--out", second]) == 0
+    chain = read_chain(second)
+    assert (
+        chain.principal == PERSON.did
+        and chain.audience == ORCH.did
+        and chain.exp - chain.links[0].nbf <= 8 * 3600
+    )
+    async with world() as w:
+        proc = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "a2a_secure", "call", "--key-file", keys[ORCH.did], "--to", CAL.did],
+            *["--endpoint", w.cal_url, "--goal", "create_event", "--inputs", '{"title": "cli"}'],
+            *["--on-behalf-of", second],
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        assert json.loads(out) == {"created": "cli", "for": PERSON.did}
+        assert w.calls["create_event"] == 1
+
+
+async def test_mcp_offers_only_the_tools_the_chain_covers_and_calls_them_on_its_behalf() -> None:
+    from a2a_secure.mcp_server import in_scope
+
+    async with world() as w:
+        registry = AgentRegistry([RegistryEntry("calendar", CAL.did, w.cal_url)])
+        async with A2AAgent("orch", ORCH, registry=registry, on_behalf_of=to_orch()) as agent:
+            every = await agent.tools.refresh()
+            assert {s.intent for s in every} == {"create_event", "list_events"}
+            offered = in_scope(agent, every)
+            assert [s.intent for s in offered] == ["create_event"]
+            result = await agent.tools.call(offered[0].name, {"title": "from a model"})
+            assert not result.is_error
+            assert result.content["result"] == {"created": "from a model", "for": PERSON.did}
+            outside = next(s for s in every if s.intent == "list_events")
+            refused = await agent.tools.call(outside.name, {})
+            assert refused.is_error and "outside the delegated goals" in refused.text
+            assert w.calls == Counter(create_event=1)

@@ -746,12 +746,16 @@ class A2AClient:
                         raise
         raise SessionUnknown()  # pragma: no cover
 
-    async def send_intent(self, session: ClientSession, intent: Mapping[str, Any]) -> IntentResult:
-        """Send ``intent`` on an explicit ``session``."""
+    async def send_intent(
+        self, session: ClientSession, intent: Mapping[str, Any], *, on_behalf_of: Chain | None = None
+    ) -> IntentResult:
+        """Send ``intent`` on an explicit ``session`` (under ``on_behalf_of``, see :meth:`request`)."""
         peer = self._peers.get(session.server_did)
         if peer is None:
             raise InvalidParams("unknown session")
         async with peer.lock:
+            if on_behalf_of is not None and session is peer.session:
+                intent = await self._with_delegation(peer, session, intent, on_behalf_of)
             return await self._send(peer, session, intent)
 
     async def _send(self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any]) -> IntentResult:

@@ -228,7 +228,7 @@ class Identity:
         """
         import time  # noqa: PLC0415
 
-        from a2a_secure.protocol.delegation import issue  # noqa: PLC0415 - the layer above
+        from a2a_secure.delegation import issue  # noqa: PLC0415 - the value layer above
 
         at = time.time() if now is None else now
         return issue(self, to=to, goals=goals, ttl=ttl, now=at, targets=targets, max_priority=max_priority)

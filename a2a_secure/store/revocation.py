@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from a2a_secure.delegation import REVOCATION_PREFIX, check_revocation_target
 from a2a_secure.errors import DIDResolutionError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import (
@@ -42,7 +43,6 @@ from a2a_secure.identity.did import (
 
 __all__ = [
     "DID_FIELD",
-    "TOKEN_PREFIX",
     "FileRevocations",
     "Revocation",
     "RevocationStore",
@@ -53,10 +53,8 @@ __all__ = [
 
 # The member of a DID's revocation entries that stands for the whole DID.
 DID_FIELD = "*"
-# ``delegation:<jti>`` revokes one delegation token (PROTOCOL.md §12.6); it is kept as an
-# entry of its own "DID", the whole target.
-TOKEN_PREFIX = "delegation:"  # noqa: S105 - a name, not a secret
-_B64U = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+# ``delegation:<jti>`` (a2a_secure.delegation.REVOCATION_PREFIX) revokes one delegation
+# token (PROTOCOL.md §12.6); it is kept as an entry of its own "DID", the whole target.
 MAX_REASON = 200
 _FILE_VERSION = 1
 _MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -67,11 +65,8 @@ def check_target(target: object) -> str:
     (``delegation:<jti>``, PROTOCOL.md §12.6), else ``InvalidParams``."""
     if not isinstance(target, str):
         raise InvalidParams("a revocation names a DID or a key id")
-    if target.startswith(TOKEN_PREFIX):
-        jti = target[len(TOKEN_PREFIX) :]
-        if not 22 <= len(jti) <= 64 or not _B64U.issuperset(jti):
-            raise InvalidParams("a delegation token id is 22-64 base64url characters")
-        return target
+    if target.startswith(REVOCATION_PREFIX):
+        return check_revocation_target(target)
     did = split_key_id(target)[0] if "#" in target else check_did_syntax(target)
     try:
         # A did:key that is no Ed25519 key, or a did:web no resolver may fetch, names nothing.
