@@ -37,7 +37,8 @@ from a2a_secure.protocol.models import Intent
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY
 from a2a_secure.protocol.server.common import ServerConfig
 from a2a_secure.store.base import SessionRecord
-from a2a_secure.store.revocation import Revocation, RevocationStore, StoreRevocations
+from a2a_secure.store.memory import MemoryStore
+from a2a_secure.store.revocation import FileRevocations, Revocation, RevocationStore, StoreRevocations
 
 __all__ = ["NO_DELEGATION", "DelegationGuard", "Verdict", "claim_form"]
 
@@ -77,6 +78,8 @@ class DelegationGuard:
     def __init__(self, config: ServerConfig) -> None:
         self._config = config
         self._verified: dict[str, OrderedDict[str, Chain]] = {}
+        # (the store and lists it was worked out for, the deny lists, all in this process)
+        self._lists: tuple[tuple[object, object], tuple[Any, ...], bool] | None = None
 
     def check_member(self, intent: Intent) -> None:
         """Step 1 for a server without the extension: ``delegation`` is an unknown member."""
@@ -161,9 +164,17 @@ class DelegationGuard:
         while len(kept) > limit:
             kept.popitem(last=False)
 
-    async def _check_revoked(self, chain: Chain) -> None:
-        """Every link against every deny list: a revoked link ends everything below it."""
+    def _deny_lists(self) -> tuple[tuple[Any, ...], bool]:
+        """The deny lists to read, and whether all of them are in this process.
+
+        Worked out once per configuration (a store or a list replaced on a live server is
+        seen at the next intent): a runtime Protocol check costs as much as the rest of a
+        later use of a chain.
+        """
         cfg = self._config
+        key = (cfg.store, cfg.key_guard.revocations)
+        if self._lists is not None and self._lists[0][0] is key[0] and self._lists[0][1] is key[1]:
+            return self._lists[1], self._lists[2]
         store: object = cfg.store
         # The store's own list is read once below, however the server was handed it.
         lists: list[Any] = [
@@ -173,12 +184,25 @@ class DelegationGuard:
         ]
         if isinstance(store, RevocationStore):
             lists.append(StoreRevocations(store))
+        local = all(
+            isinstance(lst, FileRevocations)
+            or (isinstance(lst, StoreRevocations) and isinstance(lst.store, MemoryStore))
+            for lst in lists
+        )
+        self._lists = (key, tuple(lists), local)
+        return self._lists[1], local
+
+    async def _check_revoked(self, chain: Chain) -> None:
+        """Every link against every deny list: a revoked link ends everything below it."""
+        lists, local = self._deny_lists()
         if not lists:
             return
         probes: list[tuple[str, tuple[str, ...]]] = [(link.issuer, (link.kid,)) for link in chain.links]
         probes += [(REVOCATION_PREFIX + link.jti, ()) for link in chain.links]
+        lookups = [lst.lookup(did, kids) for lst in lists for did, kids in probes]
         try:
-            found = await asyncio.gather(*(lst.lookup(did, kids) for lst in lists for did, kids in probes))
+            # In-process lists answer at once; a shared store's look-ups go out together.
+            found = [await one for one in lookups] if local else await asyncio.gather(*lookups)
         except RuntimeError:  # a deny list that cannot be read: fail closed
             raise InternalError("the revocation list cannot be read") from None
         hit: Revocation | None = next((h for h in found if h is not None), None)
