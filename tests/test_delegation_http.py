@@ -357,3 +357,14 @@ async def test_mcp_offers_only_the_tools_the_chain_covers_and_calls_them_on_its_
             refused = await agent.tools.call(outside.name, {})
             assert refused.is_error and "outside the delegated goals" in refused.text
             assert w.calls == Counter(create_event=1)
+
+
+def test_the_demo_books_on_a_persons_behalf_and_refuses_a_widening(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--keep-logs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert '"booked":"Dentist","for":"did:key:' in out
+    assert "widening the chain at the next hop is refused before signing: " in out
+    assert "goals widen the previous link's" in out
+    assert "cancel_all under the same chain: signed code -32042: delegation refused: goal 'cancel_all'" in out
