@@ -368,3 +368,31 @@ def test_the_demo_books_on_a_persons_behalf_and_refuses_a_widening(
     assert "widening the chain at the next hop is refused before signing: " in out
     assert "goals widen the previous link's" in out
     assert "cancel_all under the same chain: signed code -32042: delegation refused: goal 'cancel_all'" in out
+
+
+async def test_the_audit_record_names_the_principal_and_the_chain(tmp_path: Path) -> None:
+    from a2a_secure.audit import Auditor, JsonlAuditLog, run_audit_verify
+
+    log = tmp_path / "cal.audit.jsonl"
+    auditor = Auditor([JsonlAuditLog(log, CAL)], role="server")
+    calls: Counter[str] = Counter()
+    server = calendar(calls, [], MemoryStore())
+    server._audit = auditor.record
+    chain = to_orch()
+    async with serve_app(server.app()) as url, A2AClient(ORCH, retry=NO_RETRY) as orch:
+        await orch.request(CAL.did, {"goal": "create_event", "inputs": {}}, endpoint=url, on_behalf_of=chain)
+        await orch.request(CAL.did, {"goal": "list_events", "inputs": {}}, endpoint=url)
+    auditor.close()
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    intents = [r for r in records if r["event"] == "intent"]
+    assert [(r["intent_goal"], r.get("principal"), r.get("delegation")) for r in intents] == [
+        ("create_event", PERSON.did, chain.hash),
+        ("list_events", None, None),
+    ]
+    assert "principal" not in intents[1]  # a record without a chain is the base record
+    code, message = run_audit_verify(str(log), CAL.did)
+    assert code == 0, message
+    # The members are covered by the hash chain like the others.
+    tampered = log.read_text().replace(PERSON.did, MALLORY.did, 1)
+    log.write_text(tampered)
+    assert run_audit_verify(str(log), CAL.did)[0] != 0

@@ -272,6 +272,8 @@ class IntentProcessor:
         if delegated.refusal is not None:
             raise delegated.refusal
         chain = delegated.chain
+        if chain is not None:
+            audit.principal, audit.delegation = chain.principal, chain.hash
         # ... and the server's priority rights (§12.3), also -32042 before anything runs.
         priority = self._config.priority_rights.effective(intent.priority, session.client_did)
         # Step 10: a handler.
