@@ -69,6 +69,13 @@ def calendar(world_calls: Counter[str], seen: list[dict[str, Any]], store: Memor
         seen.append({"principal": ctx.principal, "caller": ctx.caller_did, "hops": chain.hops})
         return {"created": inputs.get("title"), "for": ctx.principal}
 
+    async def watch(inputs: dict[str, Any], ctx: IntentContext) -> AsyncIterator[dict[str, Any]]:
+        world_calls["watch"] += 1
+        for i in range(2):
+            yield {"i": i, "for": ctx.principal}
+
+    server.add_stream("watch", watch)
+
     @server.intent("list_events")
     async def list_events(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
         world_calls["list_events"] += 1
@@ -116,9 +123,8 @@ def person_chain(to: Identity = ASSISTANT, **kw: Any) -> Chain:
 
 def to_orch(chain: Chain | None = None, **kw: Any) -> Chain:
     """The person's chain, delegated on by the assistant to the orchestrator."""
-    return (chain or person_chain()).further(
-        ASSISTANT, to=ORCH.did, goals=["create_event"], now=time.time(), **kw
-    )
+    kw.setdefault("goals", ["create_event"])
+    return (chain or person_chain()).further(ASSISTANT, to=ORCH.did, now=time.time(), **kw)
 
 
 async def raw(client: A2AClient, url: str, delegation: Any, goal: str = "create_event") -> Any:
@@ -347,7 +353,7 @@ async def test_mcp_offers_only_the_tools_the_chain_covers_and_calls_them_on_its_
         registry = AgentRegistry([RegistryEntry("calendar", CAL.did, w.cal_url)])
         async with A2AAgent("orch", ORCH, registry=registry, on_behalf_of=to_orch()) as agent:
             every = await agent.tools.refresh()
-            assert {s.intent for s in every} == {"create_event", "list_events"}
+            assert {s.intent for s in every} == {"create_event", "list_events", "watch"}
             offered = in_scope(agent, every)
             assert [s.intent for s in offered] == ["create_event"]
             result = await agent.tools.call(offered[0].name, {"title": "from a model"})
@@ -396,3 +402,68 @@ async def test_the_audit_record_names_the_principal_and_the_chain(tmp_path: Path
     tampered = log.read_text().replace(PERSON.did, MALLORY.did, 1)
     log.write_text(tampered)
     assert run_audit_verify(str(log), CAL.did)[0] != 0
+
+
+async def test_an_a2a_sdk_handler_behind_the_session_sees_the_principal() -> None:
+    from a2a.server.agent_execution import AgentExecutor, RequestContext
+    from a2a.server.events import EventQueue
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.tasks import InMemoryTaskStore
+    from test_a2a_binding import CountingEcho, send_request, template_card
+
+    from a2a_secure.a2a_binding import A2ABridge, SecureA2ATransport
+
+    seen: list[dict[str, Any]] = []
+
+    class Recording(AgentExecutor):
+        def __init__(self) -> None:
+            self.echo = CountingEcho()
+
+        async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+            assert context.call_context is not None
+            seen.append(dict(context.call_context.state["a2a_secure"]))
+            await self.echo.execute(context, event_queue)
+
+        async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+            await self.echo.cancel(context, event_queue)
+
+    card = template_card()
+    handler = DefaultRequestHandler(
+        agent_executor=Recording(), task_store=InMemoryTaskStore(), agent_card=card
+    )
+    server = AgentServer(CAL, delegation=DelegationRules(), name="a2a-calendar")
+    bridge = A2ABridge(handler, agent_card=card)
+    bridge.mount(server)
+    chain = PERSON.delegate(ORCH.did, ["SendMessage"], ttl=600, targets=[CAL.did])
+    # The A2A method as the secure transport sends it, under the chain (sent as it is: the
+    # A2A card has no a2a_secure_extensions member to declare the extension, see §10).
+    intent = SecureA2ATransport._intent("SendMessage", send_request("for the person"), None)
+    try:
+        async with serve_app(server.app()) as url, A2AClient(ORCH, retry=NO_RETRY) as client:
+            server.url = url
+            session = await client.session_for(CAL.did, url)
+            for member in (chain.tokens, chain.hash):
+                answer = await client.send_intent(session, {**intent, "delegation": member})
+                assert answer.status == "success"
+            await client.send_intent(session, intent)
+    finally:
+        await handler.aclose()
+    assert [s["principal"] for s in seen] == [PERSON.did, PERSON.did, None]
+    assert seen[0]["caller_did"] == ORCH.did and seen[2]["delegation"] is None
+    assert [(h["issuer"], h["audience"]) for h in seen[1]["delegation"]] == [(PERSON.did, ORCH.did)]
+
+
+async def test_a_stream_acts_under_the_chain_too() -> None:
+    async with world() as w, A2AClient(ORCH, retry=NO_RETRY) as orch:
+        chain = to_orch(person_chain(goals=["create_event", "watch"]), goals=None)
+        items = [
+            item
+            async for item in orch.stream(
+                CAL.did, {"goal": "watch", "inputs": {}}, endpoint=w.cal_url, on_behalf_of=chain
+            )
+        ]
+        assert items == [{"i": 0, "for": PERSON.did}, {"i": 1, "for": PERSON.did}]
+        with pytest.raises(InvalidParams, match="outside the delegated goals"):
+            async for _ in orch.stream(CAL.did, {"goal": "watch", "inputs": {}}, on_behalf_of=to_orch()):
+                pass
+        assert w.calls["watch"] == 1

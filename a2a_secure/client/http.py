@@ -782,6 +782,7 @@ class A2AClient:
         endpoint: str | None = None,
         priority: int | None = None,
         intent_id: str | None = None,
+        on_behalf_of: Chain | None = None,
     ) -> AsyncIterator[Any]:
         """Send ``intent`` as a streamed request (§6.4) and yield its verified partial results.
 
@@ -792,12 +793,17 @@ class A2AClient:
         :meth:`request`. With an ``intent_id`` (see :meth:`request`), a stream refused with
         -32043 before its first item is sent again on a new session, where the server
         replays the one run's events. :meth:`stream_events` gives the same stream as
-        verified events, with their signed tokens.
+        verified events, with their signed tokens. ``on_behalf_of``: as for :meth:`request`.
         """
         # aclosing: a caller that stops early must release the session lock now, not when
         # the inner generator is collected.
         events = self.stream_events(
-            server_did, intent, endpoint=endpoint, priority=priority, intent_id=intent_id
+            server_did,
+            intent,
+            endpoint=endpoint,
+            priority=priority,
+            intent_id=intent_id,
+            on_behalf_of=on_behalf_of,
         )
         async with contextlib.aclosing(events):
             async for event in events:
@@ -814,6 +820,7 @@ class A2AClient:
         endpoint: str | None = None,
         priority: int | None = None,
         intent_id: str | None = None,
+        on_behalf_of: Chain | None = None,
     ) -> AsyncGenerator[StreamEvent, None]:
         """Like :meth:`stream`, but yield every verified event, the closing one included.
 
@@ -829,7 +836,7 @@ class A2AClient:
         own_id = chosen is None  # an id this client picks, not the caller's
         async with peer.lock:
             for attempt in (1, 2):
-                session, body, chosen = await self._attempt(peer, body_intent, chosen)
+                session, body, chosen = await self._attempt(peer, body_intent, chosen, on_behalf_of)
                 req = session.prepare_intent(body)
                 started = self._clock()
                 yielded = False
