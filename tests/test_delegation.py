@@ -243,3 +243,23 @@ def test_a_token_id_is_a_revocation_target() -> None:
     assert check_target("delegation:" + jti) == "delegation:" + jti
     with pytest.raises(InvalidParams, match="delegation token id"):
         check_target("delegation:short")
+
+
+def test_the_server_keeps_a_bounded_number_of_verified_chains(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from a2a_secure.protocol.server import delegation as server_side
+
+    monkeypatch.setattr(server_side, "MAX_CACHED_CHAINS", 3)
+    guard = server_side.DelegationGuard(SimpleNamespace(delegation=DelegationRules(max_cached_chains=2)))  # type: ignore[arg-type]
+    chains = [person_chain(ttl=3600 + i) for i in range(5)]
+    for chain in chains[:3]:
+        guard._keep("s1", chain)
+    assert list(guard._verified) == [("s1", chains[1].hash), ("s1", chains[2].hash)]  # 2 per session
+    for chain in chains[3:]:
+        guard._keep("s2", chain)
+    # 3 in all: the least recently used one went, and its session's index with it.
+    assert list(guard._verified) == [("s1", chains[2].hash), ("s2", chains[3].hash), ("s2", chains[4].hash)]
+    assert guard._per_session == {"s1": [chains[2].hash], "s2": [chains[3].hash, chains[4].hash]}
+    guard.forget("s2")
+    assert list(guard._verified) == [("s1", chains[2].hash)] and "s2" not in guard._per_session

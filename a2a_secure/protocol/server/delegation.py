@@ -15,6 +15,7 @@ intent refused there claims no ``intent_id``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,9 +41,11 @@ from a2a_secure.store.base import SessionRecord
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.store.revocation import FileRevocations, Revocation, RevocationStore, StoreRevocations
 
-__all__ = ["NO_DELEGATION", "DelegationGuard", "Verdict", "claim_form"]
+__all__ = ["MAX_CACHED_CHAINS", "NO_DELEGATION", "DelegationGuard", "Verdict", "claim_form"]
 
-_MAX_SESSIONS: Final = 10_000
+# Verified chains kept by this process, all sessions together (a chain is at most 16 KiB of
+# tokens: 64 MiB at worst), least recently used first out.
+MAX_CACHED_CHAINS: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +74,14 @@ def claim_form(intent_obj: Mapping[str, Any]) -> Mapping[str, Any]:
 class DelegationGuard:
     """Verifies the chains intents carry, for one server (see the module documentation).
 
-    State: per session, the chains verified on it, by hash (at most
-    ``DelegationRules.max_cached_chains`` each, for at most 10 000 sessions per process).
+    State: the chains verified on each session, by (session, hash): at most
+    ``DelegationRules.max_cached_chains`` per session and :data:`MAX_CACHED_CHAINS` in all.
     """
 
     def __init__(self, config: ServerConfig) -> None:
         self._config = config
-        self._verified: dict[str, OrderedDict[str, Chain]] = {}
+        self._verified: OrderedDict[tuple[str, str], Chain] = OrderedDict()
+        self._per_session: dict[str, list[str]] = {}  # session id -> its hashes, oldest first
         # (the store and lists it was worked out for, the deny lists, all in this process)
         self._lists: tuple[tuple[object, object], tuple[Any, ...], bool] | None = None
 
@@ -113,14 +117,14 @@ class DelegationGuard:
 
     def forget(self, session_id: str) -> None:
         """Drop the chains kept for a session that ended."""
-        self._verified.pop(session_id, None)
+        for ref in self._per_session.pop(session_id, ()):
+            self._verified.pop((session_id, ref), None)
 
     async def _chain(self, session: SessionRecord, value: tuple[str, ...] | str) -> Chain:
         ref = reference_of(value)
-        kept = self._verified.get(session.session_id)
-        hit = kept.get(ref) if kept is not None else None
+        hit = self._verified.get((session.session_id, ref))
         if hit is not None:
-            kept.move_to_end(ref)  # type: ignore[union-attr]
+            self._verified.move_to_end((session.session_id, ref))
             return hit
         if isinstance(value, str):
             # Another worker, or a chain this one has since let go: the client sends it again.
@@ -155,14 +159,19 @@ class DelegationGuard:
     def _keep(self, session_id: str, chain: Chain) -> None:
         rules = self._config.delegation
         limit = rules.max_cached_chains if rules is not None else 1
-        kept = self._verified.get(session_id)
-        if kept is None:
-            if len(self._verified) >= _MAX_SESSIONS:
-                self._verified.clear()  # a flood of sessions costs re-verification, not memory
-            kept = self._verified[session_id] = OrderedDict()
-        kept[chain.hash] = chain
-        while len(kept) > limit:
-            kept.popitem(last=False)
+        mine = self._per_session.setdefault(session_id, [])
+        mine.append(chain.hash)
+        self._verified[(session_id, chain.hash)] = chain
+        while len(mine) > limit:
+            self._verified.pop((session_id, mine.pop(0)), None)
+        while len(self._verified) > MAX_CACHED_CHAINS:
+            (old_session, old_ref), _ = self._verified.popitem(last=False)
+            hashes = self._per_session.get(old_session)
+            if hashes is not None:
+                with contextlib.suppress(ValueError):
+                    hashes.remove(old_ref)
+                if not hashes:
+                    del self._per_session[old_session]
 
     def _deny_lists(self) -> tuple[tuple[Any, ...], bool]:
         """The deny lists to read, and whether all of them are in this process.

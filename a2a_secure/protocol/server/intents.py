@@ -249,6 +249,7 @@ class IntentProcessor:
         # §6.3: the session ends here and in every store that shares it.
         await self._config.store.close_session(session.session_id)
         self._deadlines.forget(session.session_id)
+        self._delegation.forget(session.session_id)
         result = {"type": "closed", "session_id": session.session_id}
         token = self._result_token(session.session_id, sequence, req_hash, result, int(self._clock()))
         return Reply(200, {**result, "response_jws": token})
