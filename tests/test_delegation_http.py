@@ -467,3 +467,33 @@ async def test_a_stream_acts_under_the_chain_too() -> None:
             async for _ in orch.stream(CAL.did, {"goal": "watch", "inputs": {}}, on_behalf_of=to_orch()):
                 pass
         assert w.calls["watch"] == 1
+
+
+async def test_a_token_id_revoked_with_the_cli_in_a_revocation_file(tmp_path: Path) -> None:
+    from a2a_secure.store.revocation import FileRevocations
+
+    deny = tmp_path / "revoked.json"
+    server = AgentServer(CAL, revocations=[FileRevocations(deny)], delegation=DelegationRules(), name="cal")
+    calls: Counter[str] = Counter()
+
+    @server.intent("create_event")
+    async def create_event(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
+        calls["create_event"] += 1
+        return {"for": ctx.principal}
+
+    chain = to_orch()
+    async with serve_app(server.app()) as url, A2AClient(ORCH, retry=NO_RETRY) as orch:
+        intent = {"goal": "create_event", "inputs": {}}
+        assert (await orch.request(CAL.did, intent, endpoint=url, on_behalf_of=chain)).result == {
+            "for": PERSON.did
+        }
+        target = "delegation:" + chain.leaf.jti  # the assistant's hop to the orchestrator
+        assert (
+            await asyncio.to_thread(main, ["revoke", target, "--file", str(deny), "--reason", "lost laptop"])
+            == 0
+        )
+        with pytest.raises(PolicyViolation, match="token id revoked: " + target) as info:
+            await orch.request(CAL.did, intent, endpoint=url, on_behalf_of=chain)
+        assert info.value.signed
+        assert await asyncio.to_thread(main, ["revoke", "delegation:short", "--file", str(deny)]) == 2
+    assert calls["create_event"] == 1
