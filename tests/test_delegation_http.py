@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from http_helpers import identity
+from redis_helpers import redis_prefix, redis_url  # noqa: F401
 
 from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
 from a2a_secure.cli import main
@@ -497,3 +498,33 @@ async def test_a_token_id_revoked_with_the_cli_in_a_revocation_file(tmp_path: Pa
         assert info.value.signed
         assert await asyncio.to_thread(main, ["revoke", "delegation:short", "--file", str(deny)]) == 2
     assert calls["create_event"] == 1
+
+
+async def test_two_workers_on_redis_share_the_sessions_and_the_deny_list(
+    redis_url: str,  # noqa: F811
+    redis_prefix: str,  # noqa: F811
+) -> None:
+    from a2a_secure.store.redis import RedisStore
+
+    stores = [RedisStore(redis_url, prefix=redis_prefix) for _ in range(3)]
+    calls: Counter[str] = Counter()
+    try:
+        urls = []
+        async with contextlib.AsyncExitStack() as stack:
+            for store in stores[:2]:  # two workers of one agent
+                urls.append(await stack.enter_async_context(serve_app(calendar(calls, [], store).app())))  # type: ignore[arg-type]
+            orch = await stack.enter_async_context(A2AClient(ORCH, retry=NO_RETRY))
+            chain, intent = to_orch(), {"goal": "create_event", "inputs": {}}
+            for url in (urls[0], urls[1], urls[0]):
+                # The second worker has not seen the chain: it asks for it, the client sends it.
+                result = await orch.request(CAL.did, intent, endpoint=url, on_behalf_of=chain)
+                assert result.result["for"] == PERSON.did
+            assert result.sequence == 4  # one session throughout; one sequence went to the ask
+            await StoreRevocations(stores[2]).revoke(ASSISTANT.did)  # the operator, elsewhere
+            for url in urls:  # worker 0 holds the chain verified, and still sees the revocation
+                with pytest.raises(PolicyViolation, match="DID revoked: " + ASSISTANT.did):
+                    await orch.request(CAL.did, intent, endpoint=url, on_behalf_of=chain)
+        assert calls["create_event"] == 3
+    finally:
+        for store in stores:
+            await store.aclose()
