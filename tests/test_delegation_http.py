@@ -470,7 +470,9 @@ async def test_a_stream_acts_under_the_chain_too() -> None:
         assert w.calls["watch"] == 1
 
 
-async def test_a_token_id_revoked_with_the_cli_in_a_revocation_file(tmp_path: Path) -> None:
+async def test_a_token_id_revoked_with_the_cli_in_a_revocation_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from a2a_secure.store.revocation import FileRevocations
 
     deny = tmp_path / "revoked.json"
@@ -497,6 +499,7 @@ async def test_a_token_id_revoked_with_the_cli_in_a_revocation_file(tmp_path: Pa
             await orch.request(CAL.did, intent, endpoint=url, on_behalf_of=chain)
         assert info.value.signed
         assert await asyncio.to_thread(main, ["revoke", "delegation:short", "--file", str(deny)]) == 2
+    assert "not known here" not in capsys.readouterr().err  # a token id is not resolved as a DID
     assert calls["create_event"] == 1
 
 
