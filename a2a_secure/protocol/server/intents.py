@@ -174,7 +174,7 @@ class IntentProcessor:
                 raise Unavailable("too many intents are waiting to run", retry_after=1)
             # §12.6: the chain is checked now, its refusal given at step 9 (and claims no id).
             delegated = NO_DELEGATION
-            if intent is not None:
+            if intent is not None and (intent.delegation is not None or cfg.delegation is not None):
                 delegated = await self._delegation.verdict(session, intent, now)
             # Steps 7-8, one atomic check-and-update (with an intent_id, and its claim).
             once: Pending | None = None
