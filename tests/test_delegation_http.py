@@ -347,7 +347,15 @@ async def test_cli_delegate_then_call_on_behalf_of(
         assert w.calls["create_event"] == 1
 
 
-async def test_mcp_offers_only_the_tools_the_chain_covers_and_calls_them_on_its_behalf() -> None:
+async def test_mcp_offers_only_the_tools_the_chain_covers_and_calls_them_on_its_behalf(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import a2a_secure
+
+    # Leave the package as it was (another test makes the mcp extra look missing, and an
+    # a2a_secure.mcp_server attribute left here would hide that).
+    monkeypatch.setattr(a2a_secure, "mcp_server", None, raising=False)
+    monkeypatch.delitem(sys.modules, "a2a_secure.mcp_server", raising=False)
     from a2a_secure.mcp_server import in_scope
 
     async with world() as w:
