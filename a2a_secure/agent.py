@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from a2a_secure.llm_tools import ProgressCallback, ToolCatalog, ToolFormat, Tool
 from a2a_secure.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.approval import ApprovalSettings, approver_dids
 from a2a_secure.protocol.client import ClientSession, IntentResult
+from a2a_secure.protocol.delegation import Chain, DelegationRules
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import AuditHook, ServerLimits
 from a2a_secure.registry import (
@@ -85,6 +87,8 @@ class A2AAgent:
         serve_tools: bool = False,
         addresses: AddressPolicy | None = None,
         sealed: bool | None = None,
+        on_behalf_of: Chain | None = None,
+        delegation: DelegationRules | None = None,
     ) -> None:
         """``priority_rights`` and ``limits`` configure the hosted side (:attr:`server`): the
         highest intent priority each caller may use, and the server's bounds, among them
@@ -97,7 +101,11 @@ class A2AAgent:
 
         ``sealed``: the calling side's sealed intents (PROTOCOL.md §12.6): None seals with
         every peer that declares the extension, True refuses a peer that does not, False
-        never seals (see :class:`~a2a_secure.client.http.A2AClient`)."""
+        never seals (see :class:`~a2a_secure.client.http.A2AClient`).
+
+        ``on_behalf_of``: the delegation chain every request acts under unless it names
+        another (PROTOCOL.md §12.7); ``delegation``: the hosted side accepts chains, with
+        these rules."""
         self.agent_id = agent_id
         self.identity = identity or Identity.generate(agent_id)
         self.endpoint = endpoint
@@ -128,6 +136,8 @@ class A2AAgent:
         self._approvers = approver_dids(approvers)
         self._approval = approval
         self._serve_tools = serve_tools
+        self.on_behalf_of = on_behalf_of
+        self._delegation = delegation
         self._server: AgentServer | None = None
         self._sessions: dict[str, ClientSession] = {}
         # The ids of the sessions this agent closed (the latest few), so that a later
@@ -197,6 +207,7 @@ class A2AAgent:
         *,
         priority: int | None = None,
         intent_id: str | None = None,
+        on_behalf_of: Chain | None = None,
     ) -> Any:
         """Send ``intent`` to the agent ``target`` designates (see :meth:`find`); return its result.
 
@@ -208,10 +219,13 @@ class A2AAgent:
         gives this caller. ``intent_id``: the caller's own id for this intent, so that
         calling again with the same id (after a crash, say) returns the one run's result
         instead of running it again (see :meth:`A2AClient.request`; the server must declare
-        the extension).
+        the extension). ``on_behalf_of``: the delegation chain to act under (PROTOCOL.md
+        §12.7; default :attr:`on_behalf_of`); its leaf must name this agent's DID.
         """
         # A JSON object comes back as a dict that also answers ``.needs_approval`` (§12).
-        result = await self.request_verified(target, intent, priority=priority, intent_id=intent_id)
+        result = await self.request_verified(
+            target, intent, priority=priority, intent_id=intent_id, on_behalf_of=on_behalf_of
+        )
         return _approval.as_result(result.result)
 
     async def request_verified(
@@ -221,15 +235,41 @@ class A2AAgent:
         *,
         priority: int | None = None,
         intent_id: str | None = None,
+        on_behalf_of: Chain | None = None,
     ) -> IntentResult:
         """Like :meth:`request`, but return the whole verified answer: ``status``,
         ``sequence``, ``result``, the server's signed ``response_jws`` (kept as proof) and
         the ``intent_id`` used."""
         name, did, endpoint = await self._locate(target)
+        chain = on_behalf_of if on_behalf_of is not None else self.on_behalf_of
         with self._naming(name, endpoint):
             return await self.client.request(
-                did, intent, endpoint=endpoint, priority=priority, intent_id=intent_id
+                did, intent, endpoint=endpoint, priority=priority, intent_id=intent_id, on_behalf_of=chain
             )
+
+    def delegate_further(
+        self,
+        chain: Chain,
+        to: str,
+        goals: Iterable[str] | None = None,
+        *,
+        ttl: int | None = None,
+        targets: Iterable[str] | None = None,
+        max_priority: int | None = None,
+    ) -> Chain:
+        """``chain`` (delegated to this agent) with one more hop, to the DID ``to``.
+
+        Scope members left out are the chain's own; a wider one is refused before signing.
+        """
+        return chain.further(
+            self.identity,
+            to=to,
+            goals=goals,
+            now=time.time(),
+            ttl=ttl,
+            targets=targets,
+            max_priority=max_priority,
+        )
 
     # -- key rotation ----------------------------------------------------------------------------
     def _audit_follow(self, statement: Any) -> None:
@@ -365,6 +405,7 @@ class A2AAgent:
                 approvers=self._approvers,
                 approval=self._approval,
                 serve_tools=self._serve_tools,
+                delegation=self._delegation,
             )
         return self._server
 

@@ -339,6 +339,9 @@ def _build_call(subparsers: Subparsers) -> None:
         help="require sealed intents (PROTOCOL.md §12.6): refuse an agent that does not declare them"
         " instead of sending the inputs in the clear (without it they are sealed when declared)",
     )
+    parser.add_argument(
+        "--on-behalf-of", metavar="FILE", help="act under this delegation chain (a2a-secure delegate)"
+    )
     _add_address_options(parser)
     parser.set_defaults(handler=_call)
 
@@ -404,6 +407,7 @@ def _call(args: argparse.Namespace) -> int:
     if args.domain:
         intent["domain"] = args.domain
     registry, target = _registry_for(args)
+    chain = _chain_arg(args)
 
     async def run() -> Any:
         async with A2AAgent(
@@ -413,11 +417,21 @@ def _call(args: argparse.Namespace) -> int:
             verify=args.ca_bundle or True,
             addresses=_address_policy(args),
             sealed=True if args.sealed else None,
+            on_behalf_of=chain,
         ) as a:
             return await a.request(target, intent, priority=args.priority)
 
     print_json(asyncio.run(run()))
     return 0
+
+
+def _chain_arg(args: argparse.Namespace) -> Any:
+    """The delegation chain of ``--on-behalf-of`` (PROTOCOL.md §12.7), or None."""
+    if not args.on_behalf_of:
+        return None
+    from a2a_secure.cli_delegate import read_chain  # noqa: PLC0415
+
+    return read_chain(args.on_behalf_of)
 
 
 def _registry_for(args: argparse.Namespace) -> tuple[Any, str]:
@@ -583,6 +597,11 @@ def _build_mcp(subparsers: Subparsers) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="http transport: loopback address to bind")
     parser.add_argument("--port", type=int, default=8765, help="http transport: port (default 8765)")
     parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agents' certificates")
+    parser.add_argument(
+        "--on-behalf-of",
+        metavar="FILE",
+        help="act for a person under this delegation chain: only the tools it covers are offered",
+    )
     _add_address_options(parser)
     parser.set_defaults(handler=_mcp)
 
@@ -611,7 +630,12 @@ def _mcp(args: argparse.Namespace) -> int:
     addresses = _address_policy(args)
     registry = AgentRegistry.load(args.registry, addresses=addresses)
     agent = A2AAgent(
-        identity.agent_id, identity, registry=registry, verify=args.ca_bundle or True, addresses=addresses
+        identity.agent_id,
+        identity,
+        registry=registry,
+        verify=args.ca_bundle or True,
+        addresses=addresses,
+        on_behalf_of=_chain_arg(args),
     )
     mcp_server.configure_logging()
     tracing.configure_from_env("a2a-secure-mcp")  # OTEL_EXPORTER_OTLP_* asks for traces
@@ -622,5 +646,5 @@ def _mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-# The key lifecycle commands (key rotate, revoke) register themselves on import.
-from a2a_secure import cli_keys  # noqa: E402, F401
+# The key lifecycle commands (key rotate, revoke) and delegate register themselves on import.
+from a2a_secure import cli_delegate, cli_keys  # noqa: E402, F401

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from a2a_secure.cli_registry import Subparsers, _fail, add_command_group, print_json, subcommand
+from a2a_secure.delegation import REVOCATION_PREFIX as TOKEN_PREFIX
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity.rotation import DEFAULT_OVERLAP, KeyRing, parse_duration
 from a2a_secure.store.revocation import FileRevocations, Revocations, StoreRevocations, check_target
@@ -122,12 +123,13 @@ def _build_revoke(subparsers: Subparsers) -> None:
         help="revoke a DID or key id for every worker (or --list, --undo)",
         description=(
             "Add a DID (all of its keys) or a key id (DID#fragment) to the deny list: it cannot"
-            " start a handshake, and its open sessions end at their next intent. The list lives"
+            " start a handshake, and its open sessions end at their next intent. A delegation"
+            " token id (delegation:<jti>) ends every chain through that link. The list lives"
             " in a file (--file, serve with A2A_SECURE_REVOCATIONS) or in the agent's Redis"
             " (--redis-url and the agent's --redis-prefix)."
         ),
     )
-    parser.add_argument("target", nargs="?", metavar="DID|KID")
+    parser.add_argument("target", nargs="?", metavar="DID|KID|delegation:JTI")
     parser.add_argument("--reason", default="", help="why (kept with the entry, at most 200 characters)")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--file", metavar="FILE", help="a revocation file")
@@ -174,7 +176,8 @@ async def _run_revoke(args: argparse.Namespace, revocations: Revocations) -> int
                 return 0
             event = "revoke"
             print(f"revoked: {target}")
-            why = await _resolves(target)
+            # A delegation token id names no DID to resolve.
+            why = None if target.startswith(TOKEN_PREFIX) else await _resolves(target)
             if why is not None:
                 # The reason may quote what a did:web host answered.
                 print(

@@ -2,8 +2,9 @@
 
 The translator, summarizer and sentiment example agents are served by real uvicorn servers
 on 127.0.0.1 (ephemeral ports); an orchestrator finds them through a registry, runs a
-handshake with each, sends signed intents, shows that a tampered request is refused, closes
-its sessions, and finally verifies every agent's hash-chained audit log.
+handshake with each, sends signed intents, shows that a tampered request is refused, books
+in a diary on a person's behalf under a delegation chain (and is refused anything wider),
+closes its sessions, and finally verifies every agent's hash-chained audit log.
 
 With ``--trace`` the three telemetry parts run too (a2a_secure.telemetry): every call is
 traced (an in-process OpenTelemetry SDK; the whole demo is one trace, printed as a tree at
@@ -25,10 +26,12 @@ import httpx
 
 from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
 from a2a_secure.audit import AuditEvent, Auditor, JsonlAuditLog, run_audit_verify
+from a2a_secure.delegation import DelegationRules
 from a2a_secure.errors import A2AError
 from a2a_secure.examples import calendar_agent, sentiment, summarizer, translator
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
+from a2a_secure.protocol.server import IntentContext
 from a2a_secure.protocol.wire import encode_request
 from a2a_secure.testing import serve_app
 
@@ -106,6 +109,50 @@ async def _approval_part(
             await me.approve("calendar", result.action_id, action_hash=outcome.action_hash)
         except A2AError as exc:
             out.write(f"    a second approval is refused: code {exc.code}: {exc.message}\n\n")
+
+
+async def _delegation_part(
+    out: TextIO,
+    stack: contextlib.AsyncExitStack,
+    orchestrator: A2AAgent,
+    registry: AgentRegistry,
+    names: dict[str, str],
+) -> None:
+    """A person lets the orchestrator book in their diary, and nothing more (§12.7)."""
+    person = Identity.generate("person")
+    diary = A2AAgent("diary", delegation=DelegationRules.build({"book": [person.did]}))
+
+    @diary.intent("book")
+    async def book(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
+        hops = [h["issuer"][:20] + "…" for h in ctx.delegation.hops] if ctx.delegation else []
+        return {"booked": inputs.get("title"), "for": ctx.principal, "hops": hops}
+
+    @diary.intent("cancel_all")
+    async def cancel_all(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
+        return {"cancelled": "everything"}
+
+    names[diary.did] = "diary"
+    url = await stack.enter_async_context(serve_app(diary.app))
+    registry.add(RegistryEntry("diary", diary.did, url, tuple(diary.server.goals)))
+    chain = person.delegate(orchestrator.did, ["book"], ttl=600, targets=[diary.did])
+    out.write(f"  delegation: person {person.did[:32]}… -> orchestrator -> diary, goals ['book'], 10 min\n")
+    result = await orchestrator.request(
+        "diary", {"goal": "book", "inputs": {"title": "Dentist"}}, on_behalf_of=chain
+    )
+    out.write(f"    verified result: {_short(result)}\n")
+    try:
+        orchestrator.delegate_further(chain, diary.did, ["book", "cancel_all"])
+    except A2AError as exc:
+        out.write(f"    widening the chain at the next hop is refused before signing: {exc.message}\n")
+    session = await orchestrator.client.session_for(diary.did)
+    try:
+        # Sent as it is (the client API would refuse it before sending): the diary refuses.
+        await orchestrator.client.send_intent(
+            session, {"goal": "cancel_all", "inputs": {}, "delegation": chain.tokens}
+        )
+    except A2AError as exc:
+        signed = "signed" if exc.signed else "unsigned"
+        out.write(f"    cancel_all under the same chain: {signed} code {exc.code}: {exc.message}\n\n")
 
 
 async def run_demo(out: TextIO, workdir: Path, *, trace: Any = None) -> int:
@@ -190,6 +237,7 @@ async def run_demo(out: TextIO, workdir: Path, *, trace: Any = None) -> int:
             await _approval_part(
                 out, stack, orchestrator, registry, workdir, logs, auditors, dids_extra, names
             )
+            await _delegation_part(out, stack, orchestrator, registry, names)
             out.write("  closing sessions\n")
         # leaving the context closed every session with an authenticated close
         for auditor in auditors:

@@ -75,6 +75,7 @@ from a2a_secure.registry import AgentRegistry, RegistryEntry
 
 if TYPE_CHECKING:
     from a2a_secure.client.http import A2AClient
+    from a2a_secure.delegation import Chain
     from a2a_secure.protocol.client import ClientSession, IntentResult
 
 __all__ = [
@@ -258,6 +259,7 @@ class CatalogAgent(Protocol):
 
     registry: AgentRegistry
     client: A2AClient
+    on_behalf_of: Chain | None  # the delegation chain its calls act under (PROTOCOL.md §12.7)
 
     async def _locate(self, target: str) -> tuple[str, str, str | None]:
         """(name for messages, DID, endpoint) of ``target``."""
@@ -461,7 +463,9 @@ class ToolCatalog:
         """Run a streaming intent; report each verified partial; keep every event's token."""
         partials: list[Any] = []
         tokens: list[str] = []
-        events = self.agent.client.stream_events(did, intent, endpoint=endpoint, session_check=check)
+        events = self.agent.client.stream_events(
+            did, intent, endpoint=endpoint, session_check=check, on_behalf_of=self.agent.on_behalf_of
+        )
         with self.agent._naming(spec.agent, endpoint):
             async with contextlib.aclosing(events):
                 async for event in events:
@@ -487,8 +491,9 @@ class ToolCatalog:
         the new session may commit to another card than the one the model was shown.
         """
         client = self.agent.client
+        chain = self.agent.on_behalf_of  # the person the tools act for (PROTOCOL.md §12.7)
         try:
-            return await client.send_intent(session, intent)
+            return await client.send_intent(session, intent, on_behalf_of=chain)
         except SessionUnknown:
             if not client.resend_on_unknown_session:
                 raise
@@ -496,7 +501,7 @@ class ToolCatalog:
         # run. A new session is used only if it commits to the same card.
         session = await client.handshake(did, endpoint)
         check(session)
-        return await client.send_intent(session, intent)
+        return await client.send_intent(session, intent, on_behalf_of=chain)
 
 
 def _check_arguments(arguments: Any) -> None:

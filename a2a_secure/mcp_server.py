@@ -35,6 +35,7 @@ import contextlib
 import ipaddress
 import logging
 import sys
+import time
 from typing import Any
 
 import mcp_types as types
@@ -49,7 +50,7 @@ from a2a_secure.llm_tools import META_PREFIX, ToolCallError, ToolResult, ToolSpe
 from a2a_secure.telemetry import tracing
 from a2a_secure.terminal import printable
 
-__all__ = ["build_server", "configure_logging", "http_security", "run_http", "run_stdio"]
+__all__ = ["build_server", "configure_logging", "http_security", "in_scope", "run_http", "run_stdio"]
 
 logger = logging.getLogger(__name__)
 SERVER_NAME = "a2a-secure"
@@ -58,6 +59,23 @@ INSTRUCTIONS = (
     "request is signed and the answer verified. A result with status 'needs_approval' was NOT "
     "run: a person must approve it first."
 )
+
+
+def in_scope(agent: A2AAgent, specs: list[ToolSpec]) -> list[ToolSpec]:
+    """The tools the agent's delegation chain covers now (all of them without a chain).
+
+    A model acting for a person is not shown what that person did not delegate; a call of
+    such a tool is refused before anything is sent in any case (PROTOCOL.md §12.7).
+    """
+    chain = agent.on_behalf_of
+    if chain is None:
+        return specs
+    now = time.time()
+    return [
+        s
+        for s in specs
+        if chain.refusal(now=now, client_did=agent.did, server_did=s.did, goal=s.intent) is None
+    ]
 
 
 def _tool(spec: ToolSpec) -> types.Tool:
@@ -102,7 +120,7 @@ def build_server(agent: A2AAgent) -> Server[Any]:
     """The MCP server offering ``agent``'s registry agents as tools."""
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        specs = await agent.tools.refresh()
+        specs = in_scope(agent, await agent.tools.refresh())
         for name, reason in sorted(agent.tools.failures.items()):
             logger.warning("tools of %s not offered: %s", name, reason)
         return types.ListToolsResult(tools=[_tool(spec) for spec in specs])
@@ -144,7 +162,7 @@ def build_server(agent: A2AAgent) -> Server[Any]:
 
 async def _prime(agent: A2AAgent) -> None:
     """Check every card once at start, so refusals show in the log before any model asks."""
-    specs = await agent.tools.refresh(shown=False)  # no model saw these yet: tools/list shows them
+    specs = in_scope(agent, await agent.tools.refresh(shown=False))  # tools/list shows them to a model
     for name, reason in sorted(agent.tools.failures.items()):
         logger.warning("tools of %s not offered: %s", name, reason)
     logger.info("offering %d tools: %s", len(specs), ", ".join(s.name for s in specs))

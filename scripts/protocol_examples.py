@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
+from a2a_secure.delegation import Chain, DelegationRules, issue
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified
 from a2a_secure.identity.keys import Identity
@@ -51,17 +52,23 @@ from a2a_secure.testing import FakeClock
 
 __all__ = [
     "AT",
+    "DELEGATION_AT",
     "EXAMPLE_RE",
     "POLICY",
     "T0",
     "Example",
     "HandlerRun",
+    "assistant_identity",
     "client_identity",
     "client_random",
+    "delegation_card",
+    "example_chain",
     "examples_in",
     "generate",
+    "make_delegation_server",
     "make_server",
     "open_session",
+    "person_identity",
     "seeded_random",
     "server_card",
     "server_identity",
@@ -461,6 +468,7 @@ async def generate() -> dict[str, Example]:
     if [r.priority for r in runs if r.session_id == second.session_id and r.sequence == 2] != [2]:
         raise SystemExit(f"the priority example did not run at priority 2: {runs}")
     await _sealed_examples(run)
+    await _delegation_examples(run)
     return run.examples
 
 
@@ -539,6 +547,106 @@ async def _sealed_examples(run: _Run) -> None:
             ).decode(),
         },
     )
+
+
+# -- §12.7: delegation, on a server of its own (its card declares the extension) ----------------
+DELEGATION_AT: Final[dict[str, int]] = {
+    "issued": T0 + 55,
+    "handshake": T0 + 60,
+    "first": T0 + 70,
+    "again": T0 + 71,
+    "refused": T0 + 72,
+}
+
+
+def person_identity() -> Identity:
+    """The example person (the principal), a did:key."""
+    return Identity.from_seed(hashlib.sha256(b"a2a-secure example person").digest(), "example-person")
+
+
+def assistant_identity() -> Identity:
+    """The example assistant, the chain's middle hop."""
+    return Identity.from_seed(hashlib.sha256(b"a2a-secure example assistant").digest(), "example-assistant")
+
+
+def delegation_card(identity: Identity) -> dict[str, Any]:
+    """:func:`server_card` of a server that also serves delegation chains (§12.7)."""
+    extensions = server_extensions(ServerLimits(), MemoryStore(), delegation=True)
+    return {**server_card(identity), CARD_MEMBER: extensions}
+
+
+def make_delegation_server(clock: FakeClock, runs: list[HandlerRun] | None = None) -> ServerProtocol:
+    """The test agent under :data:`POLICY`, where ``echo`` runs only on the person's behalf."""
+    identity = server_identity()
+    dispatcher = _RecordingDispatcher([] if runs is None else runs)
+    register_test_agent(dispatcher)
+    return ServerProtocol(
+        identity,
+        POLICY,
+        store=MemoryStore(),
+        resolver=DIDResolver(clock=clock),
+        dispatcher=dispatcher,
+        manifest_hash=encoding.hash_of(delegation_card(identity)),
+        clock=clock,
+        random_bytes=seeded_random(b"a2a-secure example delegation server random"),
+        monotonic=clock.monotonic,
+        delegation=DelegationRules.build({"echo": [person_identity().did]}),
+    )
+
+
+def example_chain() -> Chain:
+    """Person → assistant → the example client: ``echo`` only, at the example server only."""
+    at = DELEGATION_AT["issued"]
+    root = issue(
+        person_identity(),
+        to=assistant_identity().did,
+        goals=["echo", "count"],
+        ttl=8 * 3600,
+        now=at,
+        targets=[server_identity().did],
+        max_priority=3,
+        random_bytes=seeded_random(b"a2a-secure example delegation person"),
+    )
+    return root.further(
+        assistant_identity(),
+        to=client_identity().did,
+        goals=["echo"],
+        now=at,
+        ttl=3600,
+        random_bytes=seeded_random(b"a2a-secure example delegation assistant"),
+    )
+
+
+async def _delegation_examples(run: _Run) -> None:
+    clock = run.clock
+    runs: list[HandlerRun] = []
+    server = make_delegation_server(clock, runs)
+    chain = example_chain()
+    run.add("delegation-header", jws_decode_unverified(chain.tokens[1])[0])
+    run.payload("delegation-root-payload", chain.tokens[0])
+    run.payload("delegation-hop-payload", chain.tokens[1])
+    session = await open_session(
+        server, clock, DELEGATION_AT["handshake"], b"a2a-secure example client random 4"
+    )
+    steps = (
+        ("first", "delegation-request", "delegation-result", "req-9", "echo", chain.tokens),
+        ("again", "delegation-again-request", "delegation-again-result", "req-10", "echo", chain.hash),
+        ("refused", "delegation-refused-request", "delegation-refused-error", "req-11", "count", chain.hash),
+    )
+    for step, name, answer_name, rid, goal, member in steps:
+        clock.now = DELEGATION_AT[step]
+        intent = {"goal": goal, "inputs": {"text": "Add the dentist on Friday"}, "delegation": member}
+        if goal == "count":
+            intent["inputs"] = {"n": 1}
+        req, _body, reply = await _intent(run, server, session, name, rid, intent)
+        answer = _answer(rid, reply)
+        run.add(answer_name, answer, reply.http_status)
+        if "result" in answer:
+            session.verify_result(req, answer["result"])
+        elif not session.error_from_reply(req, answer["error"]).signed:
+            raise SystemExit("the example delegation refusal does not verify")
+    if [(r.goal, r.sequence) for r in runs] != [("echo", 1), ("echo", 2)]:
+        raise SystemExit(f"the delegation examples ran {runs}")
 
 
 def examples_in(text: str) -> dict[str, tuple[str, int | None, str]]:

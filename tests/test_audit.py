@@ -20,6 +20,7 @@ import pytest
 
 from a2a_secure.audit import (
     AUDIT_JWS_TYP,
+    DELEGATION_MEMBERS,
     RECORD_MEMBERS,
     ZERO_HASH,
     AuditEvent,
@@ -592,7 +593,8 @@ def test_file_shrunk_by_someone_else(tmp_path: Path) -> None:
 
 def test_record_has_only_the_section_8_members() -> None:
     names = [f.name for f in dataclasses.fields(AuditEvent)]
-    assert set(names) == set(RECORD_MEMBERS) - {"prev_hash"}
+    # (and the two of an intent under a delegation chain, PROTOCOL.md §12.7)
+    assert set(names) == set(RECORD_MEMBERS) - {"prev_hash"} | set(DELEGATION_MEMBERS)
     for banned in ("inputs", "input", "result", "results", "token", "tokens", "credentials", "jws"):
         assert banned not in names
     auditor = Auditor([MemoryAuditSink()], role="server")

@@ -209,6 +209,9 @@ class A2ABridge:
                     "caller_did": context.caller_did,
                     "session_id": context.session_id,
                     "sequence": context.sequence,
+                    # §12.7: on whose behalf, from a verified chain (None without one)
+                    "principal": context.principal,
+                    "delegation": None if context.delegation is None else context.delegation.hops,
                 },
             },
             tenant=str(getattr(request, "tenant", "") or ""),

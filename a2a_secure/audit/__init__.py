@@ -25,6 +25,7 @@ verifier and ``python -m a2a_secure.audit``). Every public name is importable fr
 from a2a_secure.audit.log import JsonlAuditLog
 from a2a_secure.audit.records import (
     AUDIT_JWS_TYP,
+    DELEGATION_MEMBERS,
     EVENTS,
     MAX_UNVERIFIED_LENGTH,
     RECORD_MEMBERS,
@@ -37,6 +38,7 @@ from a2a_secure.audit.verify import AuditVerifyResult, audit_verify_main, run_au
 
 __all__ = [
     "AUDIT_JWS_TYP",
+    "DELEGATION_MEMBERS",
     "EVENTS",
     "MAX_UNVERIFIED_LENGTH",
     "RECORD_MEMBERS",

@@ -20,6 +20,7 @@ from a2a_secure.identity.did import MAX_DID_LENGTH
 
 __all__ = [
     "AUDIT_JWS_TYP",
+    "DELEGATION_MEMBERS",
     "EVENTS",
     "MAX_UNVERIFIED_LENGTH",
     "RECORD_MEMBERS",
@@ -81,6 +82,10 @@ RECORD_MEMBERS: tuple[str, ...] = (
     "verified",
     "prev_hash",
 )
+#: Members of the record of an intent that acted under a delegation chain (PROTOCOL.md
+#: §12.7), after ``verified``: the chain's principal and its name. Absent from every other
+#: record, so a log without delegation is the base contract's, byte for byte.
+DELEGATION_MEMBERS: tuple[str, ...] = ("principal", "delegation")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
@@ -129,6 +134,8 @@ class AuditEvent:
     sequence: int | None = None
     duration_ms: float | None = None
     error_code: int | None = None
+    principal: str | None = None  # §12.7: on whose behalf, from a verified chain
+    delegation: str | None = None  # §12.7: the chain's name (the hash of its last link)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -148,15 +155,16 @@ class AuditEvent:
         ):
             raise TypeError("error_code must be an int or None")
         limit = MAX_VERIFIED_LENGTH if self.verified else MAX_UNVERIFIED_LENGTH
-        for name in _STRING_FIELDS:
+        for name in (*_STRING_FIELDS, *DELEGATION_MEMBERS):
             put(self, name, _clean_string(getattr(self, name), limit))
         seq = self.sequence
         if type(seq) is not int or not 0 <= seq <= MAX_INT:
             put(self, "sequence", None)
 
     def to_dict(self) -> dict[str, Any]:
-        """The record's members in the order of :data:`RECORD_MEMBERS` (without ``prev_hash``)."""
-        return {
+        """The record's members in the order of :data:`RECORD_MEMBERS` (without ``prev_hash``),
+        and :data:`DELEGATION_MEMBERS` when the record names a principal."""
+        out = {
             "timestamp": self.timestamp,
             "event": self.event,
             "role": self.role,
@@ -170,6 +178,10 @@ class AuditEvent:
             "error_code": self.error_code,
             "verified": self.verified,
         }
+        if self.principal is not None or self.delegation is not None:
+            out["principal"] = self.principal
+            out["delegation"] = self.delegation
+        return out
 
     def to_json(self) -> str:
         """The record as one line of compact ASCII JSON."""

@@ -130,6 +130,8 @@ class Auditor:
         sequence: int | None = None,
         duration_ms: float | None = None,
         error_code: int | None = None,
+        principal: str | None = None,
+        delegation: str | None = None,
     ) -> AuditEvent:
         """Build one record (timestamp from the clock) and write it to every sink."""
         chosen = role if role is not None else self.role
@@ -148,6 +150,8 @@ class Auditor:
             sequence=sequence,
             duration_ms=duration_ms,
             error_code=error_code,
+            principal=principal,
+            delegation=delegation,
         )
         self.write(ev)
         return ev

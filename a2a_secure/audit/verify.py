@@ -20,6 +20,7 @@ from a2a_secure.audit.records import (
     _STATUSES,
     _STRING_FIELDS,
     AUDIT_JWS_TYP,
+    DELEGATION_MEMBERS,
     EVENTS,
     MAX_UNVERIFIED_LENGTH,
     MAX_VERIFIED_LENGTH,
@@ -37,6 +38,7 @@ __all__ = ["AuditVerifyResult", "audit_verify_main", "run_audit_verify", "verify
 
 _CHECKPOINT_MEMBERS = frozenset((*RECORD_MEMBERS, "checkpoint"))
 _RECORD_MEMBER_SET = frozenset(RECORD_MEMBERS)
+_DELEGATION_MEMBER_SET = frozenset(DELEGATION_MEMBERS)
 _CHECKPOINT_PAYLOAD = frozenset(("line", "hash", "timestamp"))
 
 
@@ -96,6 +98,8 @@ def _check_members(obj: dict[str, Any], lineno: int) -> bool:
     """Check a record's members; True when it is a checkpoint."""
     is_cp = obj.get("event") == "checkpoint"
     expected = _CHECKPOINT_MEMBERS if is_cp else _RECORD_MEMBER_SET
+    if not is_cp and "principal" in obj:  # an intent under a delegation chain (§12.7)
+        expected = _RECORD_MEMBER_SET | _DELEGATION_MEMBER_SET
     if obj.keys() != expected:
         extra = sorted(obj.keys() - expected)
         missing = sorted(expected - obj.keys())
@@ -117,7 +121,7 @@ def _check_members(obj: dict[str, Any], lineno: int) -> bool:
     if type(verified) is not bool:
         raise _Bad(lineno, "not an audit record (verified is not a bool)")
     limit = MAX_VERIFIED_LENGTH if verified else MAX_UNVERIFIED_LENGTH
-    for name in _STRING_FIELDS:
+    for name in (*_STRING_FIELDS, *(DELEGATION_MEMBERS if "principal" in obj else ())):
         value = obj[name]
         if value is not None and (not isinstance(value, str) or len(value) > limit):
             raise _Bad(lineno, f"not an audit record ({name})")

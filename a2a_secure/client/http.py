@@ -31,6 +31,7 @@ from a2a_secure.errors import (
     InternalError,
     InvalidParams,
     PeerUnreachable,
+    PolicyViolation,
     SessionUnknown,
     Unavailable,
 )
@@ -47,6 +48,7 @@ from a2a_secure.protocol.client import (
     PreparedRequest,
     StreamEvent,
 )
+from a2a_secure.protocol.delegation import CHAIN_UNKNOWN, DELEGATION, Chain
 from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, is_ids_full, new_intent_id
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.priority import with_priority
@@ -240,6 +242,11 @@ async def _sse_events(body: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, by
         raise AuthenticationFailed("stream ended inside an event")
 
 
+def _chain_unknown(exc: A2AError) -> bool:
+    """Whether ``exc`` is the server's signed "send the chain in full" (§12.7); nothing ran."""
+    return getattr(exc, "signed", False) is True and exc.message.endswith(CHAIN_UNKNOWN)
+
+
 class _Peer:
     """One server: its endpoint and its open session, with a lock keeping sequences ordered."""
 
@@ -252,6 +259,8 @@ class _Peer:
         # Until then (monotonic), intents this client names no id for go without one: the
         # server refused a new id because this DID holds as many as it keeps (§12.5).
         self.ids_full_until = 0.0
+        # The delegation chains (by hash) sent in full on ``session``: later intents name them.
+        self.chains_sent: set[str] = set()
         self.lock = asyncio.Lock()
 
 
@@ -519,6 +528,7 @@ class A2AClient:
         assert session is not None
         peer.session = session
         peer.extensions = frozenset()
+        peer.chains_sent.clear()
         if self.exactly_once is not False:
             peer.extensions = await self._server_extensions(peer, session)
         return session
@@ -614,8 +624,38 @@ class A2AClient:
                 "send the intent without a priority"
             )
 
+    async def _with_delegation(
+        self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any], chain: Chain | None
+    ) -> Mapping[str, Any]:
+        """``intent`` acting under ``chain`` (PROTOCOL.md §12.7): the tokens the first time on
+        this session, the chain's hash after that.
+
+        Refused before anything is signed: a server whose card does not declare the
+        extension, and a chain that does not let this client's DID do this goal at this
+        server now (a chain delegated to someone else, expired, or too narrow).
+        """
+        if chain is None:
+            return intent
+        if DELEGATION not in peer.extensions:
+            peer.extensions = await self._server_extensions(peer, session, verified_only=True)
+            if DELEGATION not in peer.extensions:
+                raise InvalidParams(f"{peer.did[:128]} does not declare the delegation extension")
+        refused = chain.refusal(
+            now=self._clock(),
+            client_did=self.identity.did,
+            server_did=peer.did,
+            goal=str(intent.get("goal", "")),
+            priority=intent.get(PRIORITY, 3),
+        )
+        if refused is not None:
+            raise InvalidParams(f"not sent: {refused.message}")
+        if chain.hash in peer.chains_sent:
+            return {**intent, DELEGATION: chain.hash}
+        peer.chains_sent.add(chain.hash)
+        return {**intent, DELEGATION: chain.tokens}
+
     async def _attempt(
-        self, peer: _Peer, intent: Mapping[str, Any], chosen: str | None
+        self, peer: _Peer, intent: Mapping[str, Any], chosen: str | None, chain: Chain | None = None
     ) -> tuple[ClientSession, Mapping[str, Any], str | None]:
         """One attempt's session, the intent to sign on it and its intent_id.
 
@@ -629,6 +669,7 @@ class A2AClient:
         assert session is not None
         await self._check_priority(peer, session, intent)
         body, chosen = await self._with_intent_id(peer, session, intent, chosen)
+        body = await self._with_delegation(peer, session, body, chain)
         return session, body, chosen
 
     @staticmethod
@@ -706,6 +747,7 @@ class A2AClient:
         endpoint: str | None = None,
         priority: int | None = None,
         intent_id: str | None = None,
+        on_behalf_of: Chain | None = None,
     ) -> IntentResult:
         """Send ``intent`` to ``server_did`` on a (re)used session; return the verified result.
 
@@ -715,10 +757,12 @@ class A2AClient:
         ``intent_id``: the caller's own id for this intent (22-64 base64url
         characters, 128 random bits or more), so that its own retries, across restarts too,
         run the intent at most once; the server must declare the extension (see
-        ``exactly_once``). The id used is ``IntentResult.intent_id``.
+        ``exactly_once``). The id used is ``IntentResult.intent_id``. ``on_behalf_of``: a
+        delegation chain whose leaf names this client's DID (PROTOCOL.md §12.7); the server
+        must declare the extension.
         """
         with tracing.client_span("intent", server_did, intent.get("goal")):
-            return await self._request(server_did, intent, endpoint, priority, intent_id)
+            return await self._request(server_did, intent, endpoint, priority, intent_id, on_behalf_of)
 
     async def _request(
         self,
@@ -727,6 +771,7 @@ class A2AClient:
         endpoint: str | None,
         priority: int | None,
         intent_id: str | None,
+        on_behalf_of: Chain | None,
     ) -> IntentResult:
         intent = with_priority(intent, priority)
         peer = self._peer(server_did, endpoint)
@@ -734,9 +779,14 @@ class A2AClient:
         own_id = chosen is None  # an id this client picks, not the caller's
         async with peer.lock:
             for attempt in (1, 2):
-                session, body, chosen = await self._attempt(peer, intent, chosen)
+                session, body, chosen = await self._attempt(peer, intent, chosen, on_behalf_of)
                 try:
                     return await self._send(peer, session, body)
+                except PolicyViolation as exc:
+                    if on_behalf_of is None or not _chain_unknown(exc) or attempt == 2:
+                        raise
+                    # The worker that answered has not seen the chain: send it in full.
+                    peer.chains_sent.discard(on_behalf_of.hash)
                 except Unavailable as exc:
                     if not (own_id and attempt == 1 and self._ids_full(peer, exc)):
                         raise
@@ -748,13 +798,17 @@ class A2AClient:
                     tracing.event("a2a_secure.resend", {"a2a_secure.reason": "session_unknown"})
         raise SessionUnknown()  # pragma: no cover
 
-    async def send_intent(self, session: ClientSession, intent: Mapping[str, Any]) -> IntentResult:
-        """Send ``intent`` on an explicit ``session``."""
+    async def send_intent(
+        self, session: ClientSession, intent: Mapping[str, Any], *, on_behalf_of: Chain | None = None
+    ) -> IntentResult:
+        """Send ``intent`` on an explicit ``session`` (under ``on_behalf_of``, see :meth:`request`)."""
         peer = self._peers.get(session.server_did)
         if peer is None:
             raise InvalidParams("unknown session")
         with tracing.client_span("intent", session.server_did, intent.get("goal")):
             async with peer.lock:
+                if on_behalf_of is not None and session is peer.session:
+                    intent = await self._with_delegation(peer, session, intent, on_behalf_of)
                 return await self._send(peer, session, intent)
 
     async def _send(self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any]) -> IntentResult:
@@ -781,6 +835,7 @@ class A2AClient:
         endpoint: str | None = None,
         priority: int | None = None,
         intent_id: str | None = None,
+        on_behalf_of: Chain | None = None,
     ) -> AsyncIterator[Any]:
         """Send ``intent`` as a streamed request (§6.4) and yield its verified partial results.
 
@@ -791,12 +846,17 @@ class A2AClient:
         :meth:`request`. With an ``intent_id`` (see :meth:`request`), a stream refused with
         -32043 before its first item is sent again on a new session, where the server
         replays the one run's events. :meth:`stream_events` gives the same stream as
-        verified events, with their signed tokens.
+        verified events, with their signed tokens. ``on_behalf_of``: as for :meth:`request`.
         """
         # aclosing: a caller that stops early must release the session lock now, not when
         # the inner generator is collected.
         events = self.stream_events(
-            server_did, intent, endpoint=endpoint, priority=priority, intent_id=intent_id
+            server_did,
+            intent,
+            endpoint=endpoint,
+            priority=priority,
+            intent_id=intent_id,
+            on_behalf_of=on_behalf_of,
         )
         async with contextlib.aclosing(events):
             async for event in events:
@@ -814,6 +874,7 @@ class A2AClient:
         priority: int | None = None,
         intent_id: str | None = None,
         session_check: Callable[[ClientSession], None] | None = None,
+        on_behalf_of: Chain | None = None,
     ) -> AsyncGenerator[StreamEvent, None]:
         """Like :meth:`stream`, but yield every verified event, the closing one included.
 
@@ -832,7 +893,9 @@ class A2AClient:
         # Not the current span: a generator's context is its consumer's between items.
         trace = tracing.start_client_span("intent", server_did, intent.get("goal"))
         failure: BaseException | None = None
-        attempts = self._stream_attempts(peer, body_intent, chosen, own_id, trace, session_check)
+        attempts = self._stream_attempts(
+            peer, body_intent, chosen, own_id, trace, session_check, on_behalf_of
+        )
         try:
             async with contextlib.aclosing(attempts):  # releases the session lock now on early exit
                 async for item in attempts:
@@ -854,10 +917,11 @@ class A2AClient:
         own_id: bool,
         trace: tracing.ClientTrace | None,
         session_check: Callable[[ClientSession], None] | None,
+        on_behalf_of: Chain | None,
     ) -> AsyncGenerator[StreamEvent, None]:
         async with peer.lock:
             for attempt in (1, 2):
-                session, body, chosen = await self._attempt(peer, body_intent, chosen)
+                session, body, chosen = await self._attempt(peer, body_intent, chosen, on_behalf_of)
                 if session_check is not None:
                     session_check(session)
                 req = session.prepare_intent(body)

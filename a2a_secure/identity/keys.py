@@ -211,6 +211,28 @@ class Identity:
         """The 64-byte Ed25519 signature of ``data``."""
         return nacl.bindings.crypto_sign(bytes(data), self._signing._signing_key)[:SIGNATURE_LEN]
 
+    def delegate(
+        self,
+        to: str,
+        goals: list[str] | tuple[str, ...],
+        *,
+        ttl: int,
+        targets: list[str] | tuple[str, ...] | None = None,
+        max_priority: int = 5,
+        now: float | None = None,
+    ) -> Any:
+        """A delegation chain (PROTOCOL.md §12.7): this DID, the principal, grants the DID
+        ``to`` the ``goals`` for ``ttl`` seconds, at the ``targets`` (agent DIDs) if given.
+
+        Returns an ``a2a_secure.protocol.delegation.Chain`` of one link.
+        """
+        import time  # noqa: PLC0415
+
+        from a2a_secure.delegation import issue  # noqa: PLC0415 - the value layer above
+
+        at = time.time() if now is None else now
+        return issue(self, to=to, goals=goals, ttl=ttl, now=at, targets=targets, max_priority=max_priority)
+
     def __repr__(self) -> str:
         return f"Identity(agent_id={self.agent_id!r}, did={self._did!r})"
 

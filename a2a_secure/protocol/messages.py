@@ -138,7 +138,7 @@ CLOSED_MEMBERS: Final = frozenset(("type", "session_id", "response_jws"))
 # "intent_id": the intent_id extension (PROTOCOL.md §12.5), refused by a server
 # that does not declare it; "priority": PROTOCOL.md §12.3.
 INTENT_MEMBERS: Final = frozenset(
-    ("goal", "domain", "inputs", "constraints", "priority", "intent_id", "sealed", "sealed_key")
+    ("goal", "domain", "inputs", "constraints", "priority", "intent_id", "sealed", "sealed_key", "delegation")
 )
 CONSTRAINT_MEMBERS: Final = frozenset(("timeout_ms", "max_tokens", "stream"))
 KEY_ENTRY_MEMBERS: Final = frozenset(("kid", "kty", "crv", "alg", "key"))

@@ -56,6 +56,7 @@ from a2a_secure.errors import (
     error_for_code,
 )
 from a2a_secure.identity import encoding
+from a2a_secure.protocol.delegation import DELEGATION
 from a2a_secure.protocol.intent_id import INTENT_ID, ids_full_message, store_full_message
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.sealing import SEALED
@@ -79,16 +80,19 @@ STILL_RUNNING: Final = "an earlier request with this intent_id is still running"
 RUNNING_MARGIN: Final = 60
 
 
-def server_extensions(limits: ServerLimits, store: object) -> list[str]:
+def server_extensions(limits: ServerLimits, store: object, *, delegation: bool = False) -> list[str]:
     """The extensions a server with ``limits`` and ``store`` serves, for its agent card.
 
-    The one place the card's ``a2a_secure_extensions`` list comes from.
+    The one place the card's ``a2a_secure_extensions`` list comes from. ``delegation``: the
+    server accepts delegation chains (§12.6, configured by ``ServerConfig.delegation``).
     """
     out: set[str] = {PRIORITY}  # every server of this version reads and schedules it (§12.3)
     if limits.intent_id_retention > 0 and supports_intent_ids(store):
         out.add(INTENT_ID)
     if limits.sealed_intents:
         out.add(SEALED)
+    if delegation:
+        out.add(DELEGATION)
     return sorted(out)
 
 

@@ -24,6 +24,7 @@ from a2a_secure.errors import A2AError, InternalError, MethodNotFound
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.policy import Policy
+from a2a_secure.protocol.delegation import DelegationRules
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter, ObserveHook
@@ -76,6 +77,7 @@ class ServerProtocol:
         key_guard: KeyGuard | None = None,
         priority_rights: PriorityRights | None = None,
         observe: ObserveHook | None = None,
+        delegation: DelegationRules | None = None,
     ) -> None:
         """``observe(audit_fields, reply, seconds)`` is told of every answered request
         (telemetry: a2a_secure.telemetry), like the audit hook and whether or not there is one."""
@@ -89,6 +91,7 @@ class ServerProtocol:
             limits=limits or ServerLimits(),
             key_guard=key_guard or KeyGuard(monotonic=monotonic),
             priority_rights=priority_rights or PriorityRights(),
+            delegation=delegation,
         )
         self._config = config
         self._clock = clock

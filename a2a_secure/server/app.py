@@ -48,6 +48,7 @@ from a2a_secure.protocol.approval import (
     NeedsApproval,
     approver_dids,
 )
+from a2a_secure.protocol.delegation import DelegationRules
 from a2a_secure.protocol.intent_id import CARD_MEMBER as EXTENSIONS_MEMBER
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.messages import PROTOCOL_NAME
@@ -345,10 +346,12 @@ class AgentServer(IntentDispatcher):
         serve_tools: bool = False,
         metrics: bool | ServerMetrics = False,
         log_requests: bool = False,
+        delegation: DelegationRules | None = None,
     ) -> None:
         """``priority_rights``: the highest intent priority each caller may use (PROTOCOL.md
         §12.3; default 3 for everyone). ``limits.max_concurrent_intents`` turns the priority
-        queue on (per worker process).
+        queue on (per worker process). ``delegation``: accept delegation chains (§12.7), and
+        the goals that run only on behalf of listed principals; None: the extension is off.
 
         ``metrics``: True (or a :class:`~a2a_secure.telemetry.metrics.ServerMetrics`) serves
         Prometheus metrics at ``/metrics`` (the ``metrics`` extra). ``log_requests``: one
@@ -372,6 +375,7 @@ class AgentServer(IntentDispatcher):
         self.resolver = resolver or DIDResolver()
         self.limits = limits or ServerLimits()
         self.priority_rights = priority_rights or PriorityRights()
+        self.delegation = delegation
         self.max_body = max_body
         self._clock = clock
         self._monotonic = monotonic
@@ -617,7 +621,7 @@ class AgentServer(IntentDispatcher):
                 card["streaming_intents"] = self.streaming_goals
             if self._intent_schemas:
                 card["intent_schemas"] = {g: dict(v) for g, v in sorted(self._intent_schemas.items())}
-            extensions = server_extensions(self.limits, self.store)
+            extensions = server_extensions(self.limits, self.store, delegation=self.delegation is not None)
             if extensions:  # additive: a server without extensions keeps today's card
                 card[EXTENSIONS_MEMBER] = extensions
             if self._card_builder is not None:
@@ -654,6 +658,7 @@ class AgentServer(IntentDispatcher):
                 ),
                 priority_rights=self.priority_rights,
                 observe=self._observer.observe,
+                delegation=self.delegation,
             )
         return self._protocol
 

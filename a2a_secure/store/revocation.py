@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from a2a_secure.delegation import REVOCATION_PREFIX, check_revocation_target
 from a2a_secure.errors import DIDResolutionError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import (
@@ -52,15 +53,20 @@ __all__ = [
 
 # The member of a DID's revocation entries that stands for the whole DID.
 DID_FIELD = "*"
+# ``delegation:<jti>`` (a2a_secure.delegation.REVOCATION_PREFIX) revokes one delegation
+# token (PROTOCOL.md §12.7); it is kept as an entry of its own "DID", the whole target.
 MAX_REASON = 200
 _FILE_VERSION = 1
 _MAX_FILE_BYTES = 4 * 1024 * 1024
 
 
 def check_target(target: object) -> str:
-    """Return ``target`` if it is a DID or a key id (``did#fragment``), else ``InvalidParams``."""
+    """Return ``target`` if it is a DID, a key id (``did#fragment``) or a delegation token id
+    (``delegation:<jti>``, PROTOCOL.md §12.7), else ``InvalidParams``."""
     if not isinstance(target, str):
         raise InvalidParams("a revocation names a DID or a key id")
+    if target.startswith(REVOCATION_PREFIX):
+        return check_revocation_target(target)
     did = split_key_id(target)[0] if "#" in target else check_did_syntax(target)
     try:
         # A did:key that is no Ed25519 key, or a did:web no resolver may fetch, names nothing.

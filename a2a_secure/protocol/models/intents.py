@@ -14,6 +14,7 @@ from a2a_secure.errors import AuthenticationFailed, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import Decoded, jws_decode_unverified
 from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.delegation import check_member as check_delegation
 from a2a_secure.protocol.intent_id import check_intent_id
 from a2a_secure.protocol.models._base import (
     _NOT_DECODED,
@@ -95,6 +96,8 @@ class Intent(_Validated):
     # ... and its bytes, decoded once at step 1 (base64url costs more than the AEAD).
     sealed_bytes: bytes = field(default=b"", compare=False, repr=False)
     sealed_key: str | None = None  # sealed intents with an intent_id: the sealed answer key
+    # The delegation extension (protocol/delegation.py): a chain of tokens, or a chain's hash.
+    delegation: tuple[str, ...] | str | None = None
 
     @classmethod
     def parse(cls, obj: Any, *, error: ErrorType = InvalidParams) -> Intent:
@@ -134,8 +137,21 @@ class Intent(_Validated):
             require_b64u_bytes(sealed_key, "intent sealed_key", 48, error)
             if sealed is None:
                 raise error("intent sealed_key needs sealed inputs")
+        delegation = None
+        if "delegation" in intent:
+            delegation = check_delegation(intent["delegation"], error)
         return _make(
-            cls, goal, inputs, domain, constraints, priority, intent_id, sealed, sealed_bytes, sealed_key
+            cls,
+            goal,
+            inputs,
+            domain,
+            constraints,
+            priority,
+            intent_id,
+            sealed,
+            sealed_bytes,
+            sealed_key,
+            delegation,
         )
 
     @property
@@ -163,6 +179,9 @@ class Intent(_Validated):
             out["sealed"] = self.sealed
         if self.sealed_key is not None:
             out["sealed_key"] = self.sealed_key
+        if self.delegation is not None:
+            d = self.delegation
+            out["delegation"] = d if isinstance(d, str) else list(d)
         return out
 
 

@@ -36,6 +36,9 @@ class AuditFields:
     verified: bool = False
     deferred: bool = False  # a stream writes its record at its final event
     signature_checked: bool = False  # an Ed25519 verification was spent on this request
+    # §12.7: the principal and name of the verified chain the intent ran under
+    principal: str | None = None
+    delegation: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -57,6 +60,8 @@ class AuditWriter:
         if self._hook is None:
             return
         code = reply.error.get("code") if reply.error is not None else None
+        # Passed only when there is a chain: a hook written for the base record keeps working.
+        chain = {} if a.principal is None else {"principal": a.principal, "delegation": a.delegation}
         self._hook(
             event=a.event,
             role="server",
@@ -69,6 +74,7 @@ class AuditWriter:
             duration_ms=round((self._clock() - a.started) * 1000, 3),
             error_code=code,
             verified=a.verified,
+            **chain,
         )
 
     def write_stream_end(self, a: AuditFields, code: int | None) -> None:

@@ -17,6 +17,7 @@ from a2a_secure.errors import StaleTimestamp, log_unexpected
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.policy import Policy
+from a2a_secure.protocol.delegation import DelegationRules
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
@@ -115,6 +116,8 @@ class ServerConfig:
         return self.retired_signers.get(session_id, self.identity)
 
     priority_rights: PriorityRights = field(default_factory=PriorityRights)
+    # The delegation extension (PROTOCOL.md §12.7); None: not served (and not declared).
+    delegation: DelegationRules | None = None
 
 
 @dataclass(frozen=True, slots=True)

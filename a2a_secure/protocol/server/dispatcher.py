@@ -35,6 +35,10 @@ class IntentContext:
     client_agent_id: str = ""
     priority: int = 3  # the priority it runs at (PROTOCOL.md §12.3)
     intent_id: str | None = None  # the caller's id for this intent, run at most once
+    # On whose behalf (PROTOCOL.md §12.7): the chain's root issuer, and the verified chain
+    # (a2a_secure.protocol.delegation.Chain: ``.hops``, ``.hash``); None without one.
+    principal: str | None = None
+    delegation: Any = None
 
 
 class IntentDispatcher:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from a2a_secure.errors import (
@@ -55,6 +56,7 @@ from a2a_secure.protocol.sealing import (
 from a2a_secure.protocol.server.auditing import AuditFields
 from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, log_unexpected, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
+from a2a_secure.protocol.server.delegation import NO_DELEGATION, DelegationGuard, Verdict, claim_form
 from a2a_secure.protocol.server.dispatcher import IntentContext
 from a2a_secure.protocol.server.ports import Claims, PendingClaim, Replay, Runner, Streams
 from a2a_secure.protocol.server.replies import SignedReplies
@@ -90,9 +92,11 @@ class IntentProcessor:
         streams: Streams,
         clock: Clock,
         exactly_once: Claims,
+        delegation: DelegationGuard | None = None,
     ) -> None:
         self._config = config
         self._exactly_once = exactly_once
+        self._delegation = delegation or DelegationGuard(config)
         self._deadlines = deadlines
         self._past_deadline = deadlines.past
         self._signed_error = replies.error
@@ -122,6 +126,8 @@ class IntentProcessor:
             if (intent.sealed is not None or intent.sealed_key is not None) and not cfg.limits.sealed_intents:
                 # §12.6: as any unknown member of intent at a server without the extension.
                 raise InvalidParams("intent: unexpected member 'sealed' (this server does not seal)")
+            if intent.delegation is not None:
+                self._delegation.check_member(intent)
         audit.sequence = params_seq
         # Step 2: the session.
         now = self._clock()
@@ -182,6 +188,10 @@ class IntentProcessor:
             if intent is not None and not self._has_room(intent.priority or DEFAULT_PRIORITY):
                 # §12.3: the queue is full; likewise before the sequence is consumed.
                 raise Unavailable("too many intents are waiting to run", retry_after=1)
+            # §12.7: the chain is checked now, its refusal given at step 9 (and claims no id).
+            delegated = NO_DELEGATION
+            if intent is not None and (intent.delegation is not None or cfg.delegation is not None):
+                delegated = await self._delegation.verdict(session, intent, now)
             # Steps 7-8, one atomic check-and-update (with an intent_id, and its claim).
             once: PendingClaim | None = None
             if (
@@ -189,12 +199,17 @@ class IntentProcessor:
                 and intent_obj is not None
                 and intent.intent_id is not None
                 and inputs is not None
+                and delegated.refusal is None
                 and self._admissible(session, intent, inputs)
             ):
+                # The form a claim hashes: the same for every resend of this intent, whether it
+                # carries its chain in full or by hash (§12.7), sealed for one session or another.
+                claimed: Mapping[str, Any] = (
+                    claim_form(intent_obj) if intent.delegation is not None else intent_obj
+                )
                 if answer_key is not None:  # §12.6: the claim keeps its answer sealed, keyless
-                    assert sealer is not None and inputs is not None
-                    intent_obj = claim_intent(intent_obj, inputs, answer_key)
-                once = self._exactly_once.prepare(session, intent, intent_obj, wants_stream, now)
+                    claimed = claim_intent(claimed, inputs, answer_key)
+                once = self._exactly_once.prepare(session, intent, claimed, wants_stream, now)
                 if once is not None and answer_key is not None:
                     assert sealer is not None
                     box = ClaimBox(answer_key, intent.intent_id)
@@ -241,7 +256,7 @@ class IntentProcessor:
                 assert intent is not None
                 assert inputs is not None
                 reply = await self._run_intent(
-                    session, sequence, req_hash, intent, inputs, wants_stream, audit, sealer
+                    session, sequence, req_hash, intent, inputs, wants_stream, audit, sealer, delegated
                 )
         except A2AError as exc:
             exc = seal_error_data(sealer, exc, sequence, req_hash)
@@ -260,15 +275,25 @@ class IntentProcessor:
                 await self._exactly_once.finish(session_id, sequence, reply.stored)
         return reply
 
-    def _admit(self, session: SessionRecord, intent: Intent, inputs: dict[str, Any]) -> int:
+    def _admit(
+        self,
+        session: SessionRecord,
+        intent: Intent,
+        inputs: dict[str, Any],
+        delegated: Verdict = NO_DELEGATION,
+    ) -> int:
         """Steps 9 and 10, pure checks: the priority the intent runs at, or the refusal.
 
-        ``inputs``: the intent's inputs as the handler will see them (opened, when sealed).
+        ``inputs``: the intent's inputs as the handler will see them (opened, when sealed);
+        ``delegated``: the verdict on the chain the intent acts under (§12.7).
         """
         goal = intent.goal
-        # Step 9: the policy agreed in the handshake, not today's configuration.
+        # Step 9: the policy agreed in the handshake, not today's configuration ...
         if not session.policy.allows(goal):
             raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
+        # ... intersected with the scope of the chain the intent acts under (§12.7).
+        if delegated.refusal is not None:
+            raise delegated.refusal
         # ... and the server's priority rights (§12.3), also -32042 before anything runs.
         priority = self._config.priority_rights.effective(intent.priority, session.client_did)
         # Step 10: a handler.
@@ -298,6 +323,7 @@ class IntentProcessor:
         # §6.3: the session ends here and in every store that shares it.
         await self._config.store.close_session(session.session_id)
         self._deadlines.forget(session.session_id)
+        self._delegation.forget(session.session_id)
         result = {"type": "closed", "session_id": session.session_id}
         token = self._result_token(session.session_id, sequence, req_hash, result, int(self._clock()))
         return Reply(200, {**result, "response_jws": token})
@@ -312,9 +338,13 @@ class IntentProcessor:
         wants_stream: bool,
         audit: AuditFields,
         sealer: SessionSealer | None,
+        delegated: Verdict = NO_DELEGATION,
     ) -> Reply:
         goal = intent.goal
-        priority = self._admit(session, intent, inputs)  # steps 9 and 10
+        priority = self._admit(session, intent, inputs, delegated)  # steps 9 and 10
+        chain = delegated.chain
+        if chain is not None:
+            audit.principal, audit.delegation = chain.principal, chain.hash
         # Step 11 (the runner's): within min(timeout_ms, server maximum).
         constraints = intent.constraints_dict
         max_ms = self._config.limits.max_handler_timeout_ms
@@ -329,6 +359,8 @@ class IntentProcessor:
             client_agent_id=session.client_agent_id,
             priority=priority,
             intent_id=intent.intent_id,
+            principal=None if chain is None else chain.principal,
+            delegation=chain,
         )
         if wants_stream:
             return await self._streams.start(

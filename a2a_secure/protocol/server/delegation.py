@@ -1,0 +1,221 @@
+"""The server's side of delegation chains (PROTOCOL.md §12.7): keys, deny list, cache.
+
+The rules are :mod:`a2a_secure.protocol.delegation`'s; this room feeds them what takes I/O:
+each issuer's key, resolved from its DID with the server's resolver (never taken from the
+token), and the deny list (the store's, shared by every worker, and the server's other
+lists), read at every use. A chain verified once is kept per session by its hash (bounded),
+so later intents carry the hash alone; its time, audience, targets and revocations are
+still checked at each use.
+
+:meth:`DelegationGuard.verdict` runs before §6.1 step 7 and never raises: its refusal is
+given at step 9 (-32042, signed, the sequence used up) like any refusal of the policy, and an
+intent refused there claims no ``intent_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from a2a_secure.errors import A2AError, DIDResolutionError, InternalError, InvalidParams
+from a2a_secure.protocol.delegation import (
+    CHAIN_UNKNOWN,
+    DELEGATION,
+    REVOCATION_PREFIX,
+    Chain,
+    DelegationRefused,
+    Link,
+    parse_chain,
+    reference_of,
+    verify_signatures,
+)
+from a2a_secure.protocol.keyguard import revoked_message
+from a2a_secure.protocol.models import Intent
+from a2a_secure.protocol.priority import DEFAULT_PRIORITY
+from a2a_secure.protocol.server.common import ServerConfig
+from a2a_secure.store.base import SessionRecord
+from a2a_secure.store.memory import MemoryStore
+from a2a_secure.store.revocation import FileRevocations, Revocation, RevocationStore, StoreRevocations
+
+__all__ = ["MAX_CACHED_CHAINS", "NO_DELEGATION", "DelegationGuard", "Verdict", "claim_form"]
+
+# Verified chains kept by this process, all sessions together (a chain is at most 16 KiB of
+# tokens: 64 MiB at worst), least recently used first out.
+MAX_CACHED_CHAINS: Final = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the chain of one intent allows: the verified chain, or the refusal to give at step 9."""
+
+    chain: Chain | None = None
+    refusal: A2AError | None = None
+
+
+NO_DELEGATION: Final = Verdict()
+
+
+def claim_form(intent_obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``intent_obj`` with its chain named by hash, the form an ``intent_id`` claim hashes.
+
+    The first intent of a session carries the chain, a resend on the next session may carry
+    it again or only its hash: the same intent either way (§12.5 ``intent_hash``).
+    """
+    value = intent_obj.get(DELEGATION)
+    if not isinstance(value, list):
+        return intent_obj
+    return {**intent_obj, DELEGATION: reference_of(tuple(value))}
+
+
+class DelegationGuard:
+    """Verifies the chains intents carry, for one server (see the module documentation).
+
+    State: the chains verified on each session, by (session, hash): at most
+    ``DelegationRules.max_cached_chains`` per session and :data:`MAX_CACHED_CHAINS` in all.
+    """
+
+    def __init__(self, config: ServerConfig) -> None:
+        self._config = config
+        self._verified: OrderedDict[tuple[str, str], Chain] = OrderedDict()
+        self._per_session: dict[str, list[str]] = {}  # session id -> its hashes, oldest first
+        # (the store and lists it was worked out for, the deny lists, all in this process)
+        self._lists: tuple[tuple[object, object], tuple[Any, ...], bool] | None = None
+
+    def check_member(self, intent: Intent) -> None:
+        """Step 1 for a server without the extension: ``delegation`` is an unknown member."""
+        if self._config.delegation is None:
+            raise InvalidParams(f"intent: unexpected member {DELEGATION!r}")
+
+    async def verdict(self, session: SessionRecord, intent: Intent, now: float) -> Verdict:
+        """The chain ``intent`` acts under, checked for this use, or why it is refused."""
+        rules = self._config.delegation
+        if intent.delegation is None and (rules is None or not rules.required_principals):
+            return NO_DELEGATION
+        try:
+            chain = None if intent.delegation is None else await self._chain(session, intent.delegation)
+            if chain is not None:
+                priority = intent.priority or DEFAULT_PRIORITY
+                chain.check_use(
+                    now=now,
+                    client_did=session.client_did,
+                    server_did=session.server_did,
+                    goal=intent.goal,
+                    priority=priority,
+                )
+                await self._check_revoked(chain)
+            if rules is not None:
+                refused = rules.refusal(intent.goal, chain)
+                if refused is not None:
+                    raise refused
+        except A2AError as exc:
+            return Verdict(refusal=exc)
+        return Verdict(chain=chain)
+
+    def forget(self, session_id: str) -> None:
+        """Drop the chains kept for a session that ended."""
+        for ref in self._per_session.pop(session_id, ()):
+            self._verified.pop((session_id, ref), None)
+
+    async def _chain(self, session: SessionRecord, value: tuple[str, ...] | str) -> Chain:
+        ref = reference_of(value)
+        hit = self._verified.get((session.session_id, ref))
+        if hit is not None:
+            self._verified.move_to_end((session.session_id, ref))
+            return hit
+        if isinstance(value, str):
+            # Another worker, or a chain this one has since let go: the client sends it again.
+            raise DelegationRefused(f"delegation refused: chain {ref} {CHAIN_UNKNOWN}")
+        chain = parse_chain(value)
+        keys = await self._resolve_keys(chain)
+        verify_signatures(chain, keys.__getitem__)
+        self._keep(session.session_id, chain)
+        return chain
+
+    async def _resolve_keys(self, chain: Chain) -> dict[Link, bytes]:
+        resolver = self._config.resolver
+        now = resolver.clock()
+        keys: dict[Link, bytes] = {}
+        for at, link in enumerate(chain.links):
+            try:
+                resolved = await resolver.resolve(link.issuer)
+                resolved.check_key_current(link.kid, now)
+            except A2AError as exc:
+                what = "cannot be resolved" if isinstance(exc, DIDResolutionError) else "is not usable"
+                raise DelegationRefused(
+                    f"delegation refused: link {at}: issuer {link.issuer[:128]} {what}: {exc.message}"[:400]
+                ) from None
+            key = resolved.key_for(link.kid)
+            if key is None:
+                raise DelegationRefused(
+                    f"delegation refused: link {at}: {link.kid[:200]} is not a key of the issuer's DID"
+                )
+            keys[link] = key
+        return keys
+
+    def _keep(self, session_id: str, chain: Chain) -> None:
+        rules = self._config.delegation
+        limit = rules.max_cached_chains if rules is not None else 1
+        mine = self._per_session.setdefault(session_id, [])
+        mine.append(chain.hash)
+        self._verified[(session_id, chain.hash)] = chain
+        while len(mine) > limit:
+            self._verified.pop((session_id, mine.pop(0)), None)
+        while len(self._verified) > MAX_CACHED_CHAINS:
+            (old_session, old_ref), _ = self._verified.popitem(last=False)
+            hashes = self._per_session.get(old_session)
+            if hashes is not None:
+                with contextlib.suppress(ValueError):
+                    hashes.remove(old_ref)
+                if not hashes:
+                    del self._per_session[old_session]
+
+    def _deny_lists(self) -> tuple[tuple[Any, ...], bool]:
+        """The deny lists to read, and whether all of them are in this process.
+
+        Worked out once per configuration (a store or a list replaced on a live server is
+        seen at the next intent): a runtime Protocol check costs as much as the rest of a
+        later use of a chain.
+        """
+        cfg = self._config
+        key = (cfg.store, cfg.key_guard.revocations)
+        if self._lists is not None and self._lists[0][0] is key[0] and self._lists[0][1] is key[1]:
+            return self._lists[1], self._lists[2]
+        store: object = cfg.store
+        # The store's own list is read once below, however the server was handed it.
+        lists: list[Any] = [
+            lst
+            for lst in cfg.key_guard.revocations
+            if not (isinstance(lst, StoreRevocations) and lst.store is store)
+        ]
+        if isinstance(store, RevocationStore):
+            lists.append(StoreRevocations(store))
+        local = all(
+            isinstance(lst, FileRevocations)
+            or (isinstance(lst, StoreRevocations) and isinstance(lst.store, MemoryStore))
+            for lst in lists
+        )
+        self._lists = (key, tuple(lists), local)
+        return self._lists[1], local
+
+    async def _check_revoked(self, chain: Chain) -> None:
+        """Every link against every deny list: a revoked link ends everything below it."""
+        lists, local = self._deny_lists()
+        if not lists:
+            return
+        probes: list[tuple[str, tuple[str, ...]]] = [(link.issuer, (link.kid,)) for link in chain.links]
+        probes += [(REVOCATION_PREFIX + link.jti, ()) for link in chain.links]
+        lookups = [lst.lookup(did, kids) for lst in lists for did, kids in probes]
+        try:
+            # In-process lists answer at once; a shared store's look-ups go out together.
+            found = [await one for one in lookups] if local else await asyncio.gather(*lookups)
+        except RuntimeError:  # a deny list that cannot be read: fail closed
+            raise InternalError("the revocation list cannot be read") from None
+        hit: Revocation | None = next((h for h in found if h is not None), None)
+        if hit is not None:
+            if hit.target.startswith(REVOCATION_PREFIX):
+                raise DelegationRefused(f"delegation refused: token id revoked: {hit.target[:100]}")
+            raise DelegationRefused(f"delegation refused: {revoked_message(hit)}"[:400])
