@@ -20,16 +20,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from a2a_secure.checks import ErrorType, require_did, require_int, require_str
 from a2a_secure.errors import A2AError, AuthenticationFailed, InvalidParams, PolicyViolation
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import split_key_id
-from a2a_secure.identity.jws import Decoded, jws_decode_unverified, jws_sign, jws_verify
-
-if TYPE_CHECKING:
-    from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.jws import Decoded, Signer, jws_decode_unverified, jws_sign, jws_verify
 
 __all__ = [
     "CHAIN_UNKNOWN",
@@ -386,7 +383,7 @@ class Chain:
 
     def further(
         self,
-        identity: Identity,
+        identity: Signer,
         *,
         to: str,
         goals: Iterable[str] | None = None,
@@ -428,7 +425,7 @@ def _checked(tokens: list[str]) -> Chain:
 
 
 def _sign(
-    identity: Identity,
+    identity: Signer,
     *,
     audience: str,
     principal: str,
@@ -458,7 +455,7 @@ def _sign(
 
 
 def issue(
-    identity: Identity,
+    identity: Signer,
     *,
     to: str,
     goals: Iterable[str],

@@ -204,6 +204,7 @@ def test_the_runtime_is_where_the_waiting_is() -> None:
         "a2a_secure.runtime.exactly_once",
         "a2a_secure.runtime.gate",
         "a2a_secure.runtime.replay",
+        "a2a_secure.runtime.router",
         "a2a_secure.runtime.runner",
         "a2a_secure.runtime.stream_pump",
         "a2a_secure.runtime.stream_record",

@@ -12,14 +12,11 @@ every other failure ``AuthenticationFailed`` (-32040).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from a2a_secure.errors import AuthenticationFailed, InvalidParams
 from a2a_secure.identity import encoding
-from a2a_secure.identity.keys import verify_signature
-
-if TYPE_CHECKING:
-    from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.ed25519 import verify_signature
 
 __all__ = ["MAX_TOKEN_LENGTH", "jws_decode_unverified", "jws_sign", "jws_verify"]
 
@@ -30,7 +27,26 @@ _HEADER_MEMBERS = frozenset(("alg", "typ", "kid"))
 Decoded = tuple[dict[str, Any], dict[str, Any], bytes, bytes]
 
 
-def jws_sign(payload: Mapping[str, Any], identity: Identity, typ: str) -> str:
+class Signer(Protocol):
+    """What signs a JWS: an :class:`~a2a_secure.identity.keys.Identity` (named by its shape,
+    so that the modules above keys, delegation tokens among them, need not import it)."""
+
+    @property
+    def did(self) -> str:
+        """The signer's DID."""
+        ...
+
+    @property
+    def kid(self) -> str:
+        """The key id the header names (a DID URL of ``did``)."""
+        ...
+
+    def sign(self, message: bytes) -> bytes:
+        """An Ed25519 signature of ``message``."""
+        ...
+
+
+def jws_sign(payload: Mapping[str, Any], identity: Signer, typ: str) -> str:
     """Sign ``payload`` (a JSON object) as a compact JWS with header ``{alg, typ, kid}``."""
     header = _HEADERS.get((identity.kid, typ))
     if header is None:

@@ -15,6 +15,7 @@ members of it); each room owns its own part (see the two packages' docstrings).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -40,6 +41,7 @@ from a2a_secure.protocol.server.common import (
     log_unexpected,
 )
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
+from a2a_secure.protocol.server.delegation import DelegationGuard
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
 from a2a_secure.protocol.server.events import EventSigner
 from a2a_secure.protocol.server.handshake import HandshakeResponder
@@ -123,6 +125,7 @@ class ServerProtocol:
             streams=streams,
             clock=clock,
             exactly_once=exactly_once,
+            delegation=DelegationGuard(config, gather=asyncio.gather),
         )
         # Bound once: ``handle`` runs for every request.
         self._hello = self._handshake.hello
