@@ -3,6 +3,11 @@
 Atomicity comes from the event loop: no method awaits before it has finished its
 check-and-update. Expired entries are dropped lazily, and when a bound is reached only
 expired entries are swept; an entry still inside its window is never evicted.
+
+The sections follow the families of keys of the Redis store, one module each there:
+pending handshakes (``redis_handshakes.py``), sessions with their sequences, stored answers
+and rate windows (``redis_sessions.py``), intent ids (``redis_intents.py``), revocations
+(``redis_revocations.py``) and actions waiting for approval (``redis_actions.py``).
 """
 
 from __future__ import annotations
@@ -75,6 +80,9 @@ class MemoryStore:
         self._claims: dict[tuple[str, str, str], _ClaimState] = {}
         self._claims_by_did: dict[tuple[str, str], dict[str, int]] = {}
         self._claims_by_expiry: list[tuple[int, tuple[str, str, str]]] = []
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
 
     # -- pending handshakes ---------------------------------------------------------------
     def _drop_pending(self, key: tuple[str, str]) -> None:
@@ -215,6 +223,10 @@ class MemoryStore:
         if st is not None and st.last == sequence:
             st.reply = encoding.dumps(reply.to_dict())
 
+    async def close_session(self, session_id: str) -> None:
+        """See :meth:`Store.close_session`."""
+        self._forget(session_id)
+
     # -- intent ids (store/intents.py) ------------------------------------------------------
     def _drop_claim(self, key: tuple[str, str, str]) -> None:
         self._claims.pop(key, None)
@@ -320,13 +332,6 @@ class MemoryStore:
         c = self._claims.get((agent, client_did, intent_id))
         if c is not None and c.intent_hash == intent_hash and c.reply is None:
             c.reply = encoding.dumps(reply.to_dict())
-
-    async def close_session(self, session_id: str) -> None:
-        """See :meth:`Store.close_session`."""
-        self._forget(session_id)
-
-    async def aclose(self) -> None:
-        """Nothing to release."""
 
     # -- revocations (a2a_secure.store.revocation.RevocationStore) ------------------------
     async def add_revocation(self, entry: Revocation) -> bool:

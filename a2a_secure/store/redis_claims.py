@@ -10,7 +10,7 @@ A claim belongs to an agent (the server DID, ``<agent>``; several agents may sha
 prefix). On one Redis the claim key is ``i:<agent>|<did>:<intent_id>`` and the set
 ``ia:<agent>|<did>``, the store's bound of claims the set ``ix`` (member: 16 bytes of the
 claim key's SHA-256, score: its expires_at), and the claim is made inside the guarded begin
-script (``_BEGIN_INTENT`` in redis.py). On a spread cluster both keys carry the DID's hash
+script (``_BEGIN_INTENT`` in redis_intents.py). On a spread cluster both keys carry the DID's hash
 tag (``{d:<did>}:i:<agent>|<intent_id>``, ``{d:<did>}:ia:<agent>``), next to its rate
 window, and the store's bound is sharded as the session bound (``{ix:<i>}``, a ``RESERVE``
 in the same round trip): :data:`CLAIM` counts the rate and makes the claim in one script on
@@ -24,7 +24,7 @@ from a2a_secure.store.intents import ClaimKind
 
 __all__ = ["CLAIM", "CLAIM_KINDS", "FINISH_INTENT", "GET_CLAIM", "SEEN_CLAIM", "UNCLAIM"]
 
-# Conventions as in redis.py: ``now`` is ARGV, checks come before the first write (deleting
+# Conventions as in redis_keys.py: ``now`` is ARGV, checks come before the first write (deleting
 # an expired claim is the forgetting every read does), and no script stops half-way.
 
 # The claim's state for a request with intent hash ``hash``: {kind[, answer]}, kind as in

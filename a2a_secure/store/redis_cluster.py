@@ -186,7 +186,7 @@ def shard_limit(limit: int, shards: int, index: int) -> int:
     return limit // shards + (1 if index < limit % shards else 0)
 
 
-# Conventions as in redis.py: ``now`` is ARGV, checks come before the first write, and no
+# Conventions as in redis_keys.py: ``now`` is ARGV, checks come before the first write, and no
 # script stops half-way. Each script here has exactly one key (the claim scripts of a DID,
 # in redis_claims.py, have the DID's keys).
 

@@ -67,7 +67,8 @@ def _inner_commands() -> set[str]:
     """Commands that RedisStore's Lua scripts call (commandstats counts them too)."""
     import a2a_secure.store.redis as module
 
-    source = Path(module.__file__ or "").read_text()
+    # The scripts are in the store's redis*.py modules, one per family of keys.
+    source = "".join(p.read_text() for p in sorted(Path(module.__file__ or "").parent.glob("redis*.py")))
     return {c.lower() for c in re.findall(r"redis\.call\('(\w+)'", source)}
 
 

@@ -1,0 +1,122 @@
+"""Revocations (the deny list) of :class:`~a2a_secure.store.redis.RedisStore` (store/revocation.py).
+
+Keys (``P`` the prefix; names built in :class:`~a2a_secure.store.redis_keys.RedisKeys`):
+
+* ``P rv:<did>`` (spread cluster: ``P{d:<did>}:rv``): the DID's entries, a hash whose
+  fields are ``*`` (the whole DID) or key ids. Written by the operator
+  (``a2a-secure revoke``, ``--undo``: :meth:`RedisRevocations.add_revocation`,
+  ``remove_revocation``); read by every begin (:data:`_REVOCATION_GUARD`, in the same
+  script on one Redis; in the same round trip on a cluster).
+* ``P rva``: the index of every target, for ``--list`` only; it never decides a check.
+
+No TTL: an entry stays until the operator removes it. Both keys are the store's, for every
+agent of the prefix; an entry only refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from a2a_secure.identity import encoding
+from a2a_secure.store.redis_keys import RedisKeys
+from a2a_secure.store.revocation import DID_FIELD, Revocation
+
+__all__ = ["RedisRevocations"]
+
+# Runs first in the same script as _BEGIN_REQUEST (a2a_secure.store.revocation): the last
+# key is the client DID's revocation hash ("*" = the whole DID, else key ids), ARGV[7] the
+# client DID. Nothing revoked costs one EXISTS; a revoked session is forgotten at once.
+_REVOCATION_GUARD = """
+local rvk = KEYS[#KEYS]
+if redis.call('EXISTS', rvk) == 1 then
+  local hit = redis.call('HEXISTS', rvk, '*') == 1
+  if not hit then
+    local r = redis.call('HGET', KEYS[1], 'r')
+    if r then
+      local kid = cjson.decode(r)[4]
+      local did = ARGV[7]
+      if kid == 0 then kid = did .. '#' .. string.match(did, '[^:]*$')
+      elseif type(kid) == 'string' then kid = did .. kid
+      else kid = kid[1] end
+      hit = redis.call('HEXISTS', rvk, kid) == 1
+    end
+  end
+  if hit then
+    redis.call('DEL', KEYS[1])
+    redis.call('ZREM', KEYS[2], ARGV[6])
+    return {6, '0'}
+  end
+end
+"""
+
+# The revocation entries of one DID, in one key (its slot on a cluster). The index of all
+# targets (for --list) is another key, written after: it never decides a check.
+# KEYS: the DID's revocation hash.  ARGV: field, entry JSON
+_ADD_REVOCATION = """
+return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+"""
+
+# KEYS: the DID's revocation hash.  ARGV: field
+_REMOVE_REVOCATION = """
+return redis.call('HDEL', KEYS[1], ARGV[1])
+"""
+
+# On a cluster the session and the DID's entries are in two slots: the fields of the DID's
+# entries are read in the same round trip as the session's script.  KEYS: the DID's hash.
+_REVOKED_FIELDS = """
+return redis.call('HKEYS', KEYS[1])
+"""
+
+
+class RedisRevocations(RedisKeys):
+    """The revocation methods of :class:`~a2a_secure.store.redis.RedisStore`."""
+
+    # -- revocations (a2a_secure.store.revocation.RevocationStore) -------------------------------
+    async def add_revocation(self, entry: Revocation) -> bool:
+        """See :meth:`RevocationStore.add_revocation` (the entry, then the listing index)."""
+        data = encoding.dumps(entry.to_dict())
+        added = await self._script(self._add_revocation, [self._k_revoked(entry.did)], [entry.field, data])
+        if added:
+            async with self._outage():  # the entry is in force; only --list would miss it
+                await self._r.sadd(self._k_revocations(), entry.target)
+        return bool(added)
+
+    async def remove_revocation(self, target: str) -> bool:
+        """See :meth:`RevocationStore.remove_revocation` (the entry, then the listing index)."""
+        probe = Revocation(target)
+        removed = await self._script(self._remove_revocation, [self._k_revoked(probe.did)], [probe.field])
+        async with self._outage():
+            await self._r.srem(self._k_revocations(), target)
+        return bool(removed)
+
+    async def find_revocation(self, did: str, kids: Sequence[str]) -> Revocation | None:
+        """See :meth:`RevocationStore.find_revocation` (one HMGET)."""
+        async with self._outage():
+            values = await self._r.hmget(self._k_revoked(did), [DID_FIELD, *kids])
+        for value in values:
+            if value is not None:
+                return Revocation.from_dict(encoding.loads(value))
+        return None
+
+    async def list_revocations(self) -> list[Revocation]:
+        """See :meth:`RevocationStore.list_revocations`."""
+        out: list[Revocation] = []
+        async with self._outage():
+            targets = await self._r.smembers(self._k_revocations())
+            for raw in sorted(targets):
+                probe = Revocation(raw.decode() if isinstance(raw, bytes) else raw)
+                value = await self._r.hget(self._k_revoked(probe.did), probe.field)
+                if value is not None:
+                    out.append(Revocation.from_dict(encoding.loads(value)))
+        return out
+
+    async def _revoked_fields(self, fields: Any, session_id: str, now: float) -> bool:
+        """Whether the DID's entry ``fields`` (HKEYS) revoke the session ``session_id``."""
+        if not fields:
+            return False
+        names = {f.decode() if isinstance(f, bytes) else str(f) for f in fields}
+        if DID_FIELD in names:
+            return True
+        session = self._cache_get(session_id) or await self.get_session(session_id, now)
+        return session is not None and session.client_kid in names
