@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from a2a_secure.client import approval as _approval
 from a2a_secure.client.http import A2AClient, RetryPolicy
+from a2a_secure.delegation import Chain, DelegationRules
 from a2a_secure.errors import A2AError, InvalidParams, PeerUnreachable, SessionClosed
 from a2a_secure.identity import encoding
 from a2a_secure.identity.addresses import AddressPolicy
@@ -27,7 +28,6 @@ from a2a_secure.llm_tools import ProgressCallback, ToolCatalog, ToolFormat, Tool
 from a2a_secure.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.approval import ApprovalSettings, approver_dids
 from a2a_secure.protocol.client import ClientSession, IntentResult
-from a2a_secure.protocol.delegation import Chain, DelegationRules
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import AuditHook, ServerLimits
 from a2a_secure.registry import (

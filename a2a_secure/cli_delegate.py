@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from a2a_secure.cli_registry import Subparsers, _fail, subcommand
+from a2a_secure.delegation import MAX_TTL, Chain, issue, load_chain
 from a2a_secure.errors import InvalidParams
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.rotation import parse_duration
-from a2a_secure.protocol.delegation import MAX_TTL, Chain, issue, load_chain
 
 __all__ = ["read_chain"]
 

@@ -2,8 +2,7 @@
 
 Pure, no I/O: decisions on tokens, resolved keys and a clock value passed in. A value layer
 below the protocol core, like :mod:`a2a_secure.policy` (an ``Identity`` issues tokens with
-it, the stores name revoked tokens with it); ``a2a_secure.protocol.delegation`` re-exports
-it. The server's
+it, the stores name revoked tokens with it). The server's
 adapter (:mod:`a2a_secure.protocol.server.delegation`) resolves each issuer's DID and checks
 the deny list; the client's side lives in :mod:`a2a_secure.client.http`.
 

@@ -11,13 +11,7 @@ from typing import Any
 
 import pytest
 
-from a2a_secure.errors import InvalidParams, PolicyViolation
-from a2a_secure.identity import encoding
-from a2a_secure.identity.jws import jws_sign
-from a2a_secure.identity.keys import Identity
-from a2a_secure.identity.resolver import resolve_did_key
-from a2a_secure.protocol import messages as m
-from a2a_secure.protocol.delegation import (
+from a2a_secure.delegation import (
     MAX_CHAIN_CHARS,
     MAX_DEPTH,
     MAX_LINK_CHARS,
@@ -33,6 +27,12 @@ from a2a_secure.protocol.delegation import (
     parse_chain,
     verify_signatures,
 )
+from a2a_secure.errors import InvalidParams, PolicyViolation
+from a2a_secure.identity import encoding
+from a2a_secure.identity.jws import jws_sign
+from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.resolver import resolve_did_key
+from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.models import Intent
 from a2a_secure.store.revocation import check_target
 

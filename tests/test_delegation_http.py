@@ -29,12 +29,12 @@ from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
 from a2a_secure.cli import main
 from a2a_secure.cli_delegate import read_chain
 from a2a_secure.client.http import A2AClient, RetryPolicy
+from a2a_secure.delegation import TYP, Chain, DelegationRules, load_chain
 from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol import messages as m
-from a2a_secure.protocol.delegation import TYP, Chain, DelegationRules, load_chain
 from a2a_secure.protocol.server import IntentContext
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.memory import MemoryStore

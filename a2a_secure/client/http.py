@@ -25,6 +25,7 @@ import httpx
 from a2a_secure.client.endpoint import check_endpoint
 from a2a_secure.client.extensions import learn_extensions
 from a2a_secure.client.pool import ConnectionPool, StreamReply
+from a2a_secure.delegation import CHAIN_UNKNOWN, DELEGATION, Chain
 from a2a_secure.errors import (
     A2AError,
     AuthenticationFailed,
@@ -48,7 +49,6 @@ from a2a_secure.protocol.client import (
     PreparedRequest,
     StreamEvent,
 )
-from a2a_secure.protocol.delegation import CHAIN_UNKNOWN, DELEGATION, Chain
 from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, is_ids_full, new_intent_id
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.priority import with_priority

@@ -224,7 +224,7 @@ class Identity:
         """A delegation chain (PROTOCOL.md §12.7): this DID, the principal, grants the DID
         ``to`` the ``goals`` for ``ttl`` seconds, at the ``targets`` (agent DIDs) if given.
 
-        Returns an ``a2a_secure.protocol.delegation.Chain`` of one link.
+        Returns an ``a2a_secure.delegation.Chain`` of one link.
         """
         import time  # noqa: PLC0415
 

@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
+from a2a_secure.delegation import DELEGATION
 from a2a_secure.errors import (
     A2AError,
     IntentTimeout,
@@ -56,7 +57,6 @@ from a2a_secure.errors import (
     error_for_code,
 )
 from a2a_secure.identity import encoding
-from a2a_secure.protocol.delegation import DELEGATION
 from a2a_secure.protocol.intent_id import INTENT_ID, ids_full_message, store_full_message
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.sealing import SEALED

@@ -21,11 +21,11 @@ import os
 import time
 from typing import Any
 
+from a2a_secure.delegation import DelegationRules
 from a2a_secure.errors import A2AError, InternalError, MethodNotFound
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.policy import Policy
-from a2a_secure.protocol.delegation import DelegationRules
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter, ObserveHook

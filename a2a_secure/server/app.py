@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from a2a_secure.delegation import DelegationRules
 from a2a_secure.errors import (
     A2AError,
     HTTPMethodNotAllowed,
@@ -48,7 +49,6 @@ from a2a_secure.protocol.approval import (
     NeedsApproval,
     approver_dids,
 )
-from a2a_secure.protocol.delegation import DelegationRules
 from a2a_secure.protocol.intent_id import CARD_MEMBER as EXTENSIONS_MEMBER
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.messages import PROTOCOL_NAME

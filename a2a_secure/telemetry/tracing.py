@@ -33,6 +33,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from a2a_secure.jsonrpc import JSONRPC_VERSION
 from a2a_secure.version import __version__
 
 __all__ = [
@@ -55,7 +56,7 @@ NOOP = contextlib.nullcontext()
 # The standard OpenTelemetry variables that ask for traces to be exported over OTLP.
 OTLP_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROPAGATED = (b"traceparent", b"tracestate")
-_RPC = {"rpc.system": "jsonrpc", "rpc.service": "a2a_secure", "rpc.jsonrpc.version": "2.0"}
+_RPC = {"rpc.system": "jsonrpc", "rpc.service": "a2a_secure", "rpc.jsonrpc.version": JSONRPC_VERSION}
 _cache: list[Any] = [None, None]  # the provider last seen, and its tracer (None: no SDK)
 
 

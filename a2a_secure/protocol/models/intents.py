@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from a2a_secure.delegation import check_member as check_delegation
 from a2a_secure.errors import AuthenticationFailed, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import Decoded, jws_decode_unverified
 from a2a_secure.protocol import messages as m
-from a2a_secure.protocol.delegation import check_member as check_delegation
 from a2a_secure.protocol.intent_id import check_intent_id
 from a2a_secure.protocol.models._base import (
     _NOT_DECODED,
@@ -96,7 +96,7 @@ class Intent(_Validated):
     # ... and its bytes, decoded once at step 1 (base64url costs more than the AEAD).
     sealed_bytes: bytes = field(default=b"", compare=False, repr=False)
     sealed_key: str | None = None  # sealed intents with an intent_id: the sealed answer key
-    # The delegation extension (protocol/delegation.py): a chain of tokens, or a chain's hash.
+    # The delegation extension (a2a_secure/delegation.py): a chain of tokens, or a chain's hash.
     delegation: tuple[str, ...] | str | None = None
 
     @classmethod

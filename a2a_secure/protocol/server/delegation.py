@@ -1,6 +1,6 @@
 """The server's side of delegation chains (PROTOCOL.md §12.7): keys, deny list, cache.
 
-The rules are :mod:`a2a_secure.protocol.delegation`'s; this room feeds them what takes I/O:
+The rules are :mod:`a2a_secure.delegation`'s; this room feeds them what takes I/O:
 each issuer's key, resolved from its DID with the server's resolver (never taken from the
 token), and the deny list (the store's, shared by every worker, and the server's other
 lists), read at every use. A chain verified once is kept per session by its hash (bounded),
@@ -20,8 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from a2a_secure.errors import A2AError, DIDResolutionError, InternalError, InvalidParams
-from a2a_secure.protocol.delegation import (
+from a2a_secure.delegation import (
     CHAIN_UNKNOWN,
     DELEGATION,
     REVOCATION_PREFIX,
@@ -32,6 +31,7 @@ from a2a_secure.protocol.delegation import (
     reference_of,
     verify_signatures,
 )
+from a2a_secure.errors import A2AError, DIDResolutionError, InternalError, InvalidParams
 from a2a_secure.protocol.keyguard import revoked_message
 from a2a_secure.protocol.models import Intent
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY

@@ -36,7 +36,7 @@ class IntentContext:
     priority: int = 3  # the priority it runs at (PROTOCOL.md §12.3)
     intent_id: str | None = None  # the caller's id for this intent, run at most once
     # On whose behalf (PROTOCOL.md §12.7): the chain's root issuer, and the verified chain
-    # (a2a_secure.protocol.delegation.Chain: ``.hops``, ``.hash``); None without one.
+    # (a2a_secure.delegation.Chain: ``.hops``, ``.hash``); None without one.
     principal: str | None = None
     delegation: Any = None
 
