@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import a2a_secure
 from a2a_secure import cli
 from a2a_secure.errors import AuthenticationFailed
 from a2a_secure.identity import encoding
@@ -266,6 +267,8 @@ def test_a_missing_mcp_extra_is_a_clear_usage_error(
     for name in [m for m in sys.modules if m.split(".")[0] in ("mcp", "mcp_types")] + ["mcp"]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, "a2a_secure.mcp_server", raising=False)
+    # ... and the package must not hand out the module an earlier test imported.
+    monkeypatch.delattr(a2a_secure, "mcp_server", raising=False)
     code = cli.main(["mcp", "--key-file", str(tmp_path / "k"), "--registry", str(tmp_path / "r")])
     assert code == 2
     assert "pip install 'a2a-secure[mcp]'" in capsys.readouterr().err
