@@ -598,6 +598,8 @@ class AgentServer(IntentDispatcher):
                 caller_did=context.caller_did,
                 session_id=context.session_id,
                 sequence=context.sequence,
+                principal=context.principal,
+                delegation=None if context.delegation is None else context.delegation.hash,
             )
         return result
 
