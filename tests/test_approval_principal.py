@@ -18,6 +18,7 @@ from attack_helpers import Wire
 from redis_helpers import redis_prefix, redis_url  # noqa: F401 - fixtures
 
 from a2a_secure.audit import Auditor, MemoryAuditSink
+from a2a_secure.cli import _show_action
 from a2a_secure.client.approval import approve, pending_action
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import ActionNotPending, PolicyViolation
@@ -192,6 +193,22 @@ async def test_principal_only_refuses_the_configured_approver_and_chainless_requ
         assert w.calls["run:create_event"] == 1
 
 
+async def test_a_principal_the_caller_made_up_is_refused_where_the_goal_names_its_principals() -> None:
+    # The caller mints a DID, delegates to itself and would approve through it: the goal is
+    # reserved to the owner, so the intent is refused before the handler and nothing is stored.
+    minted = fixed_identity("minted-by-the-caller")
+    rules = DelegationRules.build({"create_event": [OWNER.did]})
+    async with start_desk(identity=DESK, approvers=(PRINCIPAL,), delegation=rules) as w:
+        orch = await w.open_session(CALLER)
+        req = orch.prepare_intent(
+            {"goal": "create_event", "inputs": {"title": "x"}, "delegation": chain_of(minted).tokens}
+        )
+        await w.expect(w.send(req), 403, -32042, signed=True, state=False, records=1)
+        assert actions(w) == {} and w.calls["create_event"] == 0
+        created = await ask_for(w, orch, chain_of(OWNER))
+        assert actions(w)[created["action_id"]].principal == OWNER.did
+
+
 async def test_an_action_asked_without_a_chain_is_approved_as_before() -> None:
     async with start_desk(
         identity=DESK, approvers=(PRINCIPAL, PERSON.did), delegation=DelegationRules()
@@ -224,7 +241,9 @@ async def test_a_link_revoked_after_the_request_leaves_the_principals_approval_v
         assert w.calls["run:create_event"] == 1
 
 
-async def test_the_person_approves_with_the_client_what_an_orchestrator_asked() -> None:
+async def test_the_person_approves_with_the_client_what_an_orchestrator_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """The README's example: real clients on both sides, the chain sent by ``on_behalf_of``."""
     runs: list[tuple[Any, str | None]] = []
     server = AgentServer(
@@ -266,6 +285,8 @@ async def test_the_person_approves_with_the_client_what_an_orchestrator_asked() 
                 await approve(who, DESK.did, action_id, endpoint=url)
         details = await pending_action(person, DESK.did, action_id, endpoint=url)
         assert details.principal == OWNER.did and details.caller_did == CALLER.did
+        _show_action(details)  # what `a2a-secure approve` prints before it asks
+        assert f"for:      {OWNER.did} (the chain's principal)" in capsys.readouterr().out
         outcome = await approve(person, DESK.did, action_id, endpoint=url)
         assert outcome.result == {"created": "dentist"}
         assert runs == [({"title": "dentist"}, OWNER.did)]

@@ -536,7 +536,8 @@ class AgentServer(IntentDispatcher):
         """Decorator: run the decorated ``fn(action_data)`` or ``fn(action_data, context)``
         when a person approves an ``action`` that a handler answered with ``NeedsApproval``.
 
-        ``approvers`` (DIDs) replace the server's approvers for this action. Registering
+        ``approvers`` (DIDs, or ``"principal"``: the principal of the action's delegation
+        chain, PROTOCOL.md §12.1) replace the server's approvers for this action. Registering
         the first action serves ``tool.approve`` and ``tool.pending``.
         """
 
