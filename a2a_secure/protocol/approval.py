@@ -29,8 +29,9 @@ chain's principal), approves the action, besides the DIDs listed with it. An act
 without a chain has no principal, and the entry matches nobody for it.
 
 Codes: -32602 bad inputs or a hash that is not the stored one, -32042 a signer that is not an
-approver of this action, -32050 (:class:`~a2a_secure.errors.ActionNotPending`) an action
-that is unknown, expired, or already approved or rejected, -32048 too many pending actions.
+approver of this action (or an action only a principal approves, asked without a chain),
+-32050 (:class:`~a2a_secure.errors.ActionNotPending`) an action that is unknown, expired, or
+already approved or rejected, -32048 too many pending actions.
 """
 
 from __future__ import annotations
