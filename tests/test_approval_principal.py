@@ -38,6 +38,8 @@ DESK = fixed_identity("principal-desk")
 OWNER = fixed_identity("owner")  # the person on whose behalf the orchestrator asks
 OTHER = fixed_identity("other-person")  # a principal too, of their own actions
 GOALS = ["create_event"]
+# A principal approves only where the goal is reserved to named principals (§12.1).
+RESERVED = DelegationRules.build({"create_event": [OWNER.did, OTHER.did]})
 
 
 def chain_of(principal: Identity, goals: list[str] = GOALS) -> Chain:
@@ -94,7 +96,7 @@ async def test_the_principal_approves_what_was_asked_on_their_behalf_and_it_runs
 async def principal_approves(store: Any, second: Any) -> None:
     chain = chain_of(OWNER)
     async with start_desk(
-        identity=DESK, store=store, approvers=(PRINCIPAL, PERSON.did), delegation=DelegationRules()
+        identity=DESK, store=store, approvers=(PRINCIPAL, PERSON.did), delegation=RESERVED
     ) as w:
         created = await ask_for(w, await w.open_session(CALLER), chain)
         # The store keeps on whose behalf, for whichever worker receives the approval.
@@ -125,9 +127,7 @@ async def principal_approves(store: Any, second: Any) -> None:
 
 
 async def test_the_orchestrator_another_principal_and_unknown_ids_are_refused() -> None:
-    async with start_desk(
-        identity=DESK, approvers=(PRINCIPAL, PERSON.did), delegation=DelegationRules()
-    ) as w:
+    async with start_desk(identity=DESK, approvers=(PRINCIPAL, PERSON.did), delegation=RESERVED) as w:
         orch = await w.open_session(CALLER)
         created = await ask_for(w, orch, chain_of(OWNER))
         theirs = await ask_for(w, orch, chain_of(OTHER), title="their own")
@@ -157,7 +157,7 @@ async def test_the_delegate_cannot_approve_by_acting_under_the_principals_chain(
     # The owner even delegated tool.approve to the orchestrator: the approver is still the
     # session's own DID, never the principal a chain names.
     chain = chain_of(OWNER, ["create_event", "tool.approve", "tool.pending"])
-    async with start_desk(identity=DESK, approvers=(PRINCIPAL,), delegation=DelegationRules()) as w:
+    async with start_desk(identity=DESK, approvers=(PRINCIPAL,), delegation=RESERVED) as w:
         orch = await w.open_session(CALLER)
         created = await ask_for(w, orch, chain)
         for goal, inputs in (
@@ -174,7 +174,7 @@ async def test_the_delegate_cannot_approve_by_acting_under_the_principals_chain(
 async def test_principal_only_refuses_the_configured_approver_and_chainless_requests() -> None:
     # PERSON approves every action of the desk but create_event, which only its principal does.
     async with start_desk(
-        identity=DESK, approvers=(PERSON.did,), event_approvers=[PRINCIPAL], delegation=DelegationRules()
+        identity=DESK, approvers=(PERSON.did,), event_approvers=[PRINCIPAL], delegation=RESERVED
     ) as w:
         orch = await w.open_session(CALLER)
         created = await ask_for(w, orch, chain_of(OWNER))
@@ -182,9 +182,10 @@ async def test_principal_only_refuses_the_configured_approver_and_chainless_requ
         error = await refused(w, person, "tool.approve", inputs_of(created), 403, -32042)
         assert error["message"] == "this DID is not an approver of this action"
         await refused(w, person, "tool.pending", {"action_id": created["action_id"]}, 403, -32042)
-        # Without a chain nobody could approve it: refused before anything is stored.
-        error = await refused(w, orch, "create_event", {"title": "alone"}, 403, -32042, ran="create_event")
-        assert "only the principal of a delegation chain approves 'create_event'" in error["message"]
+        # Without a chain nobody could approve it: refused before anything runs or is stored
+        # (the goal is reserved to named principals, so the chain's scope refuses it first).
+        error = await refused(w, orch, "create_event", {"title": "alone"}, 403, -32042, records=1)
+        assert "principal" in error["message"]
         assert w.calls["run:create_event"] == 0
         owner = await w.open_session(OWNER)
         details = await w.intent(owner, "tool.pending", action_id=created["action_id"])
@@ -226,7 +227,7 @@ async def test_an_action_asked_without_a_chain_is_approved_as_before() -> None:
 
 async def test_a_link_revoked_after_the_request_leaves_the_principals_approval_valid() -> None:
     chain = chain_of(OWNER)
-    async with start_desk(identity=DESK, approvers=(PRINCIPAL,), delegation=DelegationRules()) as w:
+    async with start_desk(identity=DESK, approvers=(PRINCIPAL,), delegation=RESERVED) as w:
         orch = await w.open_session(CALLER)
         created = await ask_for(w, orch, chain)
         await StoreRevocations(w.store).revoke("delegation:" + chain.links[0].jti)
@@ -250,7 +251,7 @@ async def test_the_person_approves_with_the_client_what_an_orchestrator_asked(
         DESK,
         Policy.build(rate_limit=1000),
         store=MemoryStore(),
-        delegation=DelegationRules(),
+        delegation=RESERVED,
         approvers=["principal"],
         audit=Auditor([MemoryAuditSink()], role="server"),
     )
@@ -291,3 +292,21 @@ async def test_the_person_approves_with_the_client_what_an_orchestrator_asked(
         assert outcome.result == {"created": "dentist"}
         assert runs == [({"title": "dentist"}, OWNER.did)]
         assert time.time() < details.expires_at
+
+
+async def test_a_principal_of_an_open_goal_approves_nothing() -> None:
+    # Anyone can make a DID and delegate to their own agent: on a goal not reserved to named
+    # principals, the chain's principal is no approver (the action names the chain only).
+    minted = fixed_identity("minted-person")
+    async with start_desk(
+        identity=DESK, approvers=(PRINCIPAL, PERSON.did), delegation=DelegationRules()
+    ) as w:
+        orch = await w.open_session(CALLER)
+        chain = chain_of(minted)
+        created = await ask_for(w, orch, chain)
+        stored = actions(w)[created["action_id"]]
+        assert stored.principal is None and stored.delegation == chain.hash
+        by_minted = await w.open_session(minted)
+        await refused(w, by_minted, "tool.approve", inputs_of(created), 403, -32042)
+        assert w.calls.get("run:create_event", 0) == 0
+        assert actions(w)[created["action_id"]].state is ActionState.PENDING

@@ -301,7 +301,7 @@ class ApprovalEngine:
         # Every record of an action asked under a chain names its principal and the chain
         # (§12.7's two members); others are as before, so a plain audit hook keeps working.
         chain: dict[str, Any] = {}
-        if of is not None and of.principal is not None:
+        if of is not None and (of.principal is not None or of.delegation is not None):
             chain = {"principal": of.principal, "delegation": of.delegation}
         self.audit(
             **chain,

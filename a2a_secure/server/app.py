@@ -589,6 +589,10 @@ class AgentServer(IntentDispatcher):
         self._card = None
         self._protocol = None
 
+    def _reserved(self, goal: str) -> bool:
+        """Whether ``goal`` runs only on behalf of principals the configuration names (§12.7)."""
+        return self.delegation is not None and goal in self.delegation.required_principals
+
     async def run(self, goal: str, inputs: Any, context: IntentContext) -> Any:
         """See :meth:`IntentDispatcher.run`; a ``NeedsApproval`` answer is stored for approval."""
         result = await self._handlers[goal](inputs, context)  # IntentDispatcher.run, one frame less
@@ -599,7 +603,10 @@ class AgentServer(IntentDispatcher):
                 caller_did=context.caller_did,
                 session_id=context.session_id,
                 sequence=context.sequence,
-                principal=context.principal,
+                # A chain's principal approves (the "principal" approver entry) only where
+                # the goal is reserved to named principals: anyone can make a DID and
+                # delegate to their own agent, and must not so approve their own request.
+                principal=context.principal if self._reserved(goal) else None,
                 delegation=None if context.delegation is None else context.delegation.hash,
             )
         return result
