@@ -523,6 +523,8 @@ def _show_action(details: ActionDetails) -> None:
     preview = details.preview
     preview_text = preview if isinstance(preview, str) else printable_json(preview, indent=None)
     print(f"action:   {printable(details.action)} (asked by {printable(details.caller_did)})")
+    if details.principal is not None:  # asked under a delegation chain (PROTOCOL.md §12.7)
+        print(f"for:      {printable(details.principal)} (the chain's principal)")
     print(f"preview:  {printable(preview_text)}  (the server's words; the data below is what runs)")
     print(f"data:     {printable_json(details.action_data, indent=None)}")
     print(f"hash:     {details.action_hash} (checked against the data)")

@@ -28,6 +28,7 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.approval import ActionContext, ApprovalSettings
 from a2a_secure.protocol.client import ClientSession, PreparedRequest
+from a2a_secure.protocol.delegation import DelegationRules
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.base import Store
@@ -53,7 +54,13 @@ MAIL_OFFICER = fixed_identity("mail-officer")  # approves send_mail only
 CALLER = fixed_identity("assistant")  # asks for actions, approves nothing
 
 
-def register_actions(server: AgentServer, calls: Counter[str], *, mail_approvers: list[str]) -> None:
+def register_actions(
+    server: AgentServer,
+    calls: Counter[str],
+    *,
+    mail_approvers: list[str],
+    event_approvers: list[str] | None = None,
+) -> None:
     """The desk's goals: create_event, send_mail and post need approval; echo and blocked do not."""
 
     @server.intent("create_event", description="Create an event and invite guests", input_schema=EVENT_SCHEMA)
@@ -61,7 +68,7 @@ def register_actions(server: AgentServer, calls: Counter[str], *, mail_approvers
         calls["create_event"] += 1
         return NeedsApproval(inputs, preview=f"Create {inputs.get('title')!r}")
 
-    @server.approved_action("create_event")
+    @server.approved_action("create_event", approvers=event_approvers)
     async def run_create(data: dict[str, Any], ctx: ActionContext) -> dict[str, Any]:
         calls["run:create_event"] += 1
         return {"created": data, "approver": ctx.approver_did, "caller": ctx.caller_did}
@@ -118,8 +125,11 @@ def build_desk(
     identity: Identity | None = None,
     store: Store | None = None,
     limits: ServerLimits | None = None,
+    delegation: DelegationRules | None = None,
+    event_approvers: list[str] | None = None,
 ) -> AgentServer:
-    """The desk agent: approvals by ``approvers``, tools on, counting handlers and executors."""
+    """The desk agent: approvals by ``approvers``, tools on, counting handlers and executors
+    (delegation chains accepted with ``delegation``; ``event_approvers``: create_event's own)."""
     server = AgentServer(
         identity or Identity.generate("desk"),
         policy,
@@ -133,8 +143,9 @@ def build_desk(
         approval=settings,
         serve_tools=True,
         limits=limits,
+        delegation=delegation,
     )
-    register_actions(server, calls, mail_approvers=[MAIL_OFFICER.did])
+    register_actions(server, calls, mail_approvers=[MAIL_OFFICER.did], event_approvers=event_approvers)
     return server
 
 
@@ -147,6 +158,8 @@ async def start_desk(
     identity: Identity | None = None,
     store: Store | None = None,
     limits: ServerLimits | None = None,
+    delegation: DelegationRules | None = None,
+    event_approvers: list[str] | None = None,
 ) -> AsyncIterator[Wire]:
     """The desk on 127.0.0.1, as a ``Wire`` (its ``calls`` count handlers and executors)."""
     clock = FakeClock(float(int(time.time())))
@@ -162,6 +175,8 @@ async def start_desk(
         identity=identity,
         store=store,
         limits=limits,
+        delegation=delegation,
+        event_approvers=event_approvers,
     )
     async with serve_app(server.app()) as url, httpx.AsyncClient(timeout=15) as http:
         yield Wire(server, url, http, clock, sink, calls, ExampleMethod())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import cluster_helpers
@@ -120,6 +121,24 @@ async def test_expiry_and_forgetting(make_store: StoreFactory) -> None:
     assert expired.kind is DecisionKind.EXPIRED and expired.action.state is ActionState.EXPIRED
     assert (await decide(store, a, a.expires_at + 1)).kind is DecisionKind.ALREADY
     assert await store.get_action(a.action_id, a.keep_until) is None
+
+
+async def test_the_principal_is_kept_with_the_action_for_every_worker(make_store: StoreFactory) -> None:
+    # The approval check of §12.1's "principal" reads it later, maybe on another worker.
+    store, other = await make_store(), await make_store()
+    mine = replace(action(7), principal="did:key:person", delegation=encoding.hash_of("chain"))
+    plain = action(8)
+    for a in (mine, plain):
+        assert await store.add_action(a, max_per_caller=5, max_total=5, now=T0)
+    assert await other.get_action(mine.action_id, T0) == mine
+    assert (await other.get_action(plain.action_id, T0)).principal is None
+    won = await decide(other, mine, T0 + 1)
+    assert won.kind is DecisionKind.DECIDED
+    assert (won.action.principal, won.action.delegation) == (mine.principal, mine.delegation)
+    assert (await store.get_action(mine.action_id, T0 + 1)).principal == "did:key:person"
+    # An action without a chain is stored as before: a record without the two members.
+    assert "principal" not in plain.to_dict() and "delegation" not in plain.to_dict()
+    assert PendingAction.from_dict(plain.to_dict()) == plain
 
 
 async def test_bounds_count_pending_actions_only(make_store: StoreFactory) -> None:

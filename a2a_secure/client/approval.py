@@ -113,6 +113,7 @@ class ActionDetails:
     created_at: int
     expires_at: int
     state: str
+    principal: str | None = None  # on whose behalf the action was asked (§12.7), if anyone's
 
     @classmethod
     def from_result(cls, result: Any, action_id: str) -> ActionDetails:
@@ -121,9 +122,16 @@ class ActionDetails:
         The hash check is what makes the shown ``action_data`` the one the approval signs:
         a server that showed one thing and stored another is caught here.
         """
-        if not isinstance(result, dict) or result.keys() != _DETAIL_MEMBERS:
+        if not isinstance(result, dict) or result.keys() - _OPTIONAL_DETAILS != _DETAIL_MEMBERS:
             raise _bad("pending action")
-        strings = ("action_id", "action", "action_hash", "caller_did", "state")
+        strings = (
+            "action_id",
+            "action",
+            "action_hash",
+            "caller_did",
+            "state",
+            *result.keys() & _OPTIONAL_DETAILS,
+        )
         if not all(isinstance(result[n], str) for n in strings) or not all(
             type(result[n]) is int for n in ("created_at", "expires_at")
         ):
@@ -136,7 +144,8 @@ class ActionDetails:
         return details
 
 
-_DETAIL_MEMBERS = frozenset(f.name for f in fields(ActionDetails))
+_OPTIONAL_DETAILS = frozenset(("principal",))  # only an action asked under a chain has one
+_DETAIL_MEMBERS = frozenset(f.name for f in fields(ActionDetails)) - _OPTIONAL_DETAILS
 
 
 @dataclass(frozen=True, slots=True)

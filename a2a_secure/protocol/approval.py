@@ -21,9 +21,17 @@ Why each check is where it is:
 * the executor is found by name on whichever worker receives the approval; a closure would
   exist only in the process that created the action.
 
+The approver entry :data:`PRINCIPAL` (the word ``"principal"`` in an approvers list) names
+the principal of the delegation chain (PROTOCOL.md §12.7) an action was asked under: the
+chain's root issuer, verified when the intent ran and stored with the action. That DID, and
+only on a session of its own (the signer is always the session's client DID, never a
+chain's principal), approves the action, besides the DIDs listed with it. An action asked
+without a chain has no principal, and the entry matches nobody for it.
+
 Codes: -32602 bad inputs or a hash that is not the stored one, -32042 a signer that is not an
-approver of this action, -32050 (:class:`~a2a_secure.errors.ActionNotPending`) an action
-that is unknown, expired, or already approved or rejected, -32048 too many pending actions.
+approver of this action (or an action only a principal approves, asked without a chain),
+-32050 (:class:`~a2a_secure.errors.ActionNotPending`) an action that is unknown, expired, or
+already approved or rejected, -32048 too many pending actions.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ __all__ = [
     "ApprovalEngine",
     "ApprovalSettings",
     "NeedsApproval",
+    "PRINCIPAL",
     "TOOL_APPROVE",
     "TOOL_PENDING",
     "approver_dids",
@@ -83,6 +92,9 @@ AUDIT_EVENTS = (
     "action_failed",
 )
 
+#: The approver entry that names the principal of the action's delegation chain (§12.7).
+PRINCIPAL = "principal"
+
 _APPROVE_MEMBERS = frozenset(("action_id", "action_hash", "approved"))
 _PENDING_MEMBERS = frozenset(("action_id",))
 
@@ -100,10 +112,11 @@ def _json_size(value: Any, what: str, limit: int) -> None:
 
 
 def approver_dids(dids: Iterable[str]) -> tuple[str, ...]:
-    """``dids`` checked as a collection of DIDs (one string is refused: it is no list)."""
+    """``dids`` checked as a collection of DIDs, or :data:`PRINCIPAL` (one string is refused:
+    it is no list)."""
     if isinstance(dids, str):
         raise TypeError("approvers is a collection of DIDs, not one string")
-    return tuple(check_did_syntax(did) for did in dids)
+    return tuple(did if did == PRINCIPAL else check_did_syntax(did) for did in dids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +152,7 @@ class ActionContext:
     created_at: int
     session_id: str  # the approver's session
     sequence: int  # the approval's sequence on that session
+    principal: str | None = None  # on whose behalf it was asked (§12.7), else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +208,9 @@ class ApprovalEngine:
     """Stores actions that need approval and runs each approved one once.
 
     ``approvers`` are the DIDs allowed to approve any action; an executor registered with
-    its own ``approvers`` uses those instead. ``audit`` is the server's audit hook.
+    its own ``approvers`` uses those instead. Either may hold :data:`PRINCIPAL`: the
+    principal of the chain the action was asked under approves it too. ``audit`` is the
+    server's audit hook.
     """
 
     def __init__(
@@ -253,10 +269,20 @@ class ApprovalEngine:
             return self._approvers
         return entry.approvers
 
-    def _approves_anything(self, did: str) -> bool:
-        return did in self._approvers or any(
-            e.approvers is not None and did in e.approvers for e in self._executors.values()
+    def _listed_anywhere(self, entry: str) -> bool:
+        """Whether ``entry`` (a DID, or :data:`PRINCIPAL`) is in any approvers list."""
+        return entry in self._approvers or any(
+            e.approvers is not None and entry in e.approvers for e in self._executors.values()
         )
+
+    def _approves(self, did: str, action: PendingAction) -> bool:
+        """Whether ``did`` (a session's client DID, proven by its handshake) approves ``action``."""
+        allowed = self.approvers_of(action.action)
+        if did != PRINCIPAL and did in allowed:
+            return True
+        # The principal stored with the action, verified when its intent ran; never a DID a
+        # request names: the signer is the approval session's own client.
+        return PRINCIPAL in allowed and action.principal is not None and did == action.principal
 
     # -- audit --------------------------------------------------------------------------------
     def _record(
@@ -266,11 +292,19 @@ class ApprovalEngine:
         action: str | None,
         error: A2AError | None = None,
         code: int | None = None,
+        *,
+        of: PendingAction | None = None,
     ) -> None:
         if self.audit is None:
             return
         error_code = error.code if error is not None else code
+        # Every record of an action asked under a chain names its principal and the chain
+        # (§12.7's two members); others are as before, so a plain audit hook keeps working.
+        chain: dict[str, Any] = {}
+        if of is not None and (of.principal is not None or of.delegation is not None):
+            chain = {"principal": of.principal, "delegation": of.delegation}
         self.audit(
+            **chain,
             event=event,
             role="server",
             session_id=step.session_id,
@@ -286,17 +320,34 @@ class ApprovalEngine:
 
     # -- the steps ----------------------------------------------------------------------------
     async def create(
-        self, needs: NeedsApproval, *, goal: str, caller_did: str, session_id: str, sequence: int
+        self,
+        needs: NeedsApproval,
+        *,
+        goal: str,
+        caller_did: str,
+        session_id: str,
+        sequence: int,
+        principal: str | None = None,
+        delegation: str | None = None,
     ) -> dict[str, Any]:
-        """Store the action ``needs`` describes; the result the caller gets."""
+        """Store the action ``needs`` describes; the result the caller gets.
+
+        ``principal`` and ``delegation``: the verified chain's principal and name when the
+        intent ran under one (§12.7), stored with the action (what :data:`PRINCIPAL` reads).
+        """
         now = self._clock()
         step = _Step(session_id, caller_did, sequence, now)
         name = needs.action or goal
         # Fail closed on a configuration that could never run or approve the action.
         if name not in self._executors:
             raise InternalError(f"no approved action {name[:64]!r} is registered")
-        if not self.approvers_of(name):
+        approvers = self.approvers_of(name)
+        if not approvers:
             raise InternalError(f"no approver is configured for {name[:64]!r}")
+        if principal is None and approvers == {PRINCIPAL}:  # nobody could ever approve it
+            raise PolicyViolation(
+                f"only the principal of a delegation chain approves {name[:64]!r}: send the intent under one"
+            )
         now_i = int(now)
         expires_at = now_i + self.settings.ttl
         action = PendingAction(
@@ -311,15 +362,17 @@ class ApprovalEngine:
             expires_at=expires_at,
             keep_until=expires_at + self.settings.retain,
             server_did=self.server_did,
+            principal=principal,
+            delegation=delegation,
         )
         added = await self.store.add_action(
             action, max_per_caller=self.settings.max_per_caller, max_total=self.settings.max_total, now=now
         )
         if not added:
             exc = Unavailable("too many actions waiting for approval", retry_after=60)
-            self._record("action_refused", step, name, exc)
+            self._record("action_refused", step, name, exc, of=action)
             raise exc
-        self._record("action_created", step, name)
+        self._record("action_created", step, name, of=action)
         return {
             "needs_approval": True,
             "action_id": action.action_id,
@@ -329,16 +382,21 @@ class ApprovalEngine:
         }
 
     async def _find(self, action_id: str, approver: str, now: float) -> PendingAction:
-        if not self._approves_anything(approver):
+        listed = approver != PRINCIPAL and self._listed_anywhere(approver)
+        if not listed and not self._listed_anywhere(PRINCIPAL):
             raise PolicyViolation("this DID is not an approver at this agent")
         action = await self.store.get_action(action_id, now)
         # Agents sharing one store see each other's actions: one created by another agent is
         # unknown here, or an approver of this agent could run it with this agent's executor.
-        if action is None or action.server_did != self.server_did:
+        ours = action if action is not None and action.server_did == self.server_did else None
+        if ours is None and listed:
             raise ActionNotPending("unknown action")
-        if approver not in self.approvers_of(action.action):
+        # Any DID may be some action's principal: one that is listed nowhere is told the same
+        # for an unknown action as for another's, so it still learns no action id it cannot
+        # approve.
+        if ours is None or not self._approves(approver, ours):
             raise PolicyViolation("this DID is not an approver of this action")
-        return action
+        return ours
 
     async def pending(self, inputs: Any, *, approver: str, session_id: str, sequence: int) -> dict[str, Any]:
         """``tool.pending``: an approver reads what it is asked to approve."""
@@ -353,7 +411,7 @@ class ApprovalEngine:
         except A2AError as exc:
             self._record("action_refused", step, name, exc)
             raise
-        return {
+        details = {
             "action_id": action.action_id,
             "action": action.action,
             "action_data": action.action_data,
@@ -364,19 +422,23 @@ class ApprovalEngine:
             "expires_at": action.expires_at,
             "state": action.state_at(now).value,
         }
+        if action.principal is not None:  # asked on someone's behalf (§12.7): say whose
+            details["principal"] = action.principal
+        return details
 
     async def approve(self, inputs: Any, *, approver: str, session_id: str, sequence: int) -> dict[str, Any]:
         """``tool.approve``: check the approval, claim the action, run it once."""
         now = self._clock()
         step = _Step(session_id, approver, sequence, now)
         name: str | None = None
+        found: PendingAction | None = None
         try:
             exact_members(inputs, _APPROVE_MEMBERS, "tool.approve inputs")
             action_id = inputs["action_id"]
             require_b64u_bytes(action_id, "action_id", ACTION_ID_BYTES)
             signed_hash = require_hash(inputs["action_hash"], "action_hash")
             approved = require_bool(inputs["approved"], "approved")
-            action = await self._find(action_id, approver, now)
+            action = found = await self._find(action_id, approver, now)
             name = action.action
             if not ct_equal(signed_hash, action.action_hash):
                 raise InvalidParams("action_hash is not the hash of the pending action")
@@ -402,7 +464,7 @@ class ApprovalEngine:
                 now_state = decision.action.state.value if decision.action else "decided"
                 raise ActionNotPending(f"action is {now_state}")
         except A2AError as exc:
-            self._record("action_refused", step, name, exc)
+            self._record("action_refused", step, name, exc, of=found)
             raise
         answer: dict[str, Any] = {
             "action_id": action.action_id,
@@ -410,9 +472,9 @@ class ApprovalEngine:
             "approved": approved,
         }
         if not approved:
-            self._record("action_rejected", step, name)
+            self._record("action_rejected", step, name, of=action)
             return answer
-        self._record("action_approved", step, name)
+        self._record("action_approved", step, name, of=action)
         context = ActionContext(
             action_id=action.action_id,
             action=name,
@@ -422,20 +484,21 @@ class ApprovalEngine:
             created_at=action.created_at,
             session_id=session_id,
             sequence=sequence,
+            principal=action.principal,
         )
         try:
             result = await registered.executor(action.action_data, context)
             if encoding.ijson_problem(result, max_depth=encoding.MAX_DEPTH - 4) is not None:
                 raise InternalError("the action returned a value that is not I-JSON")
         except A2AError as exc:
-            self._record("action_failed", step, name, exc)
+            self._record("action_failed", step, name, exc, of=action)
             raise
         except Exception:
-            self._record("action_failed", step, name, code=InternalError.code)
+            self._record("action_failed", step, name, code=InternalError.code, of=action)
             raise
         except BaseException:  # cancelled: the approval's time ran out while the action ran
-            self._record("action_failed", step, name, code=IntentTimeout.code)
+            self._record("action_failed", step, name, code=IntentTimeout.code, of=action)
             raise
-        self._record("action_executed", step, name)
+        self._record("action_executed", step, name, of=action)
         answer["result"] = result
         return answer

@@ -536,7 +536,8 @@ class AgentServer(IntentDispatcher):
         """Decorator: run the decorated ``fn(action_data)`` or ``fn(action_data, context)``
         when a person approves an ``action`` that a handler answered with ``NeedsApproval``.
 
-        ``approvers`` (DIDs) replace the server's approvers for this action. Registering
+        ``approvers`` (DIDs, or ``"principal"``: the principal of the action's delegation
+        chain, PROTOCOL.md §12.1) replace the server's approvers for this action. Registering
         the first action serves ``tool.approve`` and ``tool.pending``.
         """
 
@@ -588,6 +589,10 @@ class AgentServer(IntentDispatcher):
         self._card = None
         self._protocol = None
 
+    def _reserved(self, goal: str) -> bool:
+        """Whether ``goal`` runs only on behalf of principals the configuration names (§12.7)."""
+        return self.delegation is not None and goal in self.delegation.required_principals
+
     async def run(self, goal: str, inputs: Any, context: IntentContext) -> Any:
         """See :meth:`IntentDispatcher.run`; a ``NeedsApproval`` answer is stored for approval."""
         result = await self._handlers[goal](inputs, context)  # IntentDispatcher.run, one frame less
@@ -598,6 +603,11 @@ class AgentServer(IntentDispatcher):
                 caller_did=context.caller_did,
                 session_id=context.session_id,
                 sequence=context.sequence,
+                # A chain's principal approves (the "principal" approver entry) only where
+                # the goal is reserved to named principals: anyone can make a DID and
+                # delegate to their own agent, and must not so approve their own request.
+                principal=context.principal if self._reserved(goal) else None,
+                delegation=None if context.delegation is None else context.delegation.hash,
             )
         return result
 

@@ -54,6 +54,10 @@ class PendingAction:
     decided_by: str | None = None
     decided_at: int | None = None
     server_did: str = ""  # the agent that created it: only that agent may act on it
+    # On whose behalf it was asked (PROTOCOL.md §12.7): the verified chain's principal and
+    # name, None without a chain. The approval check reads the principal, on any worker.
+    principal: str | None = None
+    delegation: str | None = None
 
     def state_at(self, now: float) -> ActionState:
         """The state, with a pending action past ``expires_at`` seen as expired."""
@@ -66,8 +70,9 @@ class PendingAction:
         return replace(self, state=state, decided_by=by, decided_at=at)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form for shared stores."""
-        return {
+        """A JSON-ready form for shared stores (``principal`` and ``delegation`` only when set,
+        so an action without a chain is stored as before)."""
+        out = {
             "action_id": self.action_id,
             "action": self.action,
             "goal": self.goal,
@@ -83,6 +88,10 @@ class PendingAction:
             "decided_at": self.decided_at,
             "server_did": self.server_did,
         }
+        if self.principal is not None:
+            out["principal"] = self.principal
+            out["delegation"] = self.delegation
+        return out
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> PendingAction:

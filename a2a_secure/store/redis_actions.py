@@ -22,7 +22,8 @@ from a2a_secure.store.redis_keys import _EXTEND, RedisKeys, _num, _ttl_ms
 
 __all__ = ["RedisActions"]
 
-# An action is one hash: ``d`` its record as created (JSON), ``st`` its state, ``e`` its
+# An action is one hash: ``d`` its record as created (JSON; with ``principal`` and
+# ``delegation`` when it was asked under a chain, PROTOCOL.md §12.7), ``st`` its state, ``e`` its
 # expires_at, ``k`` its keep_until, ``h`` its action_hash, ``c`` its caller DID, ``by``/``at``
 # who decided it and when. Its id is in two sorted sets scored by expires_at while it is
 # pending (one per caller DID, one global): they are the bounds.
