@@ -23,12 +23,12 @@ from attack_helpers import ExampleMethod, Wire
 
 from a2a_secure import NeedsApproval
 from a2a_secure.audit import Auditor, MemoryAuditSink
+from a2a_secure.delegation import DelegationRules
 from a2a_secure.errors import InvalidParams
 from a2a_secure.identity.keys import Identity
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.approval import ActionContext, ApprovalSettings
 from a2a_secure.protocol.client import ClientSession, PreparedRequest
-from a2a_secure.protocol.delegation import DelegationRules
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.base import Store

@@ -21,12 +21,12 @@ from a2a_secure.audit import Auditor, MemoryAuditSink
 from a2a_secure.cli import _show_action
 from a2a_secure.client.approval import approve, pending_action
 from a2a_secure.client.http import A2AClient, RetryPolicy
+from a2a_secure.delegation import Chain, DelegationRules
 from a2a_secure.errors import ActionNotPending, PolicyViolation
 from a2a_secure.identity.keys import Identity
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.approval import PRINCIPAL
 from a2a_secure.protocol.client import ClientSession
-from a2a_secure.protocol.delegation import Chain, DelegationRules
 from a2a_secure.protocol.server import IntentContext
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.actions import ActionState
