@@ -265,7 +265,8 @@ class PeerState:
 
 
 # -- closed sessions -----------------------------------------------------------------------------
-def send_close(session: ClientSession | None) -> bool:
+def send_close(session: ClientSession | None, now: float | None = None) -> bool:
     """Whether closing ``session`` needs a signed close: not when none is open or it expired
-    (the server no longer holds it; the client just forgets it)."""
-    return session is not None and not session.expired()
+    at ``now`` (the session's clock when None): the server no longer holds it, the client
+    just forgets it."""
+    return session is not None and not session.expired(now)
