@@ -3,7 +3,9 @@
 It resolves the server's DID once per handshake, drives the four-step handshake, sends
 signed requests and verifies every answer through the core. A retry re-sends the
 byte-identical request, which the server answers from its stored response, so an intent is
-never run twice under two sequence numbers.
+never run twice under two sequence numbers. What to retry, when to re-handshake, when to
+name an ``intent_id``, which extension members to send: the rules are
+:mod:`a2a_secure.protocol.client_decisions`; this module sends, waits and applies them.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import httpx
 from a2a_secure.client.endpoint import check_endpoint
 from a2a_secure.client.extensions import learn_extensions
 from a2a_secure.client.pool import ConnectionPool, StreamReply
-from a2a_secure.delegation import CHAIN_UNKNOWN, DELEGATION, Chain
+from a2a_secure.delegation import DELEGATION, Chain
 from a2a_secure.errors import (
     A2AError,
     AuthenticationFailed,
@@ -49,10 +51,27 @@ from a2a_secure.protocol.client import (
     PreparedRequest,
     StreamEvent,
 )
-from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, is_ids_full, new_intent_id
+from a2a_secure.protocol.client_decisions import (
+    IdNeed,
+    PeerState,
+    Retry,
+    backoff,
+    chain_unknown,
+    gives_up,
+    ids_full_pause,
+    intent_id_need,
+    parse_retry_after,
+    reply_retry,
+    resend_after_session_unknown,
+    seal,
+    send_close,
+    stream_reply_retried,
+    transport_failure_retried,
+    undeclared,
+)
+from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, new_intent_id
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.priority import with_priority
-from a2a_secure.protocol.sealing import SEALED
 from a2a_secure.protocol.server import AuditHook
 from a2a_secure.protocol.validate import json_equal
 from a2a_secure.protocol.wire import encode_request
@@ -63,8 +82,6 @@ __all__ = ["A2AClient", "RetryPolicy", "check_endpoint"]
 _log = logging.getLogger("a2a_secure.client")
 
 MAX_TIMEOUT = 30.0
-# Seconds: the longest a client goes without its own intent_ids after a full DID's refusal.
-IDS_FULL_PAUSE = 60.0
 
 
 def _tls_verify_error(exc: BaseException) -> str | None:
@@ -92,10 +109,8 @@ class RetryPolicy:
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         """Seconds to wait before retry number ``attempt`` (1-based)."""
-        backoff = random.uniform(0, min(self.cap, self.base * 2 ** (attempt - 1)))  # noqa: S311 - jitter, not security
-        if retry_after is not None:
-            return max(retry_after, backoff)
-        return backoff
+        fraction = random.random()  # noqa: S311 - jitter, not security
+        return backoff(attempt, retry_after, base=self.base, cap=self.cap, fraction=fraction)
 
 
 class _Retryable(Exception):
@@ -152,12 +167,6 @@ def _unreachable_reason(exc: httpx.RequestError) -> str:
     if isinstance(exc, httpx.ConnectError):
         return "could not connect"
     return "connection failed"
-
-
-def _retry_after(header: str | None) -> float | None:
-    # ASCII digits only: str.isdigit() is also true for "²" (a latin-1 header byte), which
-    # float() refuses; an attacker on the path must not turn that into a raw ValueError.
-    return float(header) if header is not None and header.isascii() and header.isdigit() else None
 
 
 def _jsonrpc_error(raw: bytes, rid: int) -> Any:
@@ -242,25 +251,16 @@ async def _sse_events(body: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, by
         raise AuthenticationFailed("stream ended inside an event")
 
 
-def _chain_unknown(exc: A2AError) -> bool:
-    """Whether ``exc`` is the server's signed "send the chain in full" (§12.7); nothing ran."""
-    return getattr(exc, "signed", False) is True and exc.message.endswith(CHAIN_UNKNOWN)
-
-
-class _Peer:
-    """One server: its endpoint and its open session, with a lock keeping sequences ordered."""
+class _Peer(PeerState):
+    """One server: its endpoint and its open session, with a lock keeping sequences ordered;
+    what the client knows of it (extensions, chains sent, the intent_id pause) is the core's
+    :class:`~a2a_secure.protocol.client_decisions.PeerState`."""
 
     def __init__(self, did: str, endpoint: str) -> None:
+        super().__init__()
         self.did = did
         self.endpoint = endpoint
         self.session: ClientSession | None = None
-        # The extensions the server of ``session`` declares in its authenticated card.
-        self.extensions: frozenset[str] = frozenset()
-        # Until then (monotonic), intents this client names no id for go without one: the
-        # server refused a new id because this DID holds as many as it keeps (§12.5).
-        self.ids_full_until = 0.0
-        # The delegation chains (by hash) sent in full on ``session``: later intents name them.
-        self.chains_sent: set[str] = set()
         self.lock = asyncio.Lock()
 
 
@@ -368,7 +368,7 @@ class A2AClient:
         """Close open sessions (best effort) and the HTTP client."""
         if close_sessions:
             for peer in list(self._peers.values()):
-                if peer.session is not None and not peer.session.expired():
+                if send_close(peer.session):
                     with contextlib.suppress(A2AError, httpx.HTTPError):
                         await self.close_session(peer.did)
         if self._pool is not None:
@@ -412,7 +412,7 @@ class A2AClient:
     async def _post(self, url: str, body: bytes, rid: int) -> tuple[int, Any, Any, float | None]:
         """One JSON-RPC call; returns (HTTP status, result, error, Retry-After)."""
         status, content, retry_header = await self._exchange(url, body)
-        retry_after = _retry_after(retry_header)
+        retry_after = parse_retry_after(retry_header)
         try:
             obj = encoding.loads(content)
         except A2AError:
@@ -527,8 +527,7 @@ class A2AClient:
             self._record(method, started, peer, verified=True)
         assert session is not None
         peer.session = session
-        peer.extensions = frozenset()
-        peer.chains_sent.clear()
+        peer.new_session()
         if self.exactly_once is not False:
             peer.extensions = await self._server_extensions(peer, session)
         return session
@@ -540,16 +539,10 @@ class A2AClient:
         server without the extension (or whose card cannot be had: stripping it is how an
         attacker would downgrade) ends the handshake here, before any session exists.
         """
-        verified_only = self.sealed is True
-        declared = SEALED in await learn_extensions(
-            self.http, peer.endpoint, hs.server_manifest_hash, verified_only=verified_only
+        declared = await learn_extensions(
+            self.http, peer.endpoint, hs.server_manifest_hash, verified_only=self.sealed is True
         )
-        if not declared and self.sealed is True:
-            raise InvalidParams(
-                f"{peer.did[:128]} does not declare the sealed extension in its authenticated "
-                "agent card: refusing to send intents in the clear"
-            )
-        hs.seal = declared
+        hs.seal = seal(peer.did, self.sealed, declared)
 
     async def _server_extensions(
         self, peer: _Peer, session: ClientSession, *, verified_only: bool = False
@@ -570,37 +563,36 @@ class A2AClient:
         then, or with ``exactly_once=True``, a server that does not declare the extension is
         refused rather than sent the intent without an id.
         """
-        required = chosen is not None or self.exactly_once is True
-        if not required and (self.exactly_once is False or time.monotonic() < peer.ids_full_until):
+        need = intent_id_need(
+            chosen=chosen, exactly_once=self.exactly_once, paused=peer.ids_paused(time.monotonic())
+        )
+        if need is IdNeed.NONE:
             return intent, None
-        declared = INTENT_ID in peer.extensions
-        if not declared and required:  # a failed card look-up is tried again when it matters
+        required = need is IdNeed.REQUIRED
+        if required and not peer.declares(INTENT_ID):  # a failed look-up is tried again when it matters
             peer.extensions = await self._server_extensions(peer, session, verified_only=True)
-            declared = INTENT_ID in peer.extensions
-        if not declared:
+        if not peer.declares(INTENT_ID):
             if required:
-                raise InvalidParams(
-                    f"{peer.did[:128]} does not declare the intent_id extension: "
-                    "the intent cannot be sent exactly once"
-                )
+                raise undeclared(peer.did, INTENT_ID)
             return intent, None
         if chosen is None:
             chosen = new_intent_id(os.urandom)
         return {**intent, INTENT_ID: chosen}, chosen
 
-    def _ids_full(self, peer: _Peer, exc: A2AError) -> bool:
-        """Whether ``exc`` refused an id this client picked because the DID holds too many.
-
-        With ``exactly_once=None`` the id is this client's own addition: the server refused
-        it before anything was consumed or run, so the intent goes again without one, and so
-        do the next ones for a while (the refusal's Retry-After, at most a minute), rather
-        than failing an intent the base protocol would carry. That intent is then not
-        remembered across sessions (logged). With ``exactly_once=True`` the refusal stands.
+    def _ids_full(
+        self, peer: _Peer, exc: A2AError, *, own_id: bool, attempt: int, yielded: bool = False
+    ) -> bool:
+        """Whether ``exc`` refused an id this client picked because the DID holds too many
+        (:func:`~a2a_secure.protocol.client_decisions.ids_full_pause`): then the intent goes
+        again without one, and so do the next ones for the pause. That intent is then not
+        remembered across sessions (logged).
         """
-        if self.exactly_once is not None or not is_ids_full(exc):
+        pause = ids_full_pause(
+            exc, exactly_once=self.exactly_once, own_id=own_id, attempt=attempt, yielded=yielded
+        )
+        if pause is None:
             return False
-        pause = min(max(float(getattr(exc, "retry_after", 1) or 1), 1.0), IDS_FULL_PAUSE)
-        peer.ids_full_until = time.monotonic() + pause
+        peer.pause_ids(time.monotonic(), pause)
         _log.warning(
             "%s keeps no more intent_ids for this client's DID: intents go without one for %.0f s",
             peer.did[:128],
@@ -615,14 +607,11 @@ class A2AClient:
         signed and sent; the card (authenticated by the CHALLENGE's manifest_hash) says so
         before anything leaves.
         """
-        if PRIORITY not in intent or PRIORITY in peer.extensions:
+        if not peer.needs_priority_check(intent):
             return
         peer.extensions = await self._server_extensions(peer, session, verified_only=True)
-        if PRIORITY not in peer.extensions:
-            raise InvalidParams(
-                f"{peer.did[:128]} does not declare the priority extension: "
-                "send the intent without a priority"
-            )
+        if not peer.declares(PRIORITY):
+            raise undeclared(peer.did, PRIORITY)
 
     async def _with_delegation(
         self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any], chain: Chain | None
@@ -636,10 +625,10 @@ class A2AClient:
         """
         if chain is None:
             return intent
-        if DELEGATION not in peer.extensions:
+        if not peer.declares(DELEGATION):
             peer.extensions = await self._server_extensions(peer, session, verified_only=True)
-            if DELEGATION not in peer.extensions:
-                raise InvalidParams(f"{peer.did[:128]} does not declare the delegation extension")
+            if not peer.declares(DELEGATION):
+                raise undeclared(peer.did, DELEGATION)
         refused = chain.refusal(
             now=self._clock(),
             client_did=self.identity.did,
@@ -649,10 +638,7 @@ class A2AClient:
         )
         if refused is not None:
             raise InvalidParams(f"not sent: {refused.message}")
-        if chain.hash in peer.chains_sent:
-            return {**intent, DELEGATION: chain.hash}
-        peer.chains_sent.add(chain.hash)
-        return {**intent, DELEGATION: chain.tokens}
+        return {**intent, DELEGATION: peer.delegation_member(chain)}
 
     async def _attempt(
         self, peer: _Peer, intent: Mapping[str, Any], chosen: str | None, chain: Chain | None = None
@@ -703,9 +689,13 @@ class A2AClient:
                 # Every transport failure becomes an A2AError (never a raw httpx/ssl error).
                 # A certificate that does not verify will not verify on a retry either.
                 tls = _tls_verify_error(exc)
-                if tls is not None:
-                    raise Unavailable(f"TLS certificate verification failed: {tls}", retry_after=1) from None
-                if attempt >= self.retry.attempts:
+                if not transport_failure_retried(
+                    attempt, self.retry.attempts, certificate_refused=tls is not None
+                ):
+                    if tls is not None:
+                        raise Unavailable(
+                            f"TLS certificate verification failed: {tls}", retry_after=1
+                        ) from None
                     reason = _unreachable_reason(exc)
                     raise PeerUnreachable(
                         f"{url} did not answer ({reason})", endpoint=url, reason=reason
@@ -715,14 +705,17 @@ class A2AClient:
                 )
                 await asyncio.sleep(self.retry.delay(attempt, None))
                 continue
-            retryable = status in (500, 502, 503, 504) and error is not None
-            # Retry-After is unauthenticated: never wait longer than max_wait, whatever the status.
-            if retryable and retry_after is not None and retry_after > self.retry.max_wait:
-                retryable = False
-            if retryable and status != 503 and signed and session is not None and req is not None:
-                # A signed 500/504 is the stored, final answer for this sequence.
+            verdict = reply_retry(
+                status,
+                is_error=error is not None,
+                retry_after=retry_after,
+                max_wait=self.retry.max_wait,
+                signed_request=signed and session is not None and req is not None,
+            )
+            retryable = verdict is Retry.YES
+            if verdict is Retry.UNLESS_SIGNED and session is not None and req is not None:
                 retryable = not session.error_from_reply(req, error).signed
-            if not retryable or attempt >= self.retry.attempts:
+            if not retryable or gives_up(attempt, self.retry.attempts):
                 return status, result, error, retry_after
             tracing.event(
                 "a2a_secure.retry", {"a2a_secure.attempt": attempt + 1, "http.response.status_code": status}
@@ -783,17 +776,19 @@ class A2AClient:
                 try:
                     return await self._send(peer, session, body)
                 except PolicyViolation as exc:
-                    if on_behalf_of is None or not _chain_unknown(exc) or attempt == 2:
+                    if on_behalf_of is None or not chain_unknown(exc) or attempt == 2:
                         raise
                     # The worker that answered has not seen the chain: send it in full.
-                    peer.chains_sent.discard(on_behalf_of.hash)
+                    peer.chain_unknown(on_behalf_of)
                 except Unavailable as exc:
-                    if not (own_id and attempt == 1 and self._ids_full(peer, exc)):
+                    if not self._ids_full(peer, exc, own_id=own_id, attempt=attempt):
                         raise
                     return await self._send(peer, session, intent)  # nothing ran: once more, no id
                 except SessionUnknown:
                     peer.session = None
-                    if attempt == 2 or not self.resend_on_unknown_session:
+                    if not resend_after_session_unknown(
+                        attempt=attempt, enabled=self.resend_on_unknown_session
+                    ):
                         raise
                     tracing.event("a2a_secure.resend", {"a2a_secure.reason": "session_unknown"})
         raise SessionUnknown()  # pragma: no cover
@@ -933,15 +928,15 @@ class A2AClient:
                         yield item
                 except A2AError as exc:
                     self._record("intent", started, peer, error=exc, goal=req.goal, sequence=req.sequence)
-                    if own_id and attempt == 1 and not yielded and self._ids_full(peer, exc):
+                    if self._ids_full(peer, exc, own_id=own_id, attempt=attempt, yielded=yielded):
                         chosen = None  # nothing ran: once more, without an id (see _ids_full)
                         continue
-                    resend = (
-                        isinstance(exc, SessionUnknown)
-                        and chosen is not None
-                        and not yielded
-                        and attempt == 1
-                        and self.resend_on_unknown_session
+                    resend = isinstance(exc, SessionUnknown) and resend_after_session_unknown(
+                        attempt=attempt,
+                        enabled=self.resend_on_unknown_session,
+                        streamed=True,
+                        yielded=yielded,
+                        intent_id=chosen,
                     )
                     if not resend:
                         raise
@@ -974,10 +969,10 @@ class A2AClient:
                     ctype = resp.content_type.split(";")[0].strip().lower()
                     if ctype != "text/event-stream":
                         raw = await _read_capped(resp.chunks(), MAX_REPLY_BYTES)
-                        retry_after = _retry_after(resp.retry_after)
+                        retry_after = parse_retry_after(resp.retry_after)
                         error = _jsonrpc_error(raw, rid)
                         exc = session.error_from_reply(req, error)
-                        if resp.status in (500, 502, 503, 504) and not (exc.signed and resp.status != 503):
+                        if stream_reply_retried(resp.status, signed=exc.signed):
                             raise _Retryable(exc)
                         raise exc
                     async for event_id, data in _sse_events(resp.chunks()):
@@ -1014,9 +1009,7 @@ class A2AClient:
                 failure: A2AError = Unavailable("stream interrupted", retry_after=1)
             except _Retryable as wrapped:
                 failure = wrapped.error
-            if attempt >= self.retry.attempts or (
-                retry_after is not None and retry_after > self.retry.max_wait
-            ):
+            if gives_up(attempt, self.retry.attempts, retry_after, self.retry.max_wait):
                 raise failure
             if trace is not None:  # resumed with the byte-identical request (§6.4)
                 trace.event(
@@ -1036,9 +1029,10 @@ class A2AClient:
             return
         async with peer.lock:
             session = peer.session
-            if session is None or session.expired():
+            if not send_close(session):
                 peer.session = None
                 return
+            assert session is not None
             req = session.prepare_close()
             started = self._clock()
             try:
