@@ -78,17 +78,36 @@ class _Deadline:
             suspended = steps.send(None)
         except StopIteration as done:
             return done.value
-        # Entered in the task running the work, as `async with` would (neither call suspends).
-        timeout = asyncio.timeout_at(deadline)
-        yield from timeout.__aenter__().__await__()
-        try:
-            result = yield from _resume(steps, suspended)
-        except BaseException as exc:
-            # Turns the deadline's own CancelledError into TimeoutError; anything else goes on.
-            yield from timeout.__aexit__(type(exc), exc, exc.__traceback__).__await__()
-            raise
-        yield from timeout.__aexit__(None, None, None).__await__()
-        return result
+        return (yield from _within(steps, suspended, deadline))
+
+
+class _Suspended:
+    """The rest of a work that suspended at its first step, within ``deadline`` (loop time)."""
+
+    __slots__ = ("_deadline", "_steps", "_suspended")
+
+    def __init__(self, steps: Generator[Any, Any, Any], suspended: Any, deadline: float) -> None:
+        self._steps = steps
+        self._suspended = suspended
+        self._deadline = deadline
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return _within(self._steps, self._suspended, self._deadline)
+
+
+def _within(steps: Generator[Any, Any, Any], suspended: Any, deadline: float) -> Generator[Any, Any, Any]:
+    """Go on with ``steps`` under ``asyncio.timeout_at(deadline)``."""
+    # Entered in the task running the work, as `async with` would (neither call suspends).
+    timeout = asyncio.timeout_at(deadline)
+    yield from timeout.__aenter__().__await__()
+    try:
+        result = yield from _resume(steps, suspended)
+    except BaseException as exc:
+        # Turns the deadline's own CancelledError into TimeoutError; anything else goes on.
+        yield from timeout.__aexit__(type(exc), exc, exc.__traceback__).__await__()
+        raise
+    yield from timeout.__aexit__(None, None, None).__await__()
+    return result
 
 
 def _resume(steps: Generator[Any, Any, Any], suspended: Any) -> Generator[Any, Any, Any]:
@@ -128,6 +147,42 @@ class IntentRunner:
             # A streaming goal asked without stream: one result, the array of its partials.
             return _collect(dispatcher.open_stream(goal, inputs, context))
         return dispatcher.run(goal, inputs, context)
+
+    def start(
+        self, goal: str, inputs: Any, context: IntentContext, timeout_ms: int
+    ) -> tuple[Any, Awaitable[Any] | None]:
+        """Run the handler as far as it goes without suspending: ``(result, None)`` when it
+        finished, ``(None, rest)`` when it waits on something, ``rest`` awaiting it within
+        the deadline (counted from now). Raises the :class:`A2AError` of step 11.
+
+        A handler that answers without suspending (an in-memory lookup, an echo) then costs
+        no coroutine of ours, no timeout context and no timer; one that never suspends cannot
+        be interrupted by asyncio either way (:class:`_Deadline`).
+        """
+        if self.gate.active:
+            return None, self._run_in_slot(goal, inputs, context, timeout_ms)
+        steps = self._work(goal, inputs, context).__await__()
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        try:
+            suspended = steps.send(None)
+        except StopIteration as done:
+            result = done.value
+        except Exception as exc:
+            raise handler_error(exc, timeout_ms) from None
+        else:
+            return None, self._rest(steps, suspended, deadline, timeout_ms)
+        check_result(result)
+        return result, None
+
+    async def _rest(
+        self, steps: Generator[Any, Any, Any], suspended: Any, deadline: float, timeout_ms: int
+    ) -> Any:
+        try:
+            result = await _Suspended(steps, suspended, deadline)
+        except Exception as exc:
+            raise handler_error(exc, timeout_ms) from None
+        check_result(result)
+        return result
 
     async def run(self, goal: str, inputs: Any, context: IntentContext, timeout_ms: int) -> Any:
         """The handler's result, or the :class:`A2AError` of step 11."""
