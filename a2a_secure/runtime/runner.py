@@ -26,6 +26,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.protocol.priority import INTERRUPTED_MESSAGE
 from a2a_secure.protocol.server.common import ServerConfig, log_unexpected
 from a2a_secure.protocol.server.dispatcher import IntentContext
+from a2a_secure.protocol.server.replies import NOT_IJSON
 from a2a_secure.runtime.gate import IntentGate
 
 __all__ = ["IntentRunner", "check_result", "handler_error"]
@@ -49,7 +50,7 @@ def check_result(result: Any) -> None:
     """Refuse (-32603) a handler result that is not I-JSON."""
     # The result sits two containers deep in the reply the client parses (§6.2).
     if encoding.ijson_problem(result, max_depth=encoding.MAX_DEPTH - 2) is not None:
-        raise InternalError("the intent handler returned a value that is not I-JSON")
+        raise InternalError(NOT_IJSON)
 
 
 class _Deadline:
@@ -153,7 +154,9 @@ class IntentRunner:
     ) -> tuple[Any, Awaitable[Any] | None]:
         """Run the handler as far as it goes without suspending: ``(result, None)`` when it
         finished, ``(None, rest)`` when it waits on something, ``rest`` awaiting it within
-        the deadline (counted from now). Raises the :class:`A2AError` of step 11.
+        the deadline (counted from now). Raises the :class:`A2AError` of step 11, but for
+        the I-JSON check of the result, which the caller makes as it writes the result
+        (:func:`a2a_secure.protocol.server.replies.result_json`).
 
         A handler that answers without suspending (an in-memory lookup, an echo) then costs
         no coroutine of ours, no timeout context and no timer; one that never suspends cannot
@@ -171,18 +174,15 @@ class IntentRunner:
             raise handler_error(exc, timeout_ms) from None
         else:
             return None, self._rest(steps, suspended, deadline, timeout_ms)
-        check_result(result)
         return result, None
 
     async def _rest(
         self, steps: Generator[Any, Any, Any], suspended: Any, deadline: float, timeout_ms: int
     ) -> Any:
         try:
-            result = await _Suspended(steps, suspended, deadline)
+            return await _Suspended(steps, suspended, deadline)
         except Exception as exc:
             raise handler_error(exc, timeout_ms) from None
-        check_result(result)
-        return result
 
     async def run(self, goal: str, inputs: Any, context: IntentContext, timeout_ms: int) -> Any:
         """The handler's result, or the :class:`A2AError` of step 11."""

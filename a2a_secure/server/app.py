@@ -62,7 +62,13 @@ from a2a_secure.protocol.server import (
 )
 from a2a_secure.protocol.server.dispatcher import Admission
 from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolService
-from a2a_secure.protocol.wire import EnvelopeError, encode_error, encode_result, parse_request
+from a2a_secure.protocol.wire import (
+    EnvelopeError,
+    encode_error,
+    encode_result,
+    encode_result_json,
+    parse_request,
+)
 from a2a_secure.runtime.exactly_once import server_extensions
 from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.store.actions import ActionStore
@@ -179,6 +185,8 @@ async def _send_reply(send: Send, request_id: Any, reply: Reply, *, close: bool 
         return
     if reply.error is not None:
         body = encode_error(request_id, reply.error)
+    elif reply.result_json is not None:
+        body = encode_result_json(request_id, reply.result_json)
     else:
         body = encode_result(request_id, reply.result)
     extra: list[tuple[bytes, bytes]] = []

@@ -165,6 +165,20 @@ class StoredReply:
     events: tuple[Mapping[str, Any], ...] | None = None
     truncated: bool = False
     signed_at: int | None = None
+    # ``encoding.dumps(self.to_dict())``, when the reply was written as JSON already (a
+    # success carries its result's JSON): the answer is then serialised once per intent.
+    # Not an argument: a copy made with ``dataclasses.replace`` has other members, and
+    # starts without it.
+    encoded: bytes | None = field(default=None, init=False, compare=False, repr=False)
+
+    def with_json(self, encoded: bytes) -> StoredReply:
+        """This reply, knowing that ``encoded`` is its :meth:`to_json` (a cache, set once)."""
+        object.__setattr__(self, "encoded", encoded)
+        return self
+
+    def to_json(self) -> bytes:
+        """``encoding.dumps(self.to_dict())``: how every store keeps the answer."""
+        return self.encoded if self.encoded is not None else encoding.dumps(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form for shared stores (members left out when empty)."""

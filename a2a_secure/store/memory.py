@@ -253,7 +253,7 @@ class MemoryStore:
         """:meth:`finish_request` without a coroutine (:func:`a2a_secure.store.base.sync_forms`)."""
         st = self._seq.get(session_id)
         if st is not None and st.last == sequence:
-            st.reply = encoding.dumps(reply.to_dict())
+            st.reply = reply.to_json()
 
     async def close_session(self, session_id: str) -> None:
         """See :meth:`Store.close_session`."""
@@ -363,7 +363,7 @@ class MemoryStore:
         """See :meth:`IntentStore.finish_intent`."""
         c = self._claims.get((agent, client_did, intent_id))
         if c is not None and c.intent_hash == intent_hash and c.reply is None:
-            c.reply = encoding.dumps(reply.to_dict())
+            c.reply = reply.to_json()
 
     # -- revocations (a2a_secure.store.revocation.RevocationStore) ------------------------
     async def add_revocation(self, entry: Revocation) -> bool:

@@ -127,7 +127,7 @@ async def beyond_the_floor(n: int) -> dict[str, Any]:
         "sequence": req.sequence,
     }
     guard = config.key_guard
-    runner = intents._run.__self__  # the IntentRunner the core uses
+    runner = intents._start.__self__  # the IntentRunner the core uses
     replies = intents._success_reply.__self__
     req_hash = m.request_hash(token)
     result = dict(intent.inputs)

@@ -58,7 +58,7 @@ from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.server.delegation import NO_DELEGATION, DelegationGuard, Verdict, claim_form
 from a2a_secure.protocol.server.dispatcher import IntentContext
 from a2a_secure.protocol.server.ports import Claims, PendingClaim, Replay, Runner, Streams
-from a2a_secure.protocol.server.replies import SignedReplies
+from a2a_secure.protocol.server.replies import SignedReplies, result_json
 from a2a_secure.protocol.validate import ct_equal, is_fresh
 from a2a_secure.store.base import BeginKind, SessionRecord, SyncForms, replaced_on_instance, sync_forms
 from a2a_secure.store.intents import ClaimKind
@@ -292,6 +292,7 @@ class IntentProcessor:
                     if rest is not None:
                         result = await rest
                     if sealer is not None:  # §12.6: the signature covers the sealed form
+                        result_json(result)  # step 11: I-JSON, checked before it is sealed
                         result = sealer.seal_result(sequence, req_hash, result)
                     reply = self._success_reply(session_id, sequence, req_hash, result, int(self._clock()))
         except A2AError as exc:

@@ -49,7 +49,8 @@ class Runner(Protocol):
         self, goal: str, inputs: Any, context: IntentContext, timeout_ms: int
     ) -> tuple[Any, Awaitable[Any] | None]:
         """:meth:`run` as far as the handler goes without suspending: ``(result, None)``, or
-        ``(None, rest)`` with ``rest`` to await for the result (within the deadline)."""
+        ``(None, rest)`` with ``rest`` to await for the result (within the deadline). The
+        result is not checked yet: the caller writes it with ``replies.result_json``."""
         ...
 
 
