@@ -15,6 +15,8 @@ import hmac
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import check_did_syntax
@@ -130,6 +132,15 @@ def json_equal(a: Any, b: Any) -> bool:
     """
     if type(a) is str and type(b) is str:
         return hmac.compare_digest(a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass"))
+    if type(a) is dict and type(b) is dict:
+        # Objects (an intent and its inputs, at every request): the same text with sorted
+        # members is the same JSON value, written in C. Any difference in the text (``1``
+        # and ``1.0``, member order aside) is decided by the structural comparison below.
+        try:
+            if orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(b, option=orjson.OPT_SORT_KEYS):
+                return True
+        except (orjson.JSONEncodeError, TypeError):
+            pass
     return _equal(a, b)
 
 

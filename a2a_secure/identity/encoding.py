@@ -267,6 +267,51 @@ def dumps(obj: Any) -> bytes:
     return _WIRE_ENCODER.encode(obj).encode()
 
 
+def ijson_dumps(value: Any, *, max_depth: int = MAX_DEPTH) -> bytes | None:
+    """:func:`dumps` of ``value`` if it is I-JSON nested at most ``max_depth`` containers
+    deep, else None (:func:`ijson_problem` says why).
+
+    One walk where checking with :func:`ijson_problem` and then writing with :func:`dumps`
+    take two: a handler's result is checked and written this way on every intent.
+    """
+    if _plain_within(value, max_depth):
+        try:
+            return bytes(memoryview(orjson.dumps(value)))
+        except orjson.JSONEncodeError:  # a lone surrogate: not I-JSON
+            return None
+    if ijson_problem(value, max_depth=max_depth) is not None:
+        return None
+    return _WIRE_ENCODER.encode(value).encode()
+
+
+def _plain_within(value: Any, max_depth: int) -> bool:
+    """:func:`_plain`, with no container deeper than ``max_depth`` (the outermost being 1)."""
+    level: list[Any] = [value]
+    depth = 1
+    while level:
+        below: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                continue
+            if kind is dict:
+                if depth > max_depth:
+                    return False
+                for key in item:
+                    if type(key) is not str or not key.isascii():
+                        return False
+                below.extend(item.values())
+            elif kind is list:
+                if depth > max_depth:
+                    return False
+                below.extend(item)
+            elif kind is not int or not -MAX_SAFE_INT <= item <= MAX_SAFE_INT:
+                return False
+        depth += 1
+        level = below
+    return True
+
+
 def _plain(value: Any) -> bool:
     """True if orjson writes ``value`` exactly as ``json`` does, and with sorted keys
     exactly as RFC 8785 does.

@@ -18,7 +18,7 @@ from a2a_secure.errors import AuthenticationFailed, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.ed25519 import verify_signature
 
-__all__ = ["MAX_TOKEN_LENGTH", "jws_decode_unverified", "jws_sign", "jws_verify"]
+__all__ = ["MAX_TOKEN_LENGTH", "jws_decode_unverified", "jws_sign", "jws_sign_json", "jws_verify"]
 
 # A token carries an intent's inputs, and bodies are capped at 1 MiB; 4/3 of that plus headroom.
 MAX_TOKEN_LENGTH = 1_500_000
@@ -48,13 +48,18 @@ class Signer(Protocol):
 
 def jws_sign(payload: Mapping[str, Any], identity: Signer, typ: str) -> str:
     """Sign ``payload`` (a JSON object) as a compact JWS with header ``{alg, typ, kid}``."""
+    return jws_sign_json(encoding.dumps(dict(payload)), identity, typ)
+
+
+def jws_sign_json(payload: bytes, identity: Signer, typ: str) -> str:
+    """:func:`jws_sign` of a payload already written as compact JSON (a JSON object)."""
     header = _HEADERS.get((identity.kid, typ))
     if header is None:
         header = encoding.b64u_encode(encoding.dumps({"alg": "EdDSA", "typ": typ, "kid": identity.kid}))
         if len(_HEADERS) >= _HEADER_CACHE_MAX:
             _HEADERS.clear()
         _HEADERS[(identity.kid, typ)] = header
-    body = encoding.b64u_encode(encoding.dumps(dict(payload)))
+    body = encoding.b64u_encode(payload)
     signing_input = f"{header}.{body}"
     signature = identity.sign(signing_input.encode("ascii"))
     return f"{signing_input}.{encoding.b64u_encode(signature)}"

@@ -121,6 +121,18 @@ class KeyGuard:
         if not did.startswith("did:key:"):
             self._note_fresh(resolver, did)
 
+    def session_checked_now(self, resolver: DIDResolver, session: SessionRecord) -> bool:
+        """True when :meth:`check_session` has nothing to check for ``session`` now: no deny
+        list of its own, and a did:key client (its key is its DID) or a document still fresh.
+        The intent path then awaits nothing for it."""
+        if self.revocations:
+            return False
+        did = session.client_did
+        if did.startswith("did:key:"):
+            return True
+        until = self._fresh_until.get(did)
+        return until is not None and resolver.clock() < until
+
     async def check_session(self, store: Store, resolver: DIDResolver, session: SessionRecord) -> None:
         """The per-intent checks that the store does not make (see the module documentation)."""
         if self.revocations:

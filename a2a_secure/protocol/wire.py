@@ -25,6 +25,7 @@ __all__ = [
     "encode_error",
     "encode_request",
     "encode_result",
+    "encode_result_json",
     "parse_request",
 ]
 
@@ -101,6 +102,12 @@ def encode_request(method: str, params: Any, request_id: JsonRpcId) -> bytes:
 def encode_result(request_id: JsonRpcId, result: Any) -> bytes:
     """A JSON-RPC success response body."""
     return encoding.dumps(_success(request_id, result))
+
+
+def encode_result_json(request_id: JsonRpcId, result: bytes) -> bytes:
+    """:func:`encode_result` of a ``result`` already written as compact JSON."""
+    head = encoding.dumps({"jsonrpc": JSONRPC_VERSION, "id": request_id})
+    return b"".join((head[:-1], b',"result":', result, b"}"))
 
 
 def encode_error(request_id: JsonRpcId, error: Any) -> bytes:

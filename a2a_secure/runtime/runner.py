@@ -26,6 +26,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.protocol.priority import INTERRUPTED_MESSAGE
 from a2a_secure.protocol.server.common import ServerConfig, log_unexpected
 from a2a_secure.protocol.server.dispatcher import IntentContext
+from a2a_secure.protocol.server.replies import NOT_IJSON
 from a2a_secure.runtime.gate import IntentGate
 
 __all__ = ["IntentRunner", "check_result", "handler_error"]
@@ -49,7 +50,7 @@ def check_result(result: Any) -> None:
     """Refuse (-32603) a handler result that is not I-JSON."""
     # The result sits two containers deep in the reply the client parses (§6.2).
     if encoding.ijson_problem(result, max_depth=encoding.MAX_DEPTH - 2) is not None:
-        raise InternalError("the intent handler returned a value that is not I-JSON")
+        raise InternalError(NOT_IJSON)
 
 
 class _Deadline:
@@ -78,17 +79,36 @@ class _Deadline:
             suspended = steps.send(None)
         except StopIteration as done:
             return done.value
-        # Entered in the task running the work, as `async with` would (neither call suspends).
-        timeout = asyncio.timeout_at(deadline)
-        yield from timeout.__aenter__().__await__()
-        try:
-            result = yield from _resume(steps, suspended)
-        except BaseException as exc:
-            # Turns the deadline's own CancelledError into TimeoutError; anything else goes on.
-            yield from timeout.__aexit__(type(exc), exc, exc.__traceback__).__await__()
-            raise
-        yield from timeout.__aexit__(None, None, None).__await__()
-        return result
+        return (yield from _within(steps, suspended, deadline))
+
+
+class _Suspended:
+    """The rest of a work that suspended at its first step, within ``deadline`` (loop time)."""
+
+    __slots__ = ("_deadline", "_steps", "_suspended")
+
+    def __init__(self, steps: Generator[Any, Any, Any], suspended: Any, deadline: float) -> None:
+        self._steps = steps
+        self._suspended = suspended
+        self._deadline = deadline
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return _within(self._steps, self._suspended, self._deadline)
+
+
+def _within(steps: Generator[Any, Any, Any], suspended: Any, deadline: float) -> Generator[Any, Any, Any]:
+    """Go on with ``steps`` under ``asyncio.timeout_at(deadline)``."""
+    # Entered in the task running the work, as `async with` would (neither call suspends).
+    timeout = asyncio.timeout_at(deadline)
+    yield from timeout.__aenter__().__await__()
+    try:
+        result = yield from _resume(steps, suspended)
+    except BaseException as exc:
+        # Turns the deadline's own CancelledError into TimeoutError; anything else goes on.
+        yield from timeout.__aexit__(type(exc), exc, exc.__traceback__).__await__()
+        raise
+    yield from timeout.__aexit__(None, None, None).__await__()
+    return result
 
 
 def _resume(steps: Generator[Any, Any, Any], suspended: Any) -> Generator[Any, Any, Any]:
@@ -128,6 +148,41 @@ class IntentRunner:
             # A streaming goal asked without stream: one result, the array of its partials.
             return _collect(dispatcher.open_stream(goal, inputs, context))
         return dispatcher.run(goal, inputs, context)
+
+    def start(
+        self, goal: str, inputs: Any, context: IntentContext, timeout_ms: int
+    ) -> tuple[Any, Awaitable[Any] | None]:
+        """Run the handler as far as it goes without suspending: ``(result, None)`` when it
+        finished, ``(None, rest)`` when it waits on something, ``rest`` awaiting it within
+        the deadline (counted from now). Raises the :class:`A2AError` of step 11, but for
+        the I-JSON check of the result, which the caller makes as it writes the result
+        (:func:`a2a_secure.protocol.server.replies.result_json`).
+
+        A handler that answers without suspending (an in-memory lookup, an echo) then costs
+        no coroutine of ours, no timeout context and no timer; one that never suspends cannot
+        be interrupted by asyncio either way (:class:`_Deadline`).
+        """
+        if self.gate.active:
+            return None, self._run_in_slot(goal, inputs, context, timeout_ms)
+        steps = self._work(goal, inputs, context).__await__()
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        try:
+            suspended = steps.send(None)
+        except StopIteration as done:
+            result = done.value
+        except Exception as exc:
+            raise handler_error(exc, timeout_ms) from None
+        else:
+            return None, self._rest(steps, suspended, deadline, timeout_ms)
+        return result, None
+
+    async def _rest(
+        self, steps: Generator[Any, Any, Any], suspended: Any, deadline: float, timeout_ms: int
+    ) -> Any:
+        try:
+            return await _Suspended(steps, suspended, deadline)
+        except Exception as exc:
+            raise handler_error(exc, timeout_ms) from None
 
     async def run(self, goal: str, inputs: Any, context: IntentContext, timeout_ms: int) -> Any:
         """The handler's result, or the :class:`A2AError` of step 11."""

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from a2a_secure.delegation import DelegationRules
 from a2a_secure.errors import (
@@ -62,7 +62,13 @@ from a2a_secure.protocol.server import (
 )
 from a2a_secure.protocol.server.dispatcher import Admission
 from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolService
-from a2a_secure.protocol.wire import EnvelopeError, encode_error, encode_result, parse_request
+from a2a_secure.protocol.wire import (
+    EnvelopeError,
+    encode_error,
+    encode_result,
+    encode_result_json,
+    parse_request,
+)
 from a2a_secure.runtime.exactly_once import server_extensions
 from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.store.actions import ActionStore
@@ -130,12 +136,16 @@ class _AgentApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-async def _receive_body(receive: Receive, limit: int) -> bytes | None:
-    """The request body, refused past ``limit`` bytes as it arrives; None on disconnect."""
+async def _receive_body(receive: Receive, limit: int, message: Message | None = None) -> bytes | None:
+    """The request body, refused past ``limit`` bytes as it arrives; None on disconnect.
+
+    ``message``: the first message, when the caller has received it already.
+    """
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
+        if message is None:
+            message = await receive()
         if message["type"] == "http.disconnect":
             return None
         chunk = message.get("body", b"")
@@ -147,6 +157,7 @@ async def _receive_body(receive: Receive, limit: int) -> bytes | None:
             chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        message = None
 
 
 async def _linger(receive: Receive, budget: int, seconds: float = 1.0) -> None:
@@ -173,12 +184,12 @@ async def _send_json(
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_reply(send: Send, request_id: Any, reply: Reply, *, close: bool = False) -> None:
-    if reply.stream is not None:
-        await _send_stream(send, request_id, reply.stream, reply.abort)
-        return
+def _reply_messages(request_id: Any, reply: Reply, close: bool) -> tuple[Message, Message]:
+    """The two ASGI messages of a JSON answer: its start and its body."""
     if reply.error is not None:
         body = encode_error(request_id, reply.error)
+    elif reply.result_json is not None:
+        body = encode_result_json(request_id, reply.result_json)
     else:
         body = encode_result(request_id, reply.result)
     extra: list[tuple[bytes, bytes]] = []
@@ -186,7 +197,11 @@ async def _send_reply(send: Send, request_id: Any, reply: Reply, *, close: bool 
         extra.append((b"retry-after", str(reply.retry_after).encode()))
     if close:
         extra.append((b"connection", b"close"))
-    await _send_json(send, reply.http_status, body, extra)
+    headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode()), *extra]
+    return (
+        {"type": "http.response.start", "status": reply.http_status, "headers": headers},
+        {"type": "http.response.body", "body": body},
+    )
 
 
 async def _send_stream(
@@ -714,7 +729,15 @@ class AgentServer(IntentDispatcher):
                 raise UnsupportedMediaType()
             if declared is not None and declared.isdigit() and int(declared) > self.max_body:
                 raise PayloadTooLarge()
-            body = await _receive_body(receive, self.max_body)
+            # One message holds a small body: taken here without a coroutine of its own.
+            message = await receive()
+            body = message.get("body", b"")
+            if (
+                message["type"] != "http.request"
+                or message.get("more_body", False)
+                or len(body) > self.max_body
+            ):
+                body = await _receive_body(receive, self.max_body, message)
             if body is None:
                 return  # the client went away
             envelope = parse_request(body, endpoint)
@@ -731,7 +754,12 @@ class AgentServer(IntentDispatcher):
             source = client[0] if client else ""
             request_id = envelope.id
             reply = await protocol.handle(envelope.method, envelope.params, source=source)
-        await _send_reply(send, request_id, reply, close=close)
+        if reply.stream is not None:
+            await _send_stream(send, request_id, reply.stream, reply.abort)
+            return
+        start, answer = _reply_messages(request_id, reply, close)
+        await send(start)
+        await send(answer)
 
     async def card_endpoint(self, request: Request) -> Response:
         """GET /.well-known/agent-card.json."""

@@ -10,9 +10,9 @@ a sequence is accepted once, a rate counter is spent once.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from a2a_secure.identity import encoding
 from a2a_secure.policy import Policy
@@ -25,6 +25,9 @@ __all__ = [
     "SessionRecord",
     "Store",
     "StoredReply",
+    "SyncForms",
+    "replaced_on_instance",
+    "sync_forms",
 ]
 
 
@@ -162,6 +165,20 @@ class StoredReply:
     events: tuple[Mapping[str, Any], ...] | None = None
     truncated: bool = False
     signed_at: int | None = None
+    # ``encoding.dumps(self.to_dict())``, when the reply was written as JSON already (a
+    # success carries its result's JSON): the answer is then serialised once per intent.
+    # Not an argument: a copy made with ``dataclasses.replace`` has other members, and
+    # starts without it.
+    encoded: bytes | None = field(default=None, init=False, compare=False, repr=False)
+
+    def with_json(self, encoded: bytes) -> StoredReply:
+        """This reply, knowing that ``encoded`` is its :meth:`to_json` (a cache, set once)."""
+        object.__setattr__(self, "encoded", encoded)
+        return self
+
+    def to_json(self) -> bytes:
+        """``encoding.dumps(self.to_dict())``: how every store keeps the answer."""
+        return self.encoded if self.encoded is not None else encoding.dumps(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form for shared stores (members left out when empty)."""
@@ -289,3 +306,55 @@ class Store(Protocol):
     async def aclose(self) -> None:
         """Release connections."""
         ...
+
+
+class SyncForms(NamedTuple):
+    """A store's synchronous forms of the three per-intent operations (see :func:`sync_forms`)."""
+
+    get_session: Callable[[str, float], SessionRecord | None]
+    begin_request: Callable[..., Begin]
+    finish_request: Callable[[str, int, StoredReply], None]
+
+
+_SYNC_NAMES = ("get_session", "begin_request", "finish_request")
+_SYNC_BY_TYPE: dict[type, bool] = {}
+
+
+def sync_forms(store: object) -> SyncForms | None:
+    """``store``'s ``get_session_now``, ``begin_request_now`` and ``finish_request_now``, for a
+    store that never suspends (:class:`~a2a_secure.store.memory.MemoryStore`), else None.
+
+    Each ``*_now`` is the whole of its coroutine method, without the coroutine: the intent
+    path then awaits nothing for them. A store that waits on I/O (Redis) has none. They are
+    used only while the coroutine method is still the one declared beside them: a subclass
+    or an instance that replaces ``get_session`` (a test's failing store) is awaited as it says.
+    """
+    cls = type(store)
+    ok = _SYNC_BY_TYPE.get(cls)
+    if ok is None:
+        ok = all(_declared_together(cls, name) for name in _SYNC_NAMES)
+        _SYNC_BY_TYPE[cls] = ok
+    if not ok or replaced_on_instance(store):
+        return None
+    return SyncForms(
+        store.get_session_now,  # type: ignore[attr-defined]
+        store.begin_request_now,  # type: ignore[attr-defined]
+        store.finish_request_now,  # type: ignore[attr-defined]
+    )
+
+
+def replaced_on_instance(store: object) -> bool:
+    """Whether one of the per-intent coroutine methods was replaced on ``store`` itself."""
+    own = getattr(store, "__dict__", None)
+    if not own:
+        return False
+    return "get_session" in own or "begin_request" in own or "finish_request" in own
+
+
+def _declared_together(cls: type, name: str) -> bool:
+    sync_name = f"{name}_now"
+    for klass in cls.__mro__:
+        has_async, has_sync = name in vars(klass), sync_name in vars(klass)
+        if has_async or has_sync:
+            return has_async and has_sync
+    return False

@@ -161,6 +161,10 @@ class MemoryStore:
 
     async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
         """See :meth:`Store.get_session`."""
+        return self.get_session_now(session_id, now)
+
+    def get_session_now(self, session_id: str, now: float) -> SessionRecord | None:
+        """:meth:`get_session` without a coroutine (:func:`a2a_secure.store.base.sync_forms`)."""
         s = self._sessions.get(session_id)
         if s is None:
             return None
@@ -182,7 +186,31 @@ class MemoryStore:
         agent: str = "",
     ) -> Begin:
         """See :meth:`Store.begin_request`."""
-        session = await self.get_session(session_id, now)
+        return self.begin_request_now(
+            session_id,
+            client_did,
+            sequence,
+            request_hash,
+            rate_limit=rate_limit,
+            rate_period=rate_period,
+            now=now,
+            agent=agent,
+        )
+
+    def begin_request_now(
+        self,
+        session_id: str,
+        client_did: str,
+        sequence: int,
+        request_hash: str,
+        *,
+        rate_limit: int | None,
+        rate_period: int,
+        now: float,
+        agent: str = "",
+    ) -> Begin:
+        """:meth:`begin_request` without a coroutine (:func:`a2a_secure.store.base.sync_forms`)."""
+        session = self.get_session_now(session_id, now)
         if session is None:
             return Begin(BeginKind.GONE)
         revoked = self._revoked.get(session.client_did)
@@ -219,9 +247,13 @@ class MemoryStore:
 
     async def finish_request(self, session_id: str, sequence: int, reply: StoredReply) -> None:
         """See :meth:`Store.finish_request`."""
+        self.finish_request_now(session_id, sequence, reply)
+
+    def finish_request_now(self, session_id: str, sequence: int, reply: StoredReply) -> None:
+        """:meth:`finish_request` without a coroutine (:func:`a2a_secure.store.base.sync_forms`)."""
         st = self._seq.get(session_id)
         if st is not None and st.last == sequence:
-            st.reply = encoding.dumps(reply.to_dict())
+            st.reply = reply.to_json()
 
     async def close_session(self, session_id: str) -> None:
         """See :meth:`Store.close_session`."""
@@ -331,7 +363,7 @@ class MemoryStore:
         """See :meth:`IntentStore.finish_intent`."""
         c = self._claims.get((agent, client_did, intent_id))
         if c is not None and c.intent_hash == intent_hash and c.reply is None:
-            c.reply = encoding.dumps(reply.to_dict())
+            c.reply = reply.to_json()
 
     # -- revocations (a2a_secure.store.revocation.RevocationStore) ------------------------
     async def add_revocation(self, entry: Revocation) -> bool:

@@ -186,6 +186,6 @@ class RedisIntents(RedisKeys):
         """See :meth:`IntentStore.finish_intent`; sent with the next command, as :meth:`finish_request`."""
         self._unsent[self._k_intent(agent, client_did, intent_id)] = (
             self._finish_intent,
-            [_request_hash_bytes(intent_hash), encoding.dumps(reply.to_dict())],
+            [_request_hash_bytes(intent_hash), reply.to_json()],
         )
         await self._linger()

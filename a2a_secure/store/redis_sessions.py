@@ -537,7 +537,7 @@ class RedisSessions(RedisKeys):
         """See :meth:`Store.finish_request`; sent with the next command (``finish_linger``)."""
         self._unsent[self._k_session(session_id)] = (
             self._c_finish if self._spread else self._finish_request,
-            [str(sequence), encoding.dumps(reply.to_dict())],
+            [str(sequence), reply.to_json()],
         )
         await self._linger()
 

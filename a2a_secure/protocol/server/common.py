@@ -134,6 +134,8 @@ class Reply:
     abort: Callable[[int], AsyncIterator[Mapping[str, Any]]] | None = None
     # What a byte-identical retry needs to give this very answer again (§6.1 step 7).
     stored: StoredReply | None = None
+    # ``result`` written as compact JSON already (a signed success): the adapter sends it.
+    result_json: bytes | None = None
 
     @property
     def is_error(self) -> bool:

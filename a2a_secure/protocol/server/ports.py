@@ -12,7 +12,7 @@ State: none.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from a2a_secure.protocol.models import Intent
@@ -43,6 +43,14 @@ class Runner(Protocol):
 
     async def run(self, goal: str, inputs: Any, context: IntentContext, timeout_ms: int) -> Any:
         """The handler's result, or the :class:`~a2a_secure.errors.A2AError` of step 11."""
+        ...
+
+    def start(
+        self, goal: str, inputs: Any, context: IntentContext, timeout_ms: int
+    ) -> tuple[Any, Awaitable[Any] | None]:
+        """:meth:`run` as far as the handler goes without suspending: ``(result, None)``, or
+        ``(None, rest)`` with ``rest`` to await for the result (within the deadline). The
+        result is not checked yet: the caller writes it with ``replies.result_json``."""
         ...
 
 

@@ -15,13 +15,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from a2a_secure.errors import A2AError, Unavailable
-from a2a_secure.identity.jws import jws_sign
+from a2a_secure.errors import A2AError, InternalError, Unavailable
+from a2a_secure.identity import encoding
+from a2a_secure.identity.jws import jws_sign, jws_sign_json
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.server.common import Reply, ServerConfig
 from a2a_secure.store.base import StoredReply
 
-__all__ = ["SignedReplies", "unsigned_error"]
+__all__ = ["NOT_IJSON", "SignedReplies", "result_json", "unsigned_error"]
+
+NOT_IJSON = "the intent handler returned a value that is not I-JSON"
+
+
+def result_json(result: Any) -> bytes:
+    """A handler's ``result`` as compact JSON, or -32603 if it is not I-JSON (§1, §6.1 step 11).
+
+    The result sits two containers deep in the reply the client parses (§6.2).
+    """
+    raw = encoding.ijson_dumps(result, max_depth=encoding.MAX_DEPTH - 2)
+    if raw is None:
+        raise InternalError(NOT_IJSON)
+    return raw
 
 
 def unsigned_error(exc: A2AError) -> Reply:
@@ -68,12 +82,33 @@ class SignedReplies:
         return Reply(http_status, error={**signed, "data": data}, retry_after=retry, stored=stored)
 
     def success(self, session_id: str, sequence: int, req_hash: str, result: Any, now_i: int) -> Reply:
-        """The signed success reply carrying ``result``."""
-        token = self.result_token(session_id, sequence, req_hash, result, now_i)
+        """The signed success reply carrying ``result`` (-32603 if ``result`` is not I-JSON).
+
+        The result is written as JSON once: the signed payload, the answer sent and the
+        answer stored are that text with their other members around it, byte for byte what
+        writing each of them whole gives (members in the same order, compact).
+        """
+        raw = result_json(result)
+        head = encoding.dumps(
+            {"session_id": session_id, "sequence": sequence, "request_hash": req_hash, "status": "success"}
+        )
+        tail = b',"timestamp":%d}' % now_i
+        token = jws_sign_json(
+            b"".join((head[:-1], b',"result":', raw, tail)), self._config.signer(session_id), m.Typ.RESPONSE
+        )
+        sent = b'{"status":"success","sequence":%d,"result":%s,"response_jws":"%s"}' % (
+            sequence,
+            raw,
+            token.encode("ascii"),
+        )
+        stored = StoredReply(200, result=result, signed_at=now_i)
+        if result is not None:  # (to_dict leaves out a None result)
+            stored.with_json(b'{"http_status":200,"result":%s,"signed_at":%d}' % (raw, now_i))
         return Reply(
             200,
             {"status": "success", "sequence": sequence, "result": result, "response_jws": token},
-            stored=StoredReply(200, result=result, signed_at=now_i),
+            stored=stored,
+            result_json=sent,
         )
 
     def result_token(self, session_id: str, sequence: int, req_hash: str, result: Any, now_i: int) -> Any:
