@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -539,3 +540,27 @@ async def test_two_workers_on_redis_share_the_sessions_and_the_deny_list(
     finally:
         for store in stores:
             await store.aclose()
+
+
+async def test_an_intent_resent_without_its_id_after_a_full_store_keeps_its_chain() -> None:
+    # A store that holds all the intent_ids it may answers 503 and the client sends the intent
+    # once more without an id: still on the person's behalf, never as the agent on its own.
+    calls: Counter[str] = Counter()
+    seen: list[dict[str, Any]] = []
+    store = MemoryStore()
+    server = calendar(calls, seen, store)
+    server.limits = dataclasses.replace(server.limits, max_intent_ids_total=1)
+    chain = to_orch()
+    async with serve_app(server.app()) as url:
+        async with A2AClient(ORCH, retry=NO_RETRY) as first:
+            done = await first.request(
+                CAL.did, {"goal": "create_event", "inputs": {"title": "a"}}, endpoint=url, on_behalf_of=chain
+            )
+            assert done.intent_id is not None  # the one place the store keeps
+        async with A2AClient(ORCH, retry=NO_RETRY) as second:
+            done = await second.request(
+                CAL.did, {"goal": "create_event", "inputs": {"title": "b"}}, endpoint=url, on_behalf_of=chain
+            )
+            assert done.intent_id is None and done.result == {"created": "b", "for": PERSON.did}
+    assert calls["create_event"] == 2
+    assert [s["principal"] for s in seen] == [PERSON.did, PERSON.did]

@@ -783,7 +783,9 @@ class A2AClient:
                 except Unavailable as exc:
                     if not self._ids_full(peer, exc, own_id=own_id, attempt=attempt):
                         raise
-                    return await self._send(peer, session, intent)  # nothing ran: once more, no id
+                    # Nothing ran: once more without the id, the rest of the body as it was
+                    # (its delegation chain, above all: the intent acts for the same person).
+                    return await self._send(peer, session, {k: v for k, v in body.items() if k != INTENT_ID})
                 except SessionUnknown:
                     peer.session = None
                     if not resend_after_session_unknown(
