@@ -818,7 +818,7 @@ class Mitm:
             pool = [v for v in self._pool(*DID_NAMES) if v != value]
             if pool and rng.random() < 0.8:
                 return "swap-did", rng.choice(pool)
-            return "forge-did", rng.choice(("did:web:evil.example", "did:key:z6Mk" + "a" * 44, value + "x"))
+            return "forge-did", rng.choice(("did:web:evil.example", "did:key:z6Mk" + "a" * 44, f"{value}x"))
         if name in NONCE_NAMES or name == "session_id":
             pool = [v for v in self._pool(*NONCE_NAMES, "session_id") if v != value]
             if pool and rng.random() < 0.7:
