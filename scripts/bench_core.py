@@ -51,7 +51,9 @@ async def _echo(inputs: Any, ctx: IntentContext) -> Any:
     return inputs
 
 
-def make_server(server_id: Identity, *, sessions: int) -> ServerProtocol:
+def make_server(server_id: Identity, *, sessions: int, sealed: bool = False, **extra: Any) -> ServerProtocol:
+    """An in-memory ``echo`` server for ``sessions`` handshakes (``extra``: more of its options,
+    such as ``delegation``; ``sealed``: it declares sealed intents)."""
     dispatcher = IntentDispatcher()
     dispatcher.add("echo", _echo)
     return ServerProtocol(
@@ -61,7 +63,10 @@ def make_server(server_id: Identity, *, sessions: int) -> ServerProtocol:
         resolver=DIDResolver(),
         dispatcher=dispatcher,
         manifest_hash=encoding.hash_of({"name": "bench", "did": server_id.did}),
-        limits=ServerLimits(max_sessions=sessions + 10, max_pending_total=sessions + 10),
+        limits=ServerLimits(
+            max_sessions=sessions + 10, max_pending_total=sessions + 10, sealed_intents=sealed
+        ),
+        **extra,
     )
 
 

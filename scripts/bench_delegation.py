@@ -26,36 +26,16 @@ import statistics
 import time
 from typing import Any
 
+from bench_core import make_server
+
 from a2a_secure.delegation import Chain, DelegationRules, issue
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
-from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
-from a2a_secure.policy import Policy
+from a2a_secure.identity.resolver import resolve_did_key
 from a2a_secure.protocol.client import ClientHandshake, ClientSession
-from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits
 from a2a_secure.runtime.router import ServerProtocol
-from a2a_secure.store.memory import MemoryStore
 
 INTENT = {"goal": "echo", "domain": "bench", "inputs": {"text": "Hello world", "target_language": "es"}}
-
-
-async def _echo(inputs: Any, ctx: IntentContext) -> Any:
-    return inputs
-
-
-def make_server(server_id: Identity, sessions: int) -> ServerProtocol:
-    dispatcher = IntentDispatcher()
-    dispatcher.add("echo", _echo)
-    return ServerProtocol(
-        server_id,
-        Policy.build(rate_limit=10**9, rate_period=3600, session_timeout=3600),
-        store=MemoryStore(),
-        resolver=DIDResolver(),
-        dispatcher=dispatcher,
-        manifest_hash=encoding.hash_of({"name": "bench", "did": server_id.did}),
-        limits=ServerLimits(max_sessions=sessions + 10, max_pending_total=sessions + 10),
-        delegation=DelegationRules(),
-    )
 
 
 async def open_session(server: ServerProtocol, client_id: Identity, server_did: str) -> ClientSession:
@@ -84,7 +64,7 @@ async def one(server: ServerProtocol, session: ClientSession, intent: dict[str, 
 
 async def one_round(n_intents: int, n_first: int) -> dict[str, float]:
     server_id, client_id = Identity.generate("bench-server"), Identity.generate("bench-client")
-    server = make_server(server_id, 2 * n_first + 2)
+    server = make_server(server_id, sessions=2 * n_first + 2, delegation=DelegationRules())
     chain = depth_3_chain(client_id, server_id.did)
     full = {**INTENT, "delegation": chain.tokens}
     named = {**INTENT, "delegation": chain.hash}

@@ -37,31 +37,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_core import make_server
+
 from a2a_secure.identity.keys import Identity
-from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
-from a2a_secure.policy import Policy
+from a2a_secure.identity.resolver import resolve_did_key
 from a2a_secure.protocol.client import ClientHandshake, ClientSession
-from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits
 from a2a_secure.runtime.router import ServerProtocol
-from a2a_secure.store.memory import MemoryStore
-
-
-async def _echo(inputs: Any, ctx: IntentContext) -> Any:
-    return inputs
-
-
-def make_server(server_id: Identity) -> ServerProtocol:
-    dispatcher = IntentDispatcher()
-    dispatcher.add("echo", _echo)
-    return ServerProtocol(
-        server_id,
-        Policy.build(rate_limit=10**9, rate_period=3600, session_timeout=3600),
-        store=MemoryStore(),
-        resolver=DIDResolver(),
-        dispatcher=dispatcher,
-        manifest_hash="sha256:" + "0" * 64,
-        limits=ServerLimits(sealed_intents=True),
-    )
 
 
 async def handshake(
@@ -170,7 +151,7 @@ async def run_http(rounds: int, n: int, size: int) -> dict[str, Any]:
 
 async def run(rounds: int, n: int, size: int) -> dict[str, Any]:
     server_id, client = Identity.generate("bench-server"), Identity.generate("bench-client")
-    server = make_server(server_id)
+    server = make_server(server_id, sessions=10_000, sealed=True)
     plain = await handshake(server, client, server_id.did, seal=False)
     sealed = await handshake(server, client, server_id.did, seal=True)
     assert sealed.sealed and not plain.sealed
