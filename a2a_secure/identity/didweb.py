@@ -37,7 +37,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 
 import certifi
 import httpx
@@ -46,6 +46,8 @@ from a2a_secure.errors import DIDResolutionError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.addresses import (
     AddressPolicy,
+    IPAddress,
+    IPNetwork,
     host_name_blocked,
     is_loopback_address,
     is_public_address,
@@ -68,9 +70,6 @@ __all__ = [
     "make_resolver",
     "parse_did_document",
 ]
-
-IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 DEFAULT_TIMEOUT: Final = 5.0
 DEFAULT_MAX_DOCUMENT_BYTES: Final = 64 * 1024
