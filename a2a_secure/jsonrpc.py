@@ -125,6 +125,11 @@ def _error(request_id: JsonRpcId, error_object: Any) -> dict[str, Any]:
     return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": error_object}
 
 
+def _head(request_id: JsonRpcId) -> dict[str, Any]:
+    """A response's envelope without its ``result`` or ``error`` (for a body written in parts)."""
+    return {"jsonrpc": JSONRPC_VERSION, "id": request_id}
+
+
 # -- checked builders ------------------------------------------------------------------------------
 
 

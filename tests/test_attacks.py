@@ -2531,7 +2531,7 @@ def test_i2_nonces_and_session_ids_come_from_the_os_csprng() -> None:
                 for n in ast.walk(tree)
                 if isinstance(n, ast.Attribute) and ast.unparse(n).startswith("random.")
             ]
-            assert path.name == "http.py" and uses == ["random.uniform"], (path, uses)
+            assert path.name == "http.py" and uses == ["random.random"], (path, uses)
 
 
 @WIRE

@@ -16,7 +16,7 @@ from typing import Any
 
 from a2a_secure.errors import A2AError, InvalidParams, InvalidRequest, MethodNotFound
 from a2a_secure.identity import encoding
-from a2a_secure.jsonrpc import JSONRPC_VERSION, JsonRpcId, _error, _request, _success
+from a2a_secure.jsonrpc import JSONRPC_VERSION, JsonRpcId, _error, _head, _request, _success
 
 __all__ = [
     "ENDPOINT_METHODS",
@@ -106,7 +106,7 @@ def encode_result(request_id: JsonRpcId, result: Any) -> bytes:
 
 def encode_result_json(request_id: JsonRpcId, result: bytes) -> bytes:
     """:func:`encode_result` of a ``result`` already written as compact JSON."""
-    head = encoding.dumps({"jsonrpc": JSONRPC_VERSION, "id": request_id})
+    head = encoding.dumps(_head(request_id))
     return b"".join((head[:-1], b',"result":', result, b"}"))
 
 
