@@ -211,6 +211,13 @@ class IntentProcessor:
             delegated = NO_DELEGATION
             if intent is not None and (intent.delegation is not None or cfg.delegation is not None):
                 delegated = await self._delegation.verdict(session, intent, now)
+            # Steps 9 and 10, decided once, here: §12.5 checks them before an intent_id is
+            # claimed, so that a refused intent does not use its id up (its refusal would be
+            # the id's answer for the whole retention window, and the corrected intent a 409).
+            # The refusal itself is given after steps 7-8, as for any intent.
+            priority, refusal = DEFAULT_PRIORITY, None
+            if intent is not None and inputs is not None:
+                priority, refusal = self._admission(session, intent, inputs, delegated)
             # Steps 7-8, one atomic check-and-update (with an intent_id, and its claim).
             once: PendingClaim | None = None
             if (
@@ -218,8 +225,7 @@ class IntentProcessor:
                 and intent_obj is not None
                 and intent.intent_id is not None
                 and inputs is not None
-                and delegated.refusal is None
-                and self._admissible(session, intent, inputs)
+                and refusal is None
             ):
                 # The form a claim hashes: the same for every resend of this intent, whether it
                 # carries its chain in full or by hash (§12.7), sealed for one session or another.
@@ -286,7 +292,9 @@ class IntentProcessor:
                 assert intent is not None
                 assert inputs is not None
                 goal = intent.goal
-                context, timeout_ms = self._context(session, sequence, intent, inputs, audit, delegated)
+                if refusal is not None:  # steps 9 and 10
+                    raise refusal
+                context, timeout_ms = self._context(session, sequence, intent, audit, delegated, priority)
                 if wants_stream:
                     reply = await self._streams.start(
                         session, sequence, req_hash, goal, inputs, context, timeout_ms, audit
@@ -350,15 +358,14 @@ class IntentProcessor:
         dispatcher.admit(goal, inputs, session.policy)  # tool.execute: its inner goal's
         return priority
 
-    def _admissible(self, session: SessionRecord, intent: Intent, inputs: dict[str, Any]) -> bool:
-        """Whether steps 9 and 10 pass. §12.5: they are checked before an ``intent_id`` is
-        claimed, so that a refused intent does not use its id up (its refusal would be the
-        id's answer for the whole retention window, and the corrected intent a 409)."""
+    def _admission(
+        self, session: SessionRecord, intent: Intent, inputs: dict[str, Any], delegated: Verdict
+    ) -> tuple[int, A2AError | None]:
+        """:meth:`_admit` as a value: (the priority, None), or (the default, the refusal)."""
         try:
-            self._admit(session, intent, inputs)
-        except A2AError:
-            return False
-        return True
+            return self._admit(session, intent, inputs, delegated), None
+        except A2AError as exc:
+            return DEFAULT_PRIORITY, exc
 
     def _wants_stream(self, intent: Intent) -> bool:
         flag = intent.stream
@@ -378,13 +385,12 @@ class IntentProcessor:
         session: SessionRecord,
         sequence: int,
         intent: Intent,
-        inputs: dict[str, Any],
         audit: AuditFields,
         delegated: Verdict,
+        priority: int,
     ) -> tuple[IntentContext, int]:
-        """Steps 9 and 10, then what the handler is told and its deadline in ms (step 11)."""
+        """What the handler of an admitted intent is told, and its deadline in ms (step 11)."""
         goal = intent.goal
-        priority = self._admit(session, intent, inputs, delegated)  # steps 9 and 10
         chain = delegated.chain
         if chain is not None:
             audit.principal, audit.delegation = chain.principal, chain.hash
