@@ -503,6 +503,7 @@ async def _sealed_examples(run: _Run) -> None:
     secret = {"goal": "echo", "inputs": {"text": "The merger closes on Friday"}}
     req, _body, reply = await _intent(run, server, session, "sealed-intent-request", "req-9", secret)
     answer = _answer("req-9", reply)
+    run.payload("sealed-request-payload", req.params["request_jws"])
     run.add("sealed-intent-result", answer, reply.http_status)
     run.payload("sealed-response-payload", answer["result"]["response_jws"])
     if session.verify_result(req, answer["result"]).result != secret["inputs"]:

@@ -122,7 +122,10 @@ def forged(session: ClientSession, sequence: int, intent: dict[str, Any]) -> dic
         "session_commitment": session.session_commitment,
         "sequence": sequence,
     }
-    payload = {**common, "timestamp": int(time.time()), "intent": intent}
+    signed = dict(intent)
+    if isinstance(intent.get("sealed"), str):  # §12.6: the payload signs the sealed inputs' digest
+        signed["sealed"] = m.sealed_digest(intent["sealed"])
+    payload = {**common, "timestamp": int(time.time()), "intent": signed}
     return {**common, "intent": intent, "request_jws": jws_sign(payload, session.identity, m.Typ.REQUEST)}
 
 
@@ -301,6 +304,95 @@ async def test_a_result_moved_to_another_request_does_not_open_at_the_client() -
         with pytest.raises(A2AError) as info:  # its signature names the other request first
             session.verify_result(two, answer)
         assert info.value.code == -32040
+
+
+# -- what the signatures cover: a sealed value by its digest -----------------------------------
+async def test_the_signed_payloads_carry_digests_and_the_ciphertext_travels_once() -> None:
+    server = sealed_server()
+    async with running(server) as wire:
+        session = await sealed_env(server, wire)
+        inputs = {"text": SECRET * 400}
+        req = session.prepare_intent({"goal": "echo", "inputs": inputs})
+        sealed_inputs = req.params["intent"]["sealed"]
+        signed = jws_decode_unverified(req.params["request_jws"])[1]
+        assert signed["intent"] == {**req.params["intent"], "sealed": m.sealed_digest(sealed_inputs)}
+        # The signed request does not grow with the inputs: they are in params only.
+        assert len(req.params["request_jws"]) < 1200 < len(sealed_inputs)
+        answer = (await wire.call("intent", req.params)).json()["result"]
+        payload = jws_decode_unverified(answer["response_jws"])[1]
+        assert payload["result"] == m.sealed_digest(answer["result"])
+        assert len(answer["response_jws"]) < 1200 < len(answer["result"])
+        assert session.verify_result(req, answer).result == {"echo": inputs}
+
+
+async def test_a_payload_signing_the_ciphertext_instead_of_its_digest_is_refused() -> None:
+    server = sealed_server()
+    async with running(server) as wire:
+        session = await sealed_env(server, wire)
+        req = session.prepare_intent({"goal": "echo", "inputs": {"text": SECRET}})
+        common = {k: req.params[k] for k in ("session_id", "session_commitment", "sequence")}
+        payload = {**common, "timestamp": int(time.time()), "intent": req.params["intent"]}
+        token = jws_sign(payload, session.identity, m.Typ.REQUEST)
+        resp = await wire.call("intent", {**common, "intent": req.params["intent"], "request_jws": token})
+        err = error_of(resp)
+        assert resp.status_code == 401 and err["code"] == -32040 and "does not match" in err["message"]
+        assert "response_jws" in err["data"]
+        assert server.calls["echo"] == 0  # type: ignore[attr-defined]
+        resp = await wire.call("intent", req.params)  # the sequence was not used up
+        assert session.verify_result(req, resp.json()["result"]).result == {"echo": {"text": SECRET}}
+
+
+async def test_ciphertext_swapped_under_a_signed_digest_is_refused_and_nothing_runs() -> None:
+    server = sealed_server()
+    async with running(server) as wire:
+        session = await sealed_env(server, wire)
+        req = session.prepare_intent({"goal": "echo", "inputs": {"text": SECRET}})
+        assert session.sealer is not None
+        # Sealed inputs that would open at this very place, but are not the ones signed.
+        other = session.sealer.seal_inputs(req.sequence, "echo", {"text": "swapped"})
+        resp = await wire.call("intent", {**req.params, "intent": {**req.params["intent"], "sealed": other}})
+        err = error_of(resp)
+        assert resp.status_code == 401 and err["code"] == -32040 and "does not match" in err["message"]
+        assert server.calls["echo"] == 0  # type: ignore[attr-defined]
+
+
+async def test_a_result_or_event_swapped_for_another_sealed_value_is_refused_by_the_client() -> None:
+    server = sealed_server()
+    async with running(server) as wire:
+        session = await sealed_env(server, wire)
+        assert session.sealer is not None
+        req = session.prepare_intent({"goal": "echo", "inputs": {"text": SECRET}})
+        answer = (await wire.call("intent", req.params)).json()["result"]
+        # A value that opens at this place: only the signed digest tells it from the real one.
+        swapped = session.sealer.seal_result(req.sequence, req.request_hash, {"echo": {"text": "swapped"}})
+        for result in (swapped, {"echo": {"text": "swapped"}}, None):
+            with pytest.raises(A2AError) as info:
+                session.verify_result(req, {**answer, "result": result})
+            assert info.value.code == -32040 and "differs from the signed result" in info.value.message
+        assert session.verify_result(req, answer).result == {"echo": {"text": SECRET}}
+
+        req = session.prepare_intent({"goal": "count", "inputs": {"n": 2}, "constraints": {"stream": True}})
+        resp = await wire.call("intent", req.params)
+        lines = [line[6:] for line in resp.text.split("\n") if line.startswith("data: ")]
+        events = [encoding.loads(line)["result"] for line in lines]
+        swapped = session.sealer.seal_event(req.sequence, req.request_hash, 1, False, {"i": 1, "secret": "x"})
+        with pytest.raises(A2AError) as info:
+            session.verify_event(req, {**events[1], "result": swapped}, 1)
+        assert info.value.code == -32040 and "differs from the signed one" in info.value.message
+        assert session.verify_event(req, events[1], 1).result == {"i": 1, "secret": SECRET}
+
+
+async def test_sealed_inputs_as_large_as_plain_ones_go_through() -> None:
+    from a2a_secure.protocol.client import MAX_INPUT_BYTES
+
+    server = sealed_server()
+    async with running(server) as wire:
+        session = await sealed_env(server, wire)
+        inputs = {"text": "s" * (MAX_INPUT_BYTES - len('{"text":""}'))}
+        req = session.prepare_intent({"goal": "echo", "inputs": inputs})
+        resp = await wire.call("intent", req.params)
+        assert resp.status_code == 200
+        assert session.verify_result(req, resp.json()["result"]).result == {"echo": inputs}
 
 
 async def test_a_plain_intent_on_a_sealed_session_is_refused_signed() -> None:

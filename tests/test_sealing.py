@@ -412,9 +412,16 @@ def test_the_documented_key_schedule_reproduces_with_the_primitives_alone() -> N
         bytes.fromhex(v["inputs_nonce"]), v["inputs_plaintext"].encode(), v["inputs_aad"].encode()
     )
     assert encoding.b64u_encode(sealed) == request["intent"]["sealed"]
-    # The signed request carries the sealed form; the result opens with the other key.
-    assert jws_decode_unverified(request["request_jws"])[1]["intent"] == request["intent"]
+    # The signed request carries the sealed inputs' digest (SHA-256 of the base64url text,
+    # hashlib alone), in the payload the document shows; the result opens with the other key.
+    digest = "sha256:" + hashlib.sha256(request["intent"]["sealed"].encode()).hexdigest()
+    signed = jws_decode_unverified(request["request_jws"])[1]
+    assert signed == value("sealed-request-payload")
+    assert signed["intent"] == {**request["intent"], "sealed": digest}
     result = value("sealed-intent-result")["result"]["result"]
+    signed = jws_decode_unverified(value("sealed-intent-result")["result"]["response_jws"])[1]
+    assert signed == value("sealed-response-payload")
+    assert signed["result"] == "sha256:" + hashlib.sha256(result.encode()).hexdigest()
     opened = ChaCha20Poly1305(okm[32:]).decrypt(
         bytes.fromhex(v["result_nonce"]), encoding.b64u_decode(result), v["result_aad"].encode()
     )

@@ -71,13 +71,11 @@ RandomSource = Callable[[int], bytes]
 
 #: The most JSON an intent's ``inputs`` may hold: the intent travels twice in a request (in
 #: ``params`` and base64url-encoded in ``request_jws``), and a server takes bodies of 1 MiB.
+#: Sealed inputs (§12.6) travel once, as base64url of their ciphertext, and fit the same bound.
 MAX_INPUT_BYTES = 384 * 1024
 #: How deep ``inputs`` may nest: they sit four containers deep in the request (envelope,
 #: params, intent, inputs), and a server refuses JSON deeper than ``encoding.MAX_DEPTH``.
 MAX_INPUT_DEPTH = encoding.MAX_DEPTH - 3
-#: The most JSON sealed ``inputs`` may hold: their ciphertext is base64url in ``params`` and
-#: base64url again inside the signed payload (about 3.1 times the size in all).
-MAX_SEALED_INPUT_BYTES = 256 * 1024
 
 
 def check_intent_inputs(inputs: Any, what: str = "intent inputs") -> None:
@@ -473,13 +471,6 @@ class ClientSession:
         if sealing.SEALED in body or sealing.ANSWER_KEY_MEMBER in body:
             raise InvalidParams("the sealed members are made by a sealed session, not given by the caller")
         check_intent_inputs(body["inputs"])
-        if self.sealer is not None:
-            size = len(encoding.dumps(body["inputs"]))
-            if size > MAX_SEALED_INPUT_BYTES:
-                raise InvalidParams(
-                    f"intent inputs refused: {size} bytes of JSON, more than the "
-                    f"{MAX_SEALED_INPUT_BYTES} a sealed request can carry"
-                )
         if not self.policy.allows(body["goal"]):
             raise PolicyViolation(f"intent {body['goal'][:64]!r} is not allowed by the session policy")
         return self._sign_request("intent", {"intent": body}, m.Typ.REQUEST, body["goal"])
@@ -516,7 +507,13 @@ class ClientSession:
             "session_commitment": self.session_commitment,
             "sequence": sequence,
         }
-        token = jws_sign({**common, "timestamp": ts, **body}, self.identity, typ)
+        signed = body
+        if sealing.SEALED in body.get("intent", ()):
+            # §12.6: the payload signs the sealed inputs by their digest; params carry them.
+            sealed_intent = body["intent"]
+            digest = m.sealed_digest(sealed_intent[sealing.SEALED])
+            signed = {"intent": {**sealed_intent, sealing.SEALED: digest}}
+        token = jws_sign({**common, "timestamp": ts, **signed}, self.identity, typ)
         params = {**common, **({"intent": body["intent"]} if "intent" in body else {}), "request_jws": token}
         intent_id = body["intent"].get("intent_id") if "intent" in body else None
         return PreparedRequest(method, params, sequence, m.request_hash(token), ts, goal, intent_id)
@@ -546,11 +543,13 @@ class ClientSession:
                 raise AuthenticationFailed("result status is not the signed success")
             if msg.sequence != req.sequence or type(msg.sequence) is not int:
                 raise AuthenticationFailed("result sequence differs from the request's")
-            if not json_equal(payload.result, msg.result):
-                raise AuthenticationFailed("result differs from the signed result")
             result = msg.result
-            if self.sealer is not None:  # verified first, opened second (§12.6)
+            if self.sealer is not None:  # §12.6: signed by its digest; verified first, opened second
+                if not isinstance(result, str) or payload.result != m.sealed_digest(result):
+                    raise AuthenticationFailed("result differs from the signed result")
                 result = self.sealer.open_result(req.sequence, req.request_hash, result)
+            elif not json_equal(payload.result, result):
+                raise AuthenticationFailed("result differs from the signed result")
         except InvalidParams as exc:  # a malformed token in a reply is the server's fault
             raise AuthenticationFailed(exc.message) from None
         return IntentResult("success", req.sequence, result, msg.response_jws, req.intent_id)
@@ -591,6 +590,7 @@ class ClientSession:
                 },
                 event=msg,
                 index=index,
+                sealed=self.sealer is not None,
             )
             ts = payload.timestamp
             if check_fresh and not (req.timestamp - 300 <= ts <= int(self._clock()) + 300):
@@ -598,7 +598,9 @@ class ClientSession:
             result = payload.result
             # §12.6: every partial result is sealed; only the closing null of a stream is not.
             if self.sealer is not None and not payload.is_error and not (payload.final and result is None):
-                result = self.sealer.open_event(req.sequence, req.request_hash, index, payload.final, result)
+                result = self.sealer.open_event(
+                    req.sequence, req.request_hash, index, payload.final, msg.result
+                )
         except InvalidParams as exc:
             raise err(exc.message) from None
         error: A2AError | None = None

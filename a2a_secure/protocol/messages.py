@@ -19,6 +19,7 @@ __all__ = [
     "bind_public_keys",
     "client_manifest_hash",
     "request_hash",
+    "sealed_digest",
     "session_commitment",
 ]
 
@@ -152,6 +153,14 @@ def session_commitment(nonce_a: str, nonce_b: str, policy_hash: str) -> str:
 def request_hash(request_jws: str) -> str:
     """``sha256:`` + hex(SHA-256(ASCII(request_jws))) (§6.2)."""
     return "sha256:" + hashlib.sha256(request_jws.encode("ascii")).hexdigest()
+
+
+def sealed_digest(sealed: str) -> str:
+    """``sha256:`` + hex(SHA-256(UTF-8(sealed))): a sealed value as its signed payload has it (§12.6).
+
+    Total over ``str`` (a peer's malformed value gets a digest that matches nothing).
+    """
+    return "sha256:" + hashlib.sha256(sealed.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def client_manifest_hash(agent_id: str, did: str, card: Mapping[str, Any] | None = None) -> str:

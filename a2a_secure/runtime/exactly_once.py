@@ -295,9 +295,11 @@ class ExactlyOnce:
             )
         if claim.kind is ClaimKind.DONE and claim.reply is not None:
             answer = claim.reply
+            # §12.6: an answer kept under an answer key is sealed again for this request.
+            sealed = pending.from_claim is not None
             if pending.from_claim is not None:
                 answer = pending.from_claim(answer, sequence, req_hash)
-            return await self._replay(answer, session_id, sequence, req_hash, audit)
+            return await self._replay(answer, session_id, sequence, req_hash, audit, sealed=sealed)
         if claim.kind is ClaimKind.CONFLICT:
             exc: A2AError = SequenceError("intent_id already used for a different intent")
         else:  # LOST, or UNKNOWN: the claim is gone (its retention ended, or the store lost it)
@@ -315,19 +317,26 @@ class ExactlyOnce:
         return reply
 
     async def _replay(
-        self, answer: StoredReply, session_id: str, sequence: int, req_hash: str, audit: AuditFields
+        self,
+        answer: StoredReply,
+        session_id: str,
+        sequence: int,
+        req_hash: str,
+        audit: AuditFields,
+        *,
+        sealed: bool,
     ) -> Reply:
         """The first run's answer, signed now for this session and request (and kept for it)."""
         if answer.events is None:
             stored = replace(answer, signed_at=int(self._clock()))
         else:
-            events = tuple(self._resign(ev, session_id, sequence, req_hash) for ev in answer.events)
+            events = tuple(self._resign(ev, session_id, sequence, req_hash, sealed) for ev in answer.events)
             stored = StoredReply(200, events=events, truncated=answer.truncated)
         await self._keep(session_id, sequence, stored)
-        return await self._replayer.answer(session_id, sequence, req_hash, stored, audit)
+        return await self._replayer.answer(session_id, sequence, req_hash, stored, audit, sealed=sealed)
 
     def _resign(
-        self, event: Mapping[str, Any], session_id: str, sequence: int, req_hash: str
+        self, event: Mapping[str, Any], session_id: str, sequence: int, req_hash: str, sealed: bool
     ) -> dict[str, Any]:
         error = None
         if event.get("status") == "error":
@@ -340,4 +349,5 @@ class ExactlyOnce:
             event["final"],
             result=event.get("result"),
             error=error,
+            sealed=sealed,
         )

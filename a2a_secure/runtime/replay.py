@@ -51,9 +51,19 @@ class Replayer:
         self._clock = clock
 
     async def answer(
-        self, session_id: str, sequence: int, req_hash: str, stored: StoredReply | None, audit: AuditFields
+        self,
+        session_id: str,
+        sequence: int,
+        req_hash: str,
+        stored: StoredReply | None,
+        audit: AuditFields,
+        *,
+        sealed: bool = False,
     ) -> Reply:
-        """The original's answer; ``stored`` is None while the original is still running."""
+        """The original's answer; ``stored`` is None while the original is still running.
+
+        ``sealed``: the session is sealed, so a stored success's result is sealed (§12.6).
+        """
         audit.extra["replay"] = True  # telemetry tells replays apart
         # Waiting is measured on the event loop's monotonic clock, not the protocol clock.
         loop = asyncio.get_running_loop()
@@ -90,9 +100,11 @@ class Replayer:
             replayed = self._replay_stored(stored, session_id, sequence, req_hash)
             audit.deferred = True
             return Reply(200, stream=self._audit.audited(replayed, audit))
-        return self.from_stored(stored, session_id, sequence, req_hash)
+        return self.from_stored(stored, session_id, sequence, req_hash, sealed=sealed)
 
-    def from_stored(self, stored: StoredReply, session_id: str, sequence: int, req_hash: str) -> Reply:
+    def from_stored(
+        self, stored: StoredReply, session_id: str, sequence: int, req_hash: str, *, sealed: bool = False
+    ) -> Reply:
         """The answer a byte-identical retry gets (§6.1 step 7)."""
         # A stored 503 (a handler that raised Unavailable) keeps its Retry-After on replay.
         data = stored.error.get("data") if stored.error is not None else None
@@ -103,7 +115,9 @@ class Replayer:
         # Kept without its signature: Ed25519 is deterministic, so signing the same payload
         # again gives the same token, and the store holds a fraction of the bytes.
         if stored.error is None:
-            return self._replies.success(session_id, sequence, req_hash, stored.result, stored.signed_at)
+            return self._replies.success(
+                session_id, sequence, req_hash, stored.result, stored.signed_at, sealed=sealed
+            )
         return self._replies.error_reply(
             stored.http_status, stored.error, retry, session_id, sequence, req_hash, stored.signed_at
         )

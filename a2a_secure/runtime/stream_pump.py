@@ -170,7 +170,7 @@ class StreamPump:
                 await self._config.key_guard.check_stream(self._config.store, self._config.resolver, session)
                 if sealer is not None:
                     item = sealer.seal_event(seq, req_hash, index, single, item)
-                event = self.event(sid, seq, req_hash, index, single, result=item)
+                event = self.event(sid, seq, req_hash, index, single, result=item, sealed=sealer is not None)
                 # §6.4: an event is at most 1 MiB (the result travels twice: in the event and
                 # base64url-encoded in its signature). A bigger one ends the stream instead.
                 if len(encoding.dumps(event)) > MAX_EVENT_BYTES - 256:

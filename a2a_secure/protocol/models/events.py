@@ -87,15 +87,22 @@ class EventPayload(_Validated):
         expected: Mapping[str, Any] | None = None,
         event: EventMessage | None = None,
         index: int | None = None,
+        sealed: bool = False,
     ) -> EventPayload:
         """The client's checks of §6.4 in order: members, ``expected``, equal to ``event``,
-        ``index``, ``final``, status, the final rule, timestamp."""
+        ``index``, ``final``, status, the final rule, timestamp.
+
+        ``sealed`` (§12.6): a string ``result`` of ``event`` is signed by its digest.
+        """
         is_error = event.is_error if event is not None else isinstance(obj, dict) and "error" in obj
         exact_members(obj, m.EVENT_ERROR_PAYLOAD if is_error else m.EVENT_PAYLOAD, "event payload", error)
         _check_expected(obj, expected, error)
         if event is not None:
             for name in ("sequence", "index", "final", "status", "error" if is_error else "result"):
-                if not json_equal(obj[name], getattr(event, name)):
+                mine = getattr(event, name)
+                if sealed and name == "result" and isinstance(mine, str):
+                    mine = m.sealed_digest(mine)
+                if not json_equal(obj[name], mine):
                     raise error(f"event {name} differs from the signed one")
         signed_index = obj["index"]
         if type(signed_index) is not int or (index is not None and signed_index != index):

@@ -39,8 +39,12 @@ class EventSigner:
         *,
         result: Any = None,
         error: A2AError | None = None,
+        sealed: bool = False,
     ) -> dict[str, Any]:
-        """One signed event's JSON-RPC ``result`` object (typ ``a2a-event+jws``)."""
+        """One signed event's JSON-RPC ``result`` object (typ ``a2a-event+jws``).
+
+        ``sealed``: ``result`` is a sealed value, which the payload signs by its digest (§12.6).
+        """
         payload: dict[str, Any] = {
             "session_id": session_id,
             "sequence": sequence,
@@ -56,6 +60,8 @@ class EventSigner:
         else:
             body = {"status": "success", "result": result}
         payload.update(body)
+        if sealed and isinstance(result, str) and error is None:
+            payload["result"] = m.sealed_digest(result)
         payload["timestamp"] = int(self._clock())
         token = jws_sign(payload, self._config.signer(session_id), m.Typ.EVENT)
         out: dict[str, Any] = {"status": body["status"], "sequence": sequence, "index": index, "final": final}

@@ -179,6 +179,8 @@ class IntentProcessor:
                 signed = ClosePayload.parse(payload, expected=expected)
             else:
                 expected["intent"] = intent_obj = intent.to_dict()
+                if intent.sealed is not None:  # §12.6: the payload signs the sealed inputs' digest
+                    expected["intent"] = {**intent_obj, "sealed": m.sealed_digest(intent.sealed)}
                 signed = RequestPayload.parse(payload, expected=expected)
             sequence, ts = signed.sequence, signed.timestamp
             sealer = record_sealer(session)
@@ -279,7 +281,8 @@ class IntentProcessor:
             if begin.kind in (BeginKind.REPLAY, BeginKind.IN_PROGRESS):
                 if once is not None and self._exactly_once.is_resumable(begin.reply):
                     return await self._exactly_once.resume(once, session_id, sequence, req_hash, audit)
-                return await self._replay(session_id, sequence, req_hash, begin.reply, audit)
+                sealed = sealer is not None and not is_close
+                return await self._replay(session_id, sequence, req_hash, begin.reply, audit, sealed=sealed)
             if once is not None and once.claim is not None and once.claim.kind is not ClaimKind.NEW:
                 return await self._exactly_once.answer(once, session_id, sequence, req_hash, audit)
         except A2AError as exc:
@@ -307,7 +310,9 @@ class IntentProcessor:
                     if sealer is not None:  # §12.6: the signature covers the sealed form
                         result_json(result)  # step 11: I-JSON, checked before it is sealed
                         result = sealer.seal_result(sequence, req_hash, result)
-                    reply = self._success_reply(session_id, sequence, req_hash, result, int(self._clock()))
+                    reply = self._success_reply(
+                        session_id, sequence, req_hash, result, int(self._clock()), sealed=sealer is not None
+                    )
         except A2AError as exc:
             exc = seal_error_data(sealer, exc, sequence, req_hash)
             reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))

@@ -80,9 +80,19 @@ class Replay(Protocol):
     """Answers a byte-identical retry with the original's answer (§6.1 step 7)."""
 
     async def answer(
-        self, session_id: str, sequence: int, req_hash: str, stored: StoredReply | None, audit: AuditFields
+        self,
+        session_id: str,
+        sequence: int,
+        req_hash: str,
+        stored: StoredReply | None,
+        audit: AuditFields,
+        *,
+        sealed: bool = False,
     ) -> Reply:
-        """The original's answer; ``stored`` is None while the original is still running."""
+        """The original's answer; ``stored`` is None while the original is still running.
+
+        ``sealed``: the session is sealed, so a stored success's result is sealed (§12.6).
+        """
         ...
 
 

@@ -81,21 +81,28 @@ class SignedReplies:
         stored = StoredReply(http_status, error=error, signed_at=now_i)
         return Reply(http_status, error={**signed, "data": data}, retry_after=retry, stored=stored)
 
-    def success(self, session_id: str, sequence: int, req_hash: str, result: Any, now_i: int) -> Reply:
+    def success(
+        self, session_id: str, sequence: int, req_hash: str, result: Any, now_i: int, *, sealed: bool = False
+    ) -> Reply:
         """The signed success reply carrying ``result`` (-32603 if ``result`` is not I-JSON).
 
         The result is written as JSON once: the signed payload, the answer sent and the
         answer stored are that text with their other members around it, byte for byte what
-        writing each of them whole gives (members in the same order, compact).
+        writing each of them whole gives (members in the same order, compact). ``sealed``:
+        ``result`` is a sealed value, which the payload signs by its digest (§12.6).
         """
         raw = result_json(result)
+        signed = raw
+        if sealed:
+            if not isinstance(result, str):
+                raise InternalError("a sealed session's result is not sealed")
+            signed = b'"%s"' % m.sealed_digest(result).encode("ascii")
         head = encoding.dumps(
             {"session_id": session_id, "sequence": sequence, "request_hash": req_hash, "status": "success"}
         )
         tail = b',"timestamp":%d}' % now_i
-        token = jws_sign_json(
-            b"".join((head[:-1], b',"result":', raw, tail)), self._config.signer(session_id), m.Typ.RESPONSE
-        )
+        payload = b"".join((head[:-1], b',"result":', signed, tail))
+        token = jws_sign_json(payload, self._config.signer(session_id), m.Typ.RESPONSE)
         sent = b'{"status":"success","sequence":%d,"result":%s,"response_jws":"%s"}' % (
             sequence,
             raw,
