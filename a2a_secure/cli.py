@@ -604,6 +604,13 @@ def _build_mcp(subparsers: Subparsers) -> None:
         metavar="FILE",
         help="act for a person under this delegation chain: only the tools it covers are offered",
     )
+    parser.add_argument(
+        "--sealed",
+        action="store_true",
+        help="require sealed intents (PROTOCOL.md §12.6): an agent that does not declare them is not"
+        " offered, and a call of its tools is an error; nothing goes to it in the clear (without it"
+        " calls are sealed with every agent that declares them)",
+    )
     _add_address_options(parser)
     parser.set_defaults(handler=_mcp)
 
@@ -638,6 +645,7 @@ def _mcp(args: argparse.Namespace) -> int:
         verify=args.ca_bundle or True,
         addresses=addresses,
         on_behalf_of=_chain_arg(args),
+        sealed=True if args.sealed else None,
     )
     mcp_server.configure_logging()
     tracing.configure_from_env("a2a-secure-mcp")  # OTEL_EXPORTER_OTLP_* asks for traces

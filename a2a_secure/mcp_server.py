@@ -23,6 +23,11 @@ declares, which the decorator-based FastMCP does not take). Needs the ``mcp`` ex
   tool result with ``isError: true`` and a readable sentence; the server keeps serving.
   Arguments no agent would take (over 384 KiB of JSON, nested deeper than 29 levels, not
   I-JSON) are refused before anything is signed or sent.
+- Calls are sealed (PROTOCOL.md §12.6) with every agent that declares sealed intents: the
+  intent's inputs and its answer cross every proxy between the bridge and the agent as
+  ciphertext. With ``--sealed`` (``A2AAgent(sealed=True)``) an agent that does not declare
+  them fails its check: its tools are not offered, and a call of one answers ``isError``
+  saying so, before any intent is sent.
 - Over HTTP (:func:`run_http`) the server binds a loopback address only, and answers only
   requests whose ``Host`` is that address (or ``localhost`` for 127.0.0.1 and ::1) with its
   port, and whose ``Origin``, when there is one, is ``http://`` and such a host: a web page

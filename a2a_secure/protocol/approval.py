@@ -28,10 +28,19 @@ only on a session of its own (the signer is always the session's client DID, nev
 chain's principal), approves the action, besides the DIDs listed with it. An action asked
 without a chain has no principal, and the entry matches nobody for it.
 
-Codes: -32602 bad inputs or a hash that is not the stored one, -32042 a signer that is not an
-approver of this action (or an action only a principal approves, asked without a chain),
--32050 (:class:`~a2a_secure.errors.ActionNotPending`) an action that is unknown, expired, or
-already approved or rejected, -32048 too many pending actions.
+An action asked on a sealed session (§12.6) is stored sealed at rest under a key derived
+from the agent's own key (``protocol/sealed_actions.py``): the store holds neither its data,
+its preview, nor the hash the approver signs in the clear. It is shown, approved and
+rejected only on a sealed session of its approver, so data that came sealed never leaves in
+the clear; on a session without sealing keys ``tool.pending`` and ``tool.approve`` refuse it
+(-32602) after the approver checks, so that they tell nobody else it exists.
+
+Codes: -32602 bad inputs, a hash that is not the stored one, or an action asked sealed
+reached on a session that is not, -32042 a signer that is not an approver of this action (or
+an action only a principal approves, asked without a chain), -32050
+(:class:`~a2a_secure.errors.ActionNotPending`) an action that is unknown, expired, already
+approved or rejected, or sealed at rest and not opening with this agent's keys, -32048 too
+many pending actions.
 """
 
 from __future__ import annotations
@@ -52,6 +61,8 @@ from a2a_secure.errors import (
 )
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import check_did_syntax
+from a2a_secure.identity.keys import Identity
+from a2a_secure.protocol.sealed_actions import open_action, seal_action
 from a2a_secure.protocol.validate import (
     ct_equal,
     exact_members,
@@ -101,6 +112,9 @@ _PENDING_MEMBERS = frozenset(("action_id",))
 Clock = Callable[[], float]
 RandomSource = Callable[[int], bytes]
 AuditHook = Callable[..., object]
+#: The agent's signing identity whose key id is ``kid`` (None: its current one) at ``now``,
+#: or None when it no longer holds that key (a retired key past its overlap window).
+KeyLookup = Callable[[str | None, float], Identity | None]
 
 
 def _json_size(value: Any, what: str, limit: int) -> None:
@@ -210,7 +224,8 @@ class ApprovalEngine:
     ``approvers`` are the DIDs allowed to approve any action; an executor registered with
     its own ``approvers`` uses those instead. Either may hold :data:`PRINCIPAL`: the
     principal of the chain the action was asked under approves it too. ``audit`` is the
-    server's audit hook.
+    server's audit hook. ``keys`` finds the agent's keys that seal actions asked on a sealed
+    session at rest (without it such an action is refused, -32603, rather than kept in the clear).
     """
 
     def __init__(
@@ -223,8 +238,10 @@ class ApprovalEngine:
         audit: AuditHook | None = None,
         clock: Clock = system.wall_clock,
         random_bytes: RandomSource = system.random_bytes,
+        keys: KeyLookup | None = None,
     ) -> None:
         self.server_did = server_did
+        self._keys = keys
         self.store = store
         self.settings = settings or ApprovalSettings()
         self.audit = audit
@@ -329,11 +346,13 @@ class ApprovalEngine:
         sequence: int,
         principal: str | None = None,
         delegation: str | None = None,
+        sealed: bool = False,
     ) -> dict[str, Any]:
         """Store the action ``needs`` describes; the result the caller gets.
 
         ``principal`` and ``delegation``: the verified chain's principal and name when the
         intent ran under one (§12.7), stored with the action (what :data:`PRINCIPAL` reads).
+        ``sealed``: the intent came on a sealed session (§12.6); the action is stored sealed.
         """
         now = self._clock()
         step = _Step(session_id, caller_did, sequence, now)
@@ -365,8 +384,9 @@ class ApprovalEngine:
             principal=principal,
             delegation=delegation,
         )
+        stored = self._seal(action, now) if sealed else action
         added = await self.store.add_action(
-            action, max_per_caller=self.settings.max_per_caller, max_total=self.settings.max_total, now=now
+            stored, max_per_caller=self.settings.max_per_caller, max_total=self.settings.max_total, now=now
         )
         if not added:
             exc = Unavailable("too many actions waiting for approval", retry_after=60)
@@ -380,6 +400,31 @@ class ApprovalEngine:
             "preview": action.preview,
             "expires_at": action.expires_at,
         }
+
+    def _seal(self, action: PendingAction, now: float) -> PendingAction:
+        """``action`` sealed at rest under the agent's current key (protocol/sealed_actions.py)."""
+        identity = self._keys(None, now) if self._keys is not None else None
+        if identity is None:  # never kept in the clear instead
+            raise InternalError("no agent key to keep an action asked on a sealed session sealed")
+        seed = encoding.b64u_decode(identity.private_key_b64u())
+        return seal_action(action, kid=identity.kid, identity_seed=seed, random_bytes=self._random)
+
+    def _open(self, action: PendingAction, sealed: bool, now: float) -> PendingAction:
+        """The stored ``action`` opened for an approver on a session ``sealed`` or not.
+
+        An action asked sealed is refused on a session that is not (-32602), so that what came
+        sealed never leaves in the clear; one that does not open is -32050.
+        """
+        if action.sealed is None:
+            return action
+        if not sealed:
+            raise InvalidParams(
+                "this action was asked on a sealed session: it is shown and decided only on a"
+                " sealed session (PROTOCOL.md §12.1)"
+            )
+        identity = self._keys(action.sealed_kid, now) if self._keys is not None else None
+        seed = None if identity is None else encoding.b64u_decode(identity.private_key_b64u())
+        return open_action(action, seed)
 
     async def _find(self, action_id: str, approver: str, now: float) -> PendingAction:
         listed = approver != PRINCIPAL and self._listed_anywhere(approver)
@@ -398,8 +443,14 @@ class ApprovalEngine:
             raise PolicyViolation("this DID is not an approver of this action")
         return ours
 
-    async def pending(self, inputs: Any, *, approver: str, session_id: str, sequence: int) -> dict[str, Any]:
-        """``tool.pending``: an approver reads what it is asked to approve."""
+    async def pending(
+        self, inputs: Any, *, approver: str, session_id: str, sequence: int, sealed: bool = False
+    ) -> dict[str, Any]:
+        """``tool.pending``: an approver reads what it is asked to approve.
+
+        ``sealed``: the approver's session is sealed (§12.6); an action asked sealed is shown
+        on such a session only.
+        """
         now = self._clock()
         step = _Step(session_id, approver, sequence, now)
         name: str | None = None
@@ -407,7 +458,7 @@ class ApprovalEngine:
             exact_members(inputs, _PENDING_MEMBERS, "tool.pending inputs")
             action_id = inputs["action_id"]
             require_b64u_bytes(action_id, "action_id", ACTION_ID_BYTES)
-            action = await self._find(action_id, approver, now)
+            action = self._open(await self._find(action_id, approver, now), sealed, now)
         except A2AError as exc:
             self._record("action_refused", step, name, exc)
             raise
@@ -426,8 +477,14 @@ class ApprovalEngine:
             details["principal"] = action.principal
         return details
 
-    async def approve(self, inputs: Any, *, approver: str, session_id: str, sequence: int) -> dict[str, Any]:
-        """``tool.approve``: check the approval, claim the action, run it once."""
+    async def approve(
+        self, inputs: Any, *, approver: str, session_id: str, sequence: int, sealed: bool = False
+    ) -> dict[str, Any]:
+        """``tool.approve``: check the approval, claim the action, run it once.
+
+        ``sealed``: the approver's session is sealed (§12.6); an action asked sealed is
+        decided on such a session only, and runs with its data opened.
+        """
         now = self._clock()
         step = _Step(session_id, approver, sequence, now)
         name: str | None = None
@@ -438,8 +495,9 @@ class ApprovalEngine:
             require_b64u_bytes(action_id, "action_id", ACTION_ID_BYTES)
             signed_hash = require_hash(inputs["action_hash"], "action_hash")
             approved = require_bool(inputs["approved"], "approved")
-            action = found = await self._find(action_id, approver, now)
-            name = action.action
+            found = await self._find(action_id, approver, now)
+            name = found.action
+            action = self._open(found, sealed, now)
             if not ct_equal(signed_hash, action.action_hash):
                 raise InvalidParams("action_hash is not the hash of the pending action")
             state = action.state_at(now)
@@ -450,8 +508,8 @@ class ApprovalEngine:
                 raise InternalError(f"no approved action {name[:64]!r} is registered")
             decision = await self.store.decide_action(
                 action_id,
-                caller_did=action.caller_did,
-                action_hash=action.action_hash,
+                caller_did=found.caller_did,
+                action_hash=found.action_hash,  # as the store keeps it (an HMAC of it, if sealed)
                 approve=approved,
                 decided_by=approver,
                 now=now,

@@ -536,8 +536,19 @@ class AgentServer(IntentDispatcher):
                 audit=self._audit_action,
                 clock=self._clock,
                 random_bytes=os.urandom,
+                keys=self._action_key,
             )
         return self._approvals
+
+    def _action_key(self, kid: str | None, now: float) -> Identity | None:
+        """This agent's key ``kid`` (None: the current one), or a retired one in its window.
+
+        What seals an action asked on a sealed session at rest, and opens it again on any
+        worker holding the same key file (PROTOCOL.md §12.1).
+        """
+        if kid is None or kid == self.identity.kid:
+            return self.identity
+        return self.key_ring.signer(kid, now) if self.key_ring is not None else None
 
     def _audit_action(self, **record: Any) -> None:
         # Looked up at each call: the hook may be replaced after the server is built.
@@ -576,12 +587,20 @@ class AgentServer(IntentDispatcher):
 
         async def approve(inputs: Any, context: IntentContext) -> Any:
             return await engine.approve(
-                inputs, approver=context.caller_did, session_id=context.session_id, sequence=context.sequence
+                inputs,
+                approver=context.caller_did,
+                session_id=context.session_id,
+                sequence=context.sequence,
+                sealed=context.sealed,
             )
 
         async def pending(inputs: Any, context: IntentContext) -> Any:
             return await engine.pending(
-                inputs, approver=context.caller_did, session_id=context.session_id, sequence=context.sequence
+                inputs,
+                approver=context.caller_did,
+                session_id=context.session_id,
+                sequence=context.sequence,
+                sealed=context.sealed,
             )
 
         self.add(APPROVAL_GOALS[0], approve)
@@ -623,6 +642,8 @@ class AgentServer(IntentDispatcher):
                 # delegate to their own agent, and must not so approve their own request.
                 principal=context.principal if self._reserved(goal) else None,
                 delegation=None if context.delegation is None else context.delegation.hash,
+                # Asked on a sealed session (§12.6): kept sealed at rest, shown sealed only.
+                sealed=context.sealed,
             )
         return result
 

@@ -58,6 +58,12 @@ class PendingAction:
     # name, None without a chain. The approval check reads the principal, on any worker.
     principal: str | None = None
     delegation: str | None = None
+    # An action asked on a sealed session (PROTOCOL.md §12.6) is kept sealed at rest
+    # (protocol/sealed_actions.py): ``sealed`` holds its data and preview as ciphertext,
+    # ``sealed_kid`` the agent key id it was sealed under; ``action_data`` and ``preview`` are
+    # then None and ``action_hash`` is an HMAC of the hash the approver signs. None: in the clear.
+    sealed: str | None = None
+    sealed_kid: str | None = None
 
     def state_at(self, now: float) -> ActionState:
         """The state, with a pending action past ``expires_at`` seen as expired."""
@@ -71,7 +77,7 @@ class PendingAction:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form for shared stores (``principal`` and ``delegation`` only when set,
-        so an action without a chain is stored as before)."""
+        so an action without a chain is stored as before; ``sealed`` and ``sealed_kid`` likewise)."""
         out = {
             "action_id": self.action_id,
             "action": self.action,
@@ -91,6 +97,9 @@ class PendingAction:
         if self.principal is not None:
             out["principal"] = self.principal
             out["delegation"] = self.delegation
+        if self.sealed is not None:
+            out["sealed"] = self.sealed
+            out["sealed_kid"] = self.sealed_kid
         return out
 
     @classmethod

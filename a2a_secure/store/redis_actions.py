@@ -23,8 +23,10 @@ from a2a_secure.store.redis_keys import _EXTEND, RedisKeys, _num, _ttl_ms
 __all__ = ["RedisActions"]
 
 # An action is one hash: ``d`` its record as created (JSON; with ``principal`` and
-# ``delegation`` when it was asked under a chain, PROTOCOL.md §12.7), ``st`` its state, ``e`` its
-# expires_at, ``k`` its keep_until, ``h`` its action_hash, ``c`` its caller DID, ``by``/``at``
+# ``delegation`` when it was asked under a chain, PROTOCOL.md §12.7; with ``sealed`` and
+# ``sealed_kid``, and neither data nor preview, when it was asked on a sealed session, §12.1),
+# ``st`` its state, ``e`` its expires_at, ``k`` its keep_until, ``h`` its action_hash as the
+# record keeps it (an HMAC of it for a sealed action), ``c`` its caller DID, ``by``/``at``
 # who decided it and when. Its id is in two sorted sets scored by expires_at while it is
 # pending (one per caller DID, one global): they are the bounds.
 

@@ -39,6 +39,9 @@ class IntentContext:
     # (a2a_secure.delegation.Chain: ``.hops``, ``.hash``); None without one.
     principal: str | None = None
     delegation: Any = None
+    # Whether the request came on a sealed session (§12.6): its inputs crossed the wire sealed,
+    # and its answer will. An action it asks for is kept sealed at rest (§12.1).
+    sealed: bool = False
 
 
 class IntentDispatcher:
