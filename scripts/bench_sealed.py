@@ -18,7 +18,12 @@ Rounds alternate plain and sealed batches so that both meet the same machine sta
 figure is the median of ``--rounds``. A sealed intent does no public-key work: the X25519
 exchange happens once per handshake (reported too).
 
-    python scripts/bench_sealed.py [--rounds 7] [--intents 2000] [--size 1024] [--json out.json]
+``--instructions`` adds a third figure that does not depend on what else the machine does:
+the instructions valgrind's callgrind counts per intent in the core measurement's work
+(200 intents minus 0, each in its own process), plain and sealed.
+
+    python scripts/bench_sealed.py [--rounds 7] [--intents 2000] [--size 1024] [--instructions]
+                                   [--json out.json]
 """
 
 from __future__ import annotations
@@ -29,8 +34,10 @@ import gc
 import json
 import os
 import platform
+import re
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -183,13 +190,57 @@ async def run(rounds: int, n: int, size: int) -> dict[str, Any]:
     }
 
 
+async def counted_work(mode: str, n: int, size: int) -> None:
+    """``n`` intents on a ``mode`` (plain or sealed) session after 20 to warm up: for callgrind."""
+    server_id, client = Identity.generate("bench-server"), Identity.generate("bench-client")
+    server = make_server(server_id, sessions=100, sealed=True)
+    session = await handshake(server, client, server_id.did, seal=mode == "sealed")
+    inputs = {"text": "x" * (size - len('{"text":""}'))}
+    # Signed beforehand, as many in both runs: only the server's work differs.
+    reqs = [session.prepare_intent({"goal": "echo", "inputs": inputs}) for _ in range(220)]
+    for req in reqs[: 20 + n]:
+        await server.handle("intent", req.params)
+
+
+def _callgrind(mode: str, n: int, size: int) -> int:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__]
+    cmd += ["--count", mode, str(n), "--size", str(size)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        raise RuntimeError(f"callgrind {mode} {n} failed:\n{out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def run_instructions(size: int) -> dict[str, Any]:
+    """Instructions per intent in the core, plain and sealed (callgrind, 200 minus 0)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(mode, n) for mode in ("plain", "sealed") for n in (0, 200)]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        counts = dict(zip(jobs, pool.map(lambda j: _callgrind(j[0], j[1], size), jobs), strict=True))
+    plain = (counts[("plain", 200)] - counts[("plain", 0)]) / 200
+    sealed = (counts[("sealed", 200)] - counts[("sealed", 0)]) / 200
+    return {
+        "instructions_per_plain_intent": round(plain),
+        "instructions_per_sealed_intent": round(sealed),
+        "instructions_sealed_over_plain": round(sealed / plain, 3),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--intents", type=int, default=2000)
     parser.add_argument("--size", type=int, default=1024, help="bytes of JSON inputs")
+    parser.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
     parser.add_argument("--json", type=Path, metavar="PATH")
+    parser.add_argument("--count", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.count is not None:  # one process under callgrind
+        asyncio.run(counted_work(args.count[0], int(args.count[1]), args.size))
+        return 0
     out = asyncio.run(run_http(args.rounds, args.intents, args.size))
     out.update(asyncio.run(run(args.rounds, args.intents, args.size)))
     print(f"server CPU per intent, {out['input_bytes']} B of inputs (median of {out['rounds']} rounds):")
@@ -202,6 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         f"  core (ServerProtocol):    plain {out['server_us_per_plain_intent']:8.1f} µs,"
         f" sealed {out['server_us_per_sealed_intent']:8.1f} µs   ({out['sealed_over_plain']:.3f} × plain)"
     )
+    if args.instructions:
+        out.update(run_instructions(args.size))
+        print(
+            f"  core, instructions:       plain {out['instructions_per_plain_intent']:>8,},"
+            f" sealed {out['instructions_per_sealed_intent']:>8,}"
+            f"   ({out['instructions_sealed_over_plain']:.3f} × plain, callgrind)"
+        )
     print(
         f"handshake, both sides: plain {out['handshake_ms_plain_both_sides']:.3f} ms,"
         f" sealed {out['handshake_ms_sealed_both_sides']:.3f} ms (one X25519 exchange per side)"
