@@ -11,8 +11,8 @@ JSON inputs to the test agent's ``echo`` (so the result is 1 KB too):
 * core: ``ServerProtocol.handle`` alone in this process (no HTTP, no JSON body), timed
   around each intent (shapes, session, signature check, opening the inputs, the handler,
   sealing the result, signing the answer); the client's work is outside the timed part.
-  This isolates the sealing work, which is mostly base64url (the ciphertext travels in
-  base64url and again inside the signed payload) and JSON, not the AEAD.
+  This isolates the sealing work: the AEAD, base64url of the ciphertext (which travels
+  once: the signed payloads carry its SHA-256 digest) and the JSON of inputs and result.
 
 Rounds alternate plain and sealed batches so that both meet the same machine state; each
 figure is the median of ``--rounds``. A sealed intent does no public-key work: the X25519
