@@ -39,6 +39,9 @@ class IntentContext:
     # (a2a_secure.delegation.Chain: ``.hops``, ``.hash``); None without one.
     principal: str | None = None
     delegation: Any = None
+    # Whether the session is sealed (§12.6): its inputs came, and its answer goes, as
+    # ciphertext. A handler that would send them elsewhere (a webhook) can tell.
+    sealed: bool = False
 
 
 class IntentDispatcher:

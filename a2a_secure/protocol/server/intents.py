@@ -413,5 +413,6 @@ class IntentProcessor:
             intent.intent_id,
             None if chain is None else chain.principal,  # principal
             chain,  # delegation
+            bool(session.seal_keys),  # sealed
         )
         return context, timeout_ms
