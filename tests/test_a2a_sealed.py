@@ -39,6 +39,7 @@ from a2a.server.tasks import (
 from a2a.types import (
     GetTaskRequest,
     ListTasksRequest,
+    PushNotificationNotSupportedError,
     SubscribeToTaskRequest,
     TaskPushNotificationConfig,
     TaskState,
@@ -201,6 +202,7 @@ async def bridged(
     delay: float = 0.0,
     delegation: DelegationRules | None = None,
     push: bool = False,
+    push_when_sealed: bool = False,
 ) -> AsyncIterator[Site]:
     """A sealing (by default) AgentServer with the A2A bridge on uvicorn, reached directly, or
     ``via`` a recording TCP relay ("tap") or an HTTP proxy ("front"). With ``push``, the
@@ -242,7 +244,7 @@ async def bridged(
         )
         stack.push_async_callback(handler.aclose)
         server = AgentServer(SERVER, Policy(), name="a2a-echo", limits=limits, delegation=delegation)
-        bridge = A2ABridge(handler, agent_card=card)
+        bridge = A2ABridge(handler, agent_card=card, push_when_sealed=push_when_sealed)
         bridge.mount(server)
         url = await stack.enter_async_context(serve_app(server.app()))
         tap = front = None
@@ -523,6 +525,58 @@ async def test_a2a_calls_act_on_behalf_of_a_principal_through_the_transport() ->
         assert info.value.code == -32602 and info.value.signed is False
         assert (await client.session_for(site.did)).last_sequence == 0  # nothing was sent
     assert site.executor.calls == 0
+
+
+# -- push notifications leave the session ---------------------------------------------------------------
+
+
+async def test_a_sealed_session_sets_up_no_push_notifications() -> None:
+    async with (
+        bridged(push=True, delay=0.1) as site,
+        site.a2a_client("alice", sealed=True) as sealed,
+        site.a2a_client("alice", sealed=False) as plain,
+    ):
+        sealed_sdk = site.sdk_client(sealed, streaming=False)
+        plain_sdk = site.sdk_client(plain, streaming=False)
+        _kinds, task = await text_of(sealed_sdk, send_request(ASKED))
+        # A webhook for a sealed session's task: refused, signed.
+        with pytest.raises(PushNotificationNotSupportedError) as info:
+            await sealed_sdk.create_task_push_notification_config(hooked(site, task.id))
+        cause = info.value.__cause__
+        assert getattr(cause, "code", None) == -32003 and getattr(cause, "signed", False) is True
+        assert "sealed session" in str(cause)
+        # A message that carries a webhook: refused before the agent runs, unary or streamed.
+        with_hook = send_request(ASKED, task_push_notification_config=hooked(site))
+        for sdk in (sealed_sdk, site.sdk_client(sealed)):
+            with pytest.raises(PushNotificationNotSupportedError):
+                await text_of(sdk, with_hook)
+        assert site.executor.calls == 1
+        # A running task given a webhook on an unsealed session: a sealed message to it would
+        # be run, and its answer pushed in the clear.
+        _kinds, hooked_task = await text_of(plain_sdk, send_request("plain words", return_immediately=True))
+        assert hooked_task.status.state != TaskState.TASK_STATE_COMPLETED
+        await plain_sdk.create_task_push_notification_config(hooked(site, hooked_task.id))
+        follow_up = send_request(ASKED)
+        follow_up.message.task_id = hooked_task.id
+        follow_up.message.context_id = hooked_task.context_id
+        with pytest.raises(PushNotificationNotSupportedError):
+            await text_of(sealed_sdk, follow_up)
+        # Unsealed, a webhook works and gets the task in the clear: what sealing keeps away.
+        await text_of(plain_sdk, send_request("other words", task_push_notification_config=hooked(site)))
+        assert await wait_for(lambda: any("OTHER" in json.dumps(b) for b in site.webhook))
+        assert await wait_for(lambda: any("PLAIN" in json.dumps(b) for b in site.webhook))
+        assert (await sealed.session_for(site.did)).sealed and not (await plain.session_for(site.did)).sealed
+    assert site.executor.calls == 3
+    assert not any("MERGER" in json.dumps(b) or "merger" in json.dumps(b) for b in site.webhook)
+
+
+async def test_an_operator_may_allow_push_notifications_on_sealed_sessions() -> None:
+    async with bridged(push=True, push_when_sealed=True) as site, site.a2a_client(sealed=True) as client:
+        sdk = site.sdk_client(client, streaming=False)
+        kinds, _task = await text_of(sdk, send_request(ASKED, task_push_notification_config=hooked(site)))
+        assert kinds == ["task"] and (await client.session_for(site.did)).sealed
+        # Allowed, the webhook gets the sealed session's task as the SDK sends it: in the clear.
+        assert await wait_for(lambda: any("MERGER" in json.dumps(b) for b in site.webhook))
 
 
 async def test_a_client_context_timeout_still_applies_sealed() -> None:
