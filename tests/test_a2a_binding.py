@@ -237,6 +237,8 @@ async def test_sdk_card_resolver_accepts_the_signed_card() -> None:
         "endpoints": {"handshake": "/a2a/handshake", "intent": "/a2a/intent"},
         "intents": env.server.goals,
         "public_keys": [SERVER.public_key_entry()],
+        # the server's declared extensions (PROTOCOL.md §12), signed with the rest
+        "a2a_secure_extensions": ["intent_id", "priority"],
     }
     assert {"SendMessage", "SendStreamingMessage", "GetTask", "CancelTask", "SubscribeToTask"} <= set(
         params["intents"]
@@ -370,6 +372,7 @@ async def test_a_signature_with_jku_or_another_header_is_refused(header: dict[st
         ("endpoints", {"handshake": "/evil/handshake", "intent": "/a2a/intent"}),
         ("url", "https://attacker.example"),
         ("streaming_intents", ["SendStreamingMessage"]),  # an unsigned extra
+        ("a2a_secure_extensions", ["intent_id", "priority", "sealed"]),  # signed in the params
     ],
 )
 async def test_top_level_members_that_differ_from_params_are_refused(member: str, value: Any) -> None:
@@ -916,33 +919,3 @@ async def test_the_example_agent_and_client(capsys: pytest.CaptureFixture[str]) 
     assert sum(line.startswith("artifact") for line in lines) == 3
     assert executor.calls == 1
     assert "get_task" in capsys.readouterr().out
-
-
-async def test_sealed_true_refuses_the_binding_whose_card_declares_no_extensions() -> None:
-    # PROTOCOL.md §12.6 and §10: the binding's card is the signed A2A card plus the §4
-    # members, so it lists no a2a_secure_extensions, even on a server that seals. A client
-    # that requires sealing refuses it during the handshake; nothing reaches the executor.
-    from a2a_secure.client import extensions as card_extensions
-    from a2a_secure.protocol.server import ServerLimits
-
-    card_extensions.forget()
-    executor = CountingEcho(0.0)
-    card = template_card()
-    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
-    server = AgentServer(SERVER, Policy(), name="a2a-echo", limits=ServerLimits(sealed_intents=True))
-    bridge = A2ABridge(handler, agent_card=card)
-    bridge.mount(server)
-    try:
-        async with serve_app(server.app()) as url:
-            server.url = url
-            env = Env(url, server, bridge, handler, executor)
-            assert "a2a_secure_extensions" not in server.card
-            async with env.a2a_client(sealed=True) as client:
-                with pytest.raises(SecureTransportError, match="does not declare the sealed extension"):
-                    await text_of(env.sdk_client(client, streaming=False), send_request("words"))
-            async with env.a2a_client() as client:  # the default goes on unsealed
-                kinds, _task = await text_of(env.sdk_client(client, streaming=False), send_request("words"))
-                assert kinds == ["task"] and not (await client.session_for(env.did, url)).sealed
-    finally:
-        await handler.aclose()
-    assert executor.calls == 1

@@ -5,14 +5,16 @@ The card is a valid A2A ``AgentCard`` built with the SDK's types:
 - ``supportedInterfaces`` names the binding :data:`BINDING_URI` (so an A2A client without
   the secure transport finds no compatible interface);
 - ``capabilities.extensions`` holds the required extension :data:`EXTENSION_URI` whose
-  ``params`` are exactly ``{did, protocol, endpoints, intents, public_keys}``, with no
-  numbers (A2A carries ``params`` as a protobuf ``Struct``, whose numbers are doubles);
+  ``params`` are exactly ``{did, protocol, endpoints, intents, public_keys}``, and
+  ``a2a_secure_extensions`` when the server declares extensions (PROTOCOL.md §12: sealed
+  intents, intent_id, delegation, priority), with no numbers (A2A carries ``params`` as a
+  protobuf ``Struct``, whose numbers are doubles);
 - it is signed with the SDK's Agent Card signer by the agent's Ed25519 DID key, protected
   header exactly ``{"alg": "EdDSA", "kid": <DID key id>, "typ": "JOSE"}`` (the signer's
   defaults, HS256 and ``"jku": null``, are both wrong here).
 
 The JSON served at ``/.well-known/agent-card.json`` is :func:`card_json`: the SDK's JSON
-form of the signed card plus the §4 members at the top level (``url`` and the five params).
+form of the signed card plus the §4 members at the top level (``url`` and the params).
 It is a function of the signed ``AgentCard`` alone, so a client holding only the parsed card
 recomputes the very bytes the server hashed: ``hash_of(card_json(card))`` is the
 ``manifest_hash`` the server signs in its CHALLENGE (:func:`card_manifest_hash`).
@@ -47,6 +49,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID, resolve_did_key
 from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.intent_id import CARD_MEMBER as EXTENSIONS_MEMBER
 from a2a_secure.protocol.validate import json_equal
 
 __all__ = [
@@ -71,6 +74,9 @@ BINDING_URI = "https://w3id.org/a2a-secure/binding/signed-intent/v1"
 EXTENSION_URI = "https://w3id.org/a2a-secure/ext/did-session/v1"
 A2A_PROTOCOL_VERSION = "1.0"
 PARAMS_MEMBERS = ("did", "protocol", "endpoints", "intents", "public_keys")
+# The declared extensions (PROTOCOL.md §12) travel in the params too, so that the A2A
+# signature covers them as well as the handshake's manifest_hash; absent when none.
+OPTIONAL_PARAMS = (EXTENSIONS_MEMBER,)
 ENDPOINTS = {"handshake": "/a2a/handshake", "intent": "/a2a/intent"}
 _HEADER_MEMBERS = frozenset(("alg", "kid", "typ"))
 MAX_CARD_BYTES = 256 * 1024
@@ -103,15 +109,19 @@ def build_agent_card(template: AgentCard, core: Mapping[str, Any]) -> AgentCard:
     """The unsigned A2A card: ``template`` with the binding and the extension of ``core``.
 
     ``core`` is the PROTOCOL.md §4 card of the a2a_secure server (``url``, ``did``,
-    ``protocol``, ``endpoints``, ``intents``, ``public_keys``, and ``name``,
-    ``description``, ``version`` used where the template leaves them empty). The
-    template's interfaces and signatures are dropped, and so is any earlier copy of the
-    extension; everything else (skills, modes, capabilities, provider…) is kept.
+    ``protocol``, ``endpoints``, ``intents``, ``public_keys``, the declared
+    ``a2a_secure_extensions`` if any, and ``name``, ``description``, ``version`` used where
+    the template leaves them empty). The template's interfaces and signatures are dropped,
+    and so is any earlier copy of the extension; everything else (skills, modes,
+    capabilities, provider…) is kept.
     """
     url = core.get("url")
     if not isinstance(url, str) or not url:
         raise ValueError("the server needs its public base URL (AgentServer.url) for the A2A card")
     params = {name: copy.deepcopy(core[name]) for name in PARAMS_MEMBERS}
+    for name in OPTIONAL_PARAMS:
+        if name in core:
+            params[name] = copy.deepcopy(core[name])
     _reject_numbers(params, "the did-session extension params")
     card = AgentCard()
     card.CopyFrom(template)
@@ -227,9 +237,10 @@ def card_manifest_hash(card: AgentCard) -> str:
 
 
 def _check_params(params: dict[str, Any], expected_did: str, resolved: ResolvedDID) -> None:
-    if set(params) != set(PARAMS_MEMBERS):
+    if not set(PARAMS_MEMBERS) <= set(params) <= {*PARAMS_MEMBERS, *OPTIONAL_PARAMS}:
         raise CardVerificationError(
-            "the did-session params must be exactly did, protocol, endpoints, intents and public_keys"
+            "the did-session params must be exactly did, protocol, endpoints, intents and public_keys,"
+            " and a2a_secure_extensions if the agent declares extensions"
         )
     try:
         _reject_numbers(params, "the did-session params")
@@ -248,6 +259,18 @@ def _check_params(params: dict[str, Any], expected_did: str, resolved: ResolvedD
         m.bind_public_keys(m.parse_public_keys(params["public_keys"], AuthenticationFailed), resolved)
     except A2AError as exc:
         raise CardVerificationError(f"the card's public_keys: {exc.message}") from None
+    if EXTENSIONS_MEMBER in params:
+        declared = params[EXTENSIONS_MEMBER]
+        # PROTOCOL.md §12: a sorted array of distinct names, present only when not empty.
+        if (
+            not isinstance(declared, list)
+            or not declared
+            or not all(isinstance(x, str) for x in declared)
+            or declared != sorted(set(declared))
+        ):
+            raise CardVerificationError(
+                f"the card's {EXTENSIONS_MEMBER} must be a sorted list of distinct names"
+            )
 
 
 def _strict_signature(protected: str, resolved: ResolvedDID) -> bool:

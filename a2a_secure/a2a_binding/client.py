@@ -14,6 +14,13 @@ signatures); a transport is needed.
     async for event in client.send_message(SendMessageRequest(message=...)):
         ...
 
+The card lists the extensions the agent declares (``a2a_secure_extensions``, PROTOCOL.md
+§12): once verified, the transport hands that list to the :class:`A2AClient`, which then
+seals the session when the agent declares ``sealed`` (``A2AClient(sealed=True)`` requires
+it), names every call with an ``intent_id`` when it declares ``intent_id`` (so a call resent
+on a new session runs once), and sends the delegation chain ``on_behalf_of`` only to an agent
+that declares ``delegation``.
+
 Errors: a signed A2A error becomes the SDK's exception for its code (``TaskNotFoundError``
 for -32001 …); an unsigned error, a verification failure or an a2a-secure protocol error
 (-32040 … -32049) is a :class:`SecureTransportError`, never an A2A domain error.
@@ -61,15 +68,18 @@ from a2a_secure.a2a_binding.card import (
     A2A_PROTOCOL_VERSION,
     BINDING_URI,
     binding_interface,
-    card_manifest_hash,
+    card_json,
     card_verifier,
     extension_params,
     fetch_agent_card,
 )
 from a2a_secure.a2a_binding.errors import SecureTransportError, to_sdk_error
 from a2a_secure.a2a_binding.server import A2A_DOMAIN, SERVICE_PARAMETERS
+from a2a_secure.client.extensions import learn_card
 from a2a_secure.client.http import A2AClient
+from a2a_secure.delegation import Chain
 from a2a_secure.errors import A2AError, AuthenticationFailed
+from a2a_secure.identity import encoding
 
 __all__ = [
     "SecureA2ATransport",
@@ -100,7 +110,11 @@ class SecureA2ATransport(ClientTransport):
     ``expected_did`` pins the agent: a DID, a collection of DIDs or a predicate. On
     first use the card is verified against the DID's resolution (:func:`card_verifier`),
     and before every call the handshake's ``manifest_hash`` must be the card's hash, so the
-    card the SDK reads is the one the authenticated agent serves.
+    card the SDK reads is the one the authenticated agent serves. The extensions the
+    verified card declares are the client's to use from then on (no second fetch of it).
+
+    ``on_behalf_of``: a delegation chain (PROTOCOL.md §12.7) every call acts under; an agent
+    whose card does not declare ``delegation`` is refused (-32602) before anything is sent.
     """
 
     def __init__(
@@ -111,11 +125,13 @@ class SecureA2ATransport(ClientTransport):
         *,
         expected_did: ExpectedDID = None,
         owns_client: bool = False,
+        on_behalf_of: Chain | None = None,
     ) -> None:
         try:
             did = extension_params(card)["did"]
             card_url = binding_interface(card).url
-            self._manifest_hash = card_manifest_hash(card)
+            self._card_json = card_json(card)
+            self._manifest_hash = encoding.hash_of(self._card_json)
         except (SignatureVerificationError, KeyError) as exc:
             raise SecureTransportError(AuthenticationFailed(f"not a secured A2A card: {exc}")) from None
         # A URL read from the card is the card's word, not the caller's: it passes the
@@ -128,6 +144,7 @@ class SecureA2ATransport(ClientTransport):
         self.did = did
         self.client = client
         self.agent_card = card
+        self.on_behalf_of = on_behalf_of
         self._owns_client = owns_client
         self._verified = False
         self._lock = asyncio.Lock()
@@ -142,6 +159,9 @@ class SecureA2ATransport(ClientTransport):
                         card_verifier(self.did, resolved)(self.agent_card)
                     except SignatureVerificationError as exc:
                         raise AuthenticationFailed(f"agent card refused: {exc}"[:200]) from None
+                    # The declared extensions, kept under the card's hash: a handshake whose
+                    # CHALLENGE signs that hash reads them (sealing is decided there).
+                    learn_card(self._card_json)
                     self._verified = True
         session = await self.client.session_for(self.did, self.url)
         if session.server_manifest_hash != self._manifest_hash:
@@ -173,7 +193,9 @@ class SecureA2ATransport(ClientTransport):
         intent = self._intent(method, request, context)
         try:
             await self._ready()
-            answer = await self.client.request(self.did, intent, endpoint=self.url)
+            answer = await self.client.request(
+                self.did, intent, endpoint=self.url, on_behalf_of=self.on_behalf_of
+            )
         except A2AError as exc:
             raise to_sdk_error(exc) from exc
         return answer.result
@@ -184,7 +206,9 @@ class SecureA2ATransport(ClientTransport):
         intent = self._intent(method, request, context)
         try:
             await self._ready()
-            async for item in self.client.stream(self.did, intent, endpoint=self.url):
+            async for item in self.client.stream(
+                self.did, intent, endpoint=self.url, on_behalf_of=self.on_behalf_of
+            ):
                 yield self._parse(item, StreamResponse())
         except A2AError as exc:
             raise to_sdk_error(exc) from exc
@@ -281,18 +305,25 @@ def secure_client_config(**options: Any) -> ClientConfig:
 
 
 def register_secure_transport(
-    factory: ClientFactory, client: A2AClient, *, expected_did: ExpectedDID = None
+    factory: ClientFactory,
+    client: A2AClient,
+    *,
+    expected_did: ExpectedDID = None,
+    on_behalf_of: Chain | None = None,
 ) -> None:
     """Register the secure transport in ``factory`` under :data:`BINDING_URI`.
 
     Every transport the factory makes shares ``client`` (and so its sessions); ``client``
-    stays open when an SDK client is closed. ``expected_did`` pins the agents it may reach.
+    stays open when an SDK client is closed. ``expected_did`` pins the agents it may reach;
+    ``on_behalf_of``: the delegation chain their calls act under (see :class:`SecureA2ATransport`).
     """
 
     def produce(card: AgentCard, url: str, config: ClientConfig) -> ClientTransport:
         # The SDK picked ``url`` from the card's interfaces: the card's word, so it passes
         # the client's address policy (a card must not point this client at loopback).
-        return SecureA2ATransport(client, card, _card_url(client, url), expected_did=expected_did)
+        return SecureA2ATransport(
+            client, card, _card_url(client, url), expected_did=expected_did, on_behalf_of=on_behalf_of
+        )
 
     factory.register(BINDING_URI, produce)
 
@@ -303,13 +334,15 @@ async def create_secure_client(
     expected_did: str,
     *,
     config: ClientConfig | None = None,
+    on_behalf_of: Chain | None = None,
 ) -> Client:
     """An a2a-sdk ``Client`` for the agent at ``base_url`` with DID ``expected_did``.
 
     The card is fetched and verified exactly as served (:func:`fetch_agent_card`) before
-    the SDK client is made with the secure transport.
+    the SDK client is made with the secure transport. ``on_behalf_of``: see
+    :class:`SecureA2ATransport`.
     """
     verified = await fetch_agent_card(base_url, expected_did, http=client.http, resolver=client.resolver)
     factory = ClientFactory(config or secure_client_config())
-    register_secure_transport(factory, client, expected_did=expected_did)
+    register_secure_transport(factory, client, expected_did=expected_did, on_behalf_of=on_behalf_of)
     return factory.create(verified.card)

@@ -13,6 +13,11 @@ created them.
     server = AgentServer(identity, policy, url="https://agent.example")
     A2ABridge(handler, agent_card=card).mount(server)
     app = server.app()
+
+The card declares the extensions the server serves (PROTOCOL.md §12: sealed intents,
+intent_id, delegation, priority) as any server's does. On a sealed session (§12.6) push
+notifications are refused unless ``push_when_sealed=True``: the a2a-sdk's sender would POST
+the task's messages and artifacts to the webhook in the clear.
 """
 
 from __future__ import annotations
@@ -48,7 +53,12 @@ from google.protobuf.message import Message as ProtoMessage
 from packaging.version import InvalidVersion, Version
 
 from a2a_secure.a2a_binding.card import build_agent_card, card_json, sign_agent_card
-from a2a_secure.a2a_binding.errors import TaskNotFound, VersionNotSupported, from_sdk_error
+from a2a_secure.a2a_binding.errors import (
+    PushNotificationNotSupported,
+    TaskNotFound,
+    VersionNotSupported,
+    from_sdk_error,
+)
 from a2a_secure.errors import A2AError, IntentTimeout, InternalError, InvalidParams
 from a2a_secure.protocol.server import IntentContext
 from a2a_secure.server.app import AgentServer
@@ -82,6 +92,10 @@ STREAMING_METHODS: Mapping[str, type[ProtoMessage]] = {
     "SendStreamingMessage": SendMessageRequest,
     "SubscribeToTask": SubscribeToTaskRequest,
 }
+_SENDS = ("SendMessage", "SendStreamingMessage")
+SEALED_PUSH_REFUSED = (
+    "no push notifications from a sealed session: they would carry the task to the webhook in the clear"
+)
 
 
 class DIDUser(User):
@@ -129,8 +143,16 @@ class A2ABridge:
     the request handler's own. Its interfaces are replaced by the signed-intent binding and
     the did-session extension is added; the card is signed with the server's DID key and
     served at ``/.well-known/agent-card.json`` as the server's card, so its hash is the
-    ``manifest_hash`` of the handshake. ``methods`` limits the A2A methods mounted (the
-    session policy then authorises them one by one).
+    ``manifest_hash`` of the handshake; it lists the server's ``a2a_secure_extensions``
+    (PROTOCOL.md §12), so a server with ``ServerLimits(sealed_intents=True)`` seals its A2A
+    calls as any other intent. ``methods`` limits the A2A methods mounted (the session policy
+    then authorises them one by one).
+
+    ``push_when_sealed``: whether a sealed session may set up push notifications
+    (``CreateTaskPushNotificationConfig``, or a ``SendMessage`` carrying a config) or send a
+    message to a task that already has them. The a2a-sdk's sender POSTs every event of the
+    task (its messages and artifacts) to the webhook as plain JSON, outside the seal; by
+    default such a request is refused with a signed -32003 before the agent runs.
     """
 
     def __init__(
@@ -139,6 +161,7 @@ class A2ABridge:
         *,
         agent_card: AgentCard | None = None,
         methods: Iterable[str] | None = None,
+        push_when_sealed: bool = False,
     ) -> None:
         template = agent_card if agent_card is not None else getattr(request_handler, "_agent_card", None)
         if not isinstance(template, AgentCard):
@@ -151,6 +174,7 @@ class A2ABridge:
         self.request_handler = request_handler
         self.template = template
         self.methods = tuple(chosen)
+        self.push_when_sealed = push_when_sealed
         self._server: AgentServer | None = None
         self._signed: AgentCard | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -219,6 +243,34 @@ class A2ABridge:
         )
         return request, call_context
 
+    async def _refuse_push_when_sealed(
+        self, method: str, request: Any, context: IntentContext, ctx: ServerCallContext
+    ) -> None:
+        """On a sealed session, refuse what would send the task to a webhook in the clear.
+
+        Push notifications leave the session: the SDK's sender POSTs each event of the task
+        (status messages, artifacts) as plain JSON to the URL of every config the task has.
+        So, unless the operator allows it, a sealed session may neither set a config up nor
+        send a message to a task that has one (set up earlier, on an unsealed session).
+        """
+        if not context.sealed or self.push_when_sealed:
+            return
+        if method == "CreateTaskPushNotificationConfig" or (
+            method in _SENDS and request.configuration.HasField("task_push_notification_config")
+        ):
+            raise PushNotificationNotSupported(SEALED_PUSH_REFUSED)
+        if method not in _SENDS or not request.message.task_id:
+            return
+        listing = ListTaskPushNotificationConfigsRequest(
+            tenant=request.tenant, task_id=request.message.task_id
+        )
+        try:
+            found = await self.request_handler.on_list_task_push_notification_configs(listing, ctx)
+        except sdk_errors.A2AError:
+            return  # no push support, or no such task for this DID: nothing would be pushed
+        if found.configs:
+            raise PushNotificationNotSupported(SEALED_PUSH_REFUSED)
+
     async def _invoke(self, method: str, request: Any, ctx: ServerCallContext) -> Any:
         """Call the handler for a unary method; the JSON result, as the SDK's JSON-RPC sends it."""
         h = self.request_handler
@@ -265,6 +317,7 @@ class A2ABridge:
     def _unary_handler(self, method: str) -> Callable[[Any, IntentContext], Awaitable[Any]]:
         async def handle(inputs: Any, context: IntentContext) -> Any:
             request, ctx = self._prepare(method, inputs, context)
+            await self._refuse_push_when_sealed(method, request, context, ctx)
             return await self._run_unary(method, request, ctx, self._timeout_seconds(context))
 
         return handle
@@ -312,6 +365,7 @@ class A2ABridge:
 
     async def _stream(self, method: str, inputs: Any, context: IntentContext) -> AsyncIterator[Any]:
         request, ctx = self._prepare(method, inputs, context)
+        await self._refuse_push_when_sealed(method, request, context, ctx)
         # The SDK's generator runs in a pump task of its own and hands events over a queue:
         # the core's timeout between events then cancels only the wait on the queue, never
         # the SDK (which would end its stream quietly, as if it were complete).

@@ -31,7 +31,7 @@ from a2a_secure.errors import A2AError
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.intent_id import CARD_MEMBER
 
-__all__ = ["card_url", "fetch_card", "forget", "known_extensions", "learn_extensions"]
+__all__ = ["card_url", "fetch_card", "forget", "known_extensions", "learn_card", "learn_extensions"]
 
 _log = logging.getLogger("a2a_secure.client.extensions")
 
@@ -86,6 +86,17 @@ def parse_extensions(card: Any) -> frozenset[str]:
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
         return _NONE
     return frozenset(value)
+
+
+def learn_card(card: Any) -> frozenset[str]:
+    """Keep the extensions ``card`` lists under ``hash_of(card)``, as if fetched and checked.
+
+    For a client that already holds a server's card (an A2A card it verified, PROTOCOL.md
+    §10): its handshakes then need no fetch. Safe whatever the card holds: the entry is
+    keyed by the hash of this exact card, and a session reads it only when its CHALLENGE
+    signed that hash.
+    """
+    return _put(encoding.hash_of(card), parse_extensions(card), float("inf"))
 
 
 async def fetch_card(

@@ -495,7 +495,9 @@ class AgentServer(IntentDispatcher):
         """Serve ``builder(card)`` in place of the PROTOCOL.md §4 card (an A2A AgentCard, §10).
 
         The card it returns must keep ``did``, ``protocol``, ``endpoints``, ``intents`` and
-        ``public_keys`` equal to those it was given; its hash is the handshake's manifest_hash.
+        ``public_keys`` equal to those it was given, and may list in ``a2a_secure_extensions``
+        only extensions it was given (PROTOCOL.md §12: a server lists a name only if it serves
+        it; without the member it declares none); its hash is the handshake's manifest_hash.
         """
         self._card_builder = builder
         self._card = None
@@ -675,6 +677,20 @@ class AgentServer(IntentDispatcher):
                 for member in _CARD_CORE_MEMBERS:
                     if member not in built or encoding.jcs(built[member]) != encoding.jcs(card[member]):
                         raise ValueError(f"the card builder changed or dropped the card member {member!r}")
+                declared = built.get(EXTENSIONS_MEMBER)
+                if declared is not None and (
+                    not isinstance(declared, list)
+                    or not declared
+                    or not all(isinstance(name, str) for name in declared)
+                    or declared != sorted(set(declared))
+                    or not set(declared) <= set(card.get(EXTENSIONS_MEMBER, ()))
+                ):
+                    # A client sends a member only to a server whose card lists it (§12): a
+                    # name listed that this server does not serve gets its clients refused.
+                    raise ValueError(
+                        f"the card builder's {EXTENSIONS_MEMBER!r} must be a sorted list of extensions"
+                        " this server serves"
+                    )
                 card = built
             self._card = card
         return self._card

@@ -40,7 +40,8 @@ class IntentContext:
     principal: str | None = None
     delegation: Any = None
     # Whether the request came on a sealed session (§12.6): its inputs crossed the wire sealed,
-    # and its answer will. An action it asks for is kept sealed at rest (§12.1).
+    # and its answer will. An action it asks for is kept sealed at rest (§12.1); a handler that
+    # would send them elsewhere (a webhook) can tell.
     sealed: bool = False
 
 
