@@ -117,6 +117,16 @@ class Shout(CountingEcho):
         await updater.complete()
 
 
+async def read_body(receive: Callable[..., Any]) -> bytes:
+    """The whole body of an ASGI request."""
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    return body
+
+
 class Front:
     """An HTTP proxy in front of the agent: records every request, and may alter the card or
     replace an intent's answer (after the agent ran it) with an unsigned -32043."""
@@ -141,11 +151,7 @@ class Front:
     ) -> None:
         if scope["type"] != "http":
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         path = scope["path"]
         self.requests.append((path, body))
         headers = {"Content-Type": "application/json"} if body else {}
@@ -221,12 +227,7 @@ async def bridged(
             ) -> None:
                 if scope["type"] != "http":
                     return
-                body, more = b"", True
-                while more:
-                    message = await receive()
-                    body += message.get("body", b"")
-                    more = message.get("more_body", False)
-                received.append(json.loads(body))
+                received.append(json.loads(await read_body(receive)))
                 await send({"type": "http.response.start", "status": 204, "headers": []})
                 await send({"type": "http.response.body", "body": b""})
 
