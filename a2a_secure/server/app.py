@@ -753,7 +753,8 @@ class AgentServer(IntentDispatcher):
             client = scope.get("client")
             source = client[0] if client else ""
             request_id = envelope.id
-            reply = await protocol.handle(envelope.method, envelope.params, source=source)
+            pending = protocol.handle_now(envelope.method, envelope.params, source=source)
+            reply = pending if isinstance(pending, Reply) else await pending
         if reply.stream is not None:
             await _send_stream(send, request_id, reply.stream, reply.abort)
             return

@@ -1,0 +1,702 @@
+"""The common intent's flat path answers exactly as the general path (PROTOCOL.md §6.1).
+
+``ServerProtocol.handle_now`` answers the common intent through the flat path of
+:mod:`a2a_secure.protocol.server.common_intent` (no models, no coroutine); ``handle`` takes
+the general path for every request. Two identical worlds (same keys, clock and random
+source, hence the same session) get the same requests, one world through each. After every
+request the answers must be identical (the two ASGI messages the adapter sends, so the
+bytes on the wire and the HTTP status; the JSON-RPC code and message; the stored answer),
+and so must the audit records, the stores and the handlers' runs: for honest intents and for
+hostile ones (tampered payloads, mismatched, extra and mistyped members, replays, stale
+timestamps, wrong commitments, bad signatures, huge numbers, duplicate members,
+non-canonical base64url), hand-picked and generated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import hashlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from protocol_helpers import (
+    DROP,
+    T0,
+    Flow,
+    World,
+    flip_signature,
+    forge_request,
+    identity,
+    make_world,
+    sign_raw,
+    snapshot,
+    with_token,
+)
+
+from a2a_secure.identity import encoding
+from a2a_secure.identity.jws import jws_sign
+from a2a_secure.policy import Policy
+from a2a_secure.protocol import messages as m
+from a2a_secure.protocol.client import ClientSession
+from a2a_secure.protocol.server import IntentContext, Reply, ServerLimits
+from a2a_secure.protocol.server.replies import SignedReplies
+from a2a_secure.protocol.validate import MAX_SAFE_INT
+from a2a_secure.server.app import _reply_messages
+
+POLICY = Policy.build(blocked=("blocked",), rate_limit=10**6)
+MALLORY = identity("mallory")
+
+
+async def _slow(inputs: Any, ctx: IntentContext) -> Any:
+    await asyncio.sleep(0)  # suspends once: the handler's rest is awaited
+    return {"slow": inputs, "priority": ctx.priority, "constraints": dict(ctx.constraints)}
+
+
+async def _context(inputs: Any, ctx: IntentContext) -> Any:
+    # Everything a handler is told, in the order it is told: the two paths must agree.
+    return {
+        "caller": ctx.caller_did,
+        "session": ctx.session_id,
+        "sequence": ctx.sequence,
+        "goal": ctx.goal,
+        "domain": ctx.domain,
+        "constraints": list(ctx.constraints.items()),
+        "agent": ctx.client_agent_id,
+        "priority": ctx.priority,
+        "intent_id": ctx.intent_id,
+        "principal": ctx.principal,
+    }
+
+
+async def _ticks(inputs: Any, ctx: IntentContext) -> Any:
+    yield {"tick": 1}
+
+
+class Pair:
+    """Two identical worlds: ``fast`` answered through ``handle_now``, ``general`` through ``handle``."""
+
+    def __init__(self, policy: Policy = POLICY, limits: ServerLimits | None = None) -> None:
+        self.fast = make_world(policy, limits=limits)
+        self.general = make_world(policy, limits=limits)
+        for w in (self.fast, self.general):
+            w.handlers.dispatcher.add("slow", _slow)
+            w.handlers.dispatcher.add("context", _context)
+            w.handlers.dispatcher.add_stream("ticks", _ticks, always=True)
+        self.flat = 0  # requests the flat path started (it may hand them on after step 4)
+
+    async def open(self, *, seal: bool = False) -> ClientSession:
+        sessions = []
+        for w in (self.fast, self.general):
+            flow = Flow(w)
+            flow.hs.seal = seal
+            sessions.append(await flow.complete())
+        assert sessions[0].session_id == sessions[1].session_id
+        return sessions[0]
+
+    async def send(self, method: str, params: Any) -> Reply:
+        """Send ``params`` to both worlds; the two answers and states must be the same."""
+        fast_params, general_params = copy.deepcopy(params), copy.deepcopy(params)
+        common = method == "intent" and self.fast.server._intents.common(copy.deepcopy(params)) is not None
+        pending = self.fast.server.handle_now(method, fast_params)
+        fast = pending if isinstance(pending, Reply) else await pending
+        general = await self.general.server.handle(method, general_params)
+        if fast.stream is not None or general.stream is not None:  # §6.4: the general path's
+            assert fast.stream is not None and general.stream is not None
+            assert [e async for e in fast.stream] == [e async for e in general.stream]
+            fast, general = _without_stream(fast), _without_stream(general)
+        assert_same(fast, general)
+        assert_same_state(self.fast, self.general)
+        self.flat += common
+        return fast
+
+
+def _without_stream(reply: Reply) -> Reply:
+    return dataclasses.replace(reply, stream=None, abort=None)
+
+
+def assert_same(fast: Reply, general: Reply) -> None:
+    assert fast.stream is None and general.stream is None
+    for close in (False, True):
+        assert _reply_messages(7, fast, close) == _reply_messages(7, general, close)
+        assert _reply_messages("id", fast, close) == _reply_messages("id", general, close)
+    assert (fast.http_status, fast.result, fast.error, fast.retry_after, fast.result_json) == (
+        general.http_status,
+        general.result,
+        general.error,
+        general.retry_after,
+        general.result_json,
+    )
+    assert fast.stored == general.stored
+    if fast.stored is not None and general.stored is not None:
+        assert fast.stored.to_json() == general.stored.to_json()
+
+
+def assert_same_state(a: World, b: World) -> None:
+    assert snapshot(a.store) == snapshot(b.store)
+    assert a.handlers.calls == b.handlers.calls
+    records = [[{k: v for k, v in r.items() if k != "duration_ms"} for r in w.audit] for w in (a, b)]
+    assert records[0] == records[1]
+
+
+@pytest.fixture
+async def pair() -> Pair:
+    return Pair()
+
+
+def _signed(sess: ClientSession, payload: dict[str, Any], params_intent: Any = None) -> dict[str, Any]:
+    """Params carrying ``payload`` signed by the session's client (and its intent, unless told)."""
+    token = sign_raw(payload, sess.identity, typ=m.Typ.REQUEST)
+    return {
+        "session_id": sess.session_id,
+        "session_commitment": sess.session_commitment,
+        "sequence": payload.get("sequence"),
+        "intent": payload.get("intent") if params_intent is None else params_intent,
+        "request_jws": token,
+    }
+
+
+def _next(sess: ClientSession) -> int:
+    sess.last_sequence += 1
+    return sess.last_sequence
+
+
+def _payload(sess: ClientSession, intent: Any, changes: dict[str, Any] | None = None) -> dict[str, Any]:
+    payload = {
+        "session_id": sess.session_id,
+        "session_commitment": sess.session_commitment,
+        "sequence": _next(sess),
+        "timestamp": T0,
+        "intent": intent,
+    }
+    for name, value in (changes or {}).items():
+        if value is DROP:
+            del payload[name]
+        else:
+            payload[name] = value
+    return payload
+
+
+def _raw_token(sess: ClientSession, payload_json: bytes, signer: Any = None) -> str:
+    """A token over the exact payload bytes given (duplicate members, any spacing)."""
+    header = encoding.b64u_encode(
+        encoding.dumps({"alg": "EdDSA", "typ": m.Typ.REQUEST, "kid": sess.identity.kid})
+    )
+    signing_input = f"{header}.{encoding.b64u_encode(payload_json)}"
+    signature = (signer or sess.identity).sign(signing_input.encode("ascii"))
+    return f"{signing_input}.{encoding.b64u_encode(signature)}"
+
+
+def _non_canonical(text: str) -> str:
+    """``text`` (base64url of a length that leaves spare bits) with a spare bit set."""
+    last = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".index(text[-1])
+    return text[:-1] + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[last + 1]
+
+
+ECHO = {"goal": "echo", "inputs": {"text": "hi"}}
+Case = Callable[[ClientSession], Any]
+
+
+def _honest(intent: dict[str, Any]) -> Case:
+    return lambda s: s.prepare_intent(intent).params
+
+
+def _forged(intent: Any, **kwargs: Any) -> Case:
+    return lambda s: forge_request(s, intent, **kwargs).params
+
+
+def _params(**changes: Any) -> Case:
+    def build(s: ClientSession) -> Any:
+        params = dict(s.prepare_intent(ECHO).params)
+        for name, value in changes.items():
+            if value is DROP:
+                del params[name]
+            else:
+                params[name] = value
+        return params
+
+    return build
+
+
+def _intent_params(**members: Any) -> Case:
+    """An honestly signed request whose intent has ``members`` changed (a value of DROP: removed)."""
+
+    def build(s: ClientSession) -> Any:
+        intent: dict[str, Any] = {"goal": "echo", "inputs": {"a": 1}}
+        for name, value in members.items():
+            if value is DROP:
+                intent.pop(name, None)
+            else:
+                intent[name] = value
+        return _signed(s, _payload(s, intent))
+
+    return build
+
+
+def _payload_change(**changes: Any) -> Case:
+    return lambda s: _signed(s, _payload(s, {"goal": "echo", "inputs": {"a": 1}}, changes), ECHO_A)
+
+
+ECHO_A = {"goal": "echo", "inputs": {"a": 1}}
+
+
+def _with(s: ClientSession, change: Callable[[dict[str, Any]], Any]) -> Any:
+    return change(dict(s.prepare_intent(ECHO).params))
+
+
+def _spare_signature(token: str) -> str:
+    head, body, sig = token.split(".")
+    return f"{head}.{body}.{_non_canonical(sig)}"
+
+
+def _duplicate(s: ClientSession) -> Any:
+    n = _next(s)
+    body = (
+        b'{"session_id":"%s","session_id":"%s","session_commitment":"%s","sequence":%d,"timestamp":%d,'
+        b'"intent":{"goal":"echo","inputs":{}}}'
+        % (s.session_id.encode(), s.session_id.encode(), s.session_commitment.encode(), n, T0)
+    )
+    params = {"session_id": s.session_id, "session_commitment": s.session_commitment, "sequence": n}
+    return {**params, "intent": {"goal": "echo", "inputs": {}}, "request_jws": _raw_token(s, body)}
+
+
+def _huge_payload(s: ClientSession) -> Any:
+    n = _next(s)
+    body = (
+        b'{"session_id":"%s","session_commitment":"%s","sequence":%d,"timestamp":%d,'
+        b'"intent":{"goal":"echo","inputs":{"a":%d}}}'
+        % (s.session_id.encode(), s.session_commitment.encode(), n, T0, 2**60)
+    )
+    params = {"session_id": s.session_id, "session_commitment": s.session_commitment, "sequence": n}
+    return {**params, "intent": {"goal": "echo", "inputs": {"a": 2**60}}, "request_jws": _raw_token(s, body)}
+
+
+def _signed_seq(s: ClientSession, signed: Callable[[int], Any]) -> Any:
+    payload = _payload(s, ECHO_A)
+    n = payload["sequence"]
+    payload["sequence"] = signed(n)
+    params = _signed(s, payload)
+    params["sequence"] = n
+    return params
+
+
+# name -> (the params, given the session; whether the flat path starts the request)
+CASES: dict[str, tuple[Case, bool]] = {
+    "plain": (_honest(ECHO), True),
+    "domain": (_honest({**ECHO, "domain": "fr"}), True),
+    "empty inputs": (_honest({"goal": "echo", "inputs": {}}), True),
+    "constraints in any order": (
+        _honest(
+            {
+                "goal": "context",
+                "inputs": {},
+                "constraints": {"stream": False, "max_tokens": 5, "timeout_ms": 9},
+            }
+        ),
+        True,
+    ),
+    "context": (
+        _honest({"goal": "context", "domain": "d", "inputs": {"x": [1, 2.5, None, True, "é"]}}),
+        True,
+    ),
+    "priority allowed": (_honest({"goal": "context", "inputs": {}, "priority": 2}), True),
+    "priority above the caller's": (_honest({**ECHO, "priority": 5}), True),
+    "unicode and escapes": (_honest({"goal": "echo", "inputs": {"s": 'é\u2028"\\\n\x00😀', "é": 1}}), True),
+    "numbers": (
+        _honest({"goal": "echo", "inputs": {"n": [0, -1, MAX_SAFE_INT, -MAX_SAFE_INT, 0.5, -0.0, 1e300]}}),
+        True,
+    ),
+    "blocked by the session policy": (_forged({"goal": "blocked", "inputs": {}}), True),
+    "no handler": (_honest({"goal": "nobody", "inputs": {}}), True),
+    "handler fails": (_honest({"goal": "boom", "inputs": {}}), True),
+    "handler refuses": (_honest({"goal": "reject", "inputs": {}}), True),
+    "handler suspends": (_honest({"goal": "slow", "inputs": {"k": 1}, "priority": 1}), True),
+    "handler past its deadline": (
+        _honest({"goal": "hang", "inputs": {}, "constraints": {"timeout_ms": 5}}),
+        True,
+    ),
+    "always streamed, stream false": (
+        _honest({"goal": "ticks", "inputs": {}, "constraints": {"stream": False}}),
+        True,
+    ),
+    "freshness: oldest accepted": (_forged(ECHO, timestamp=T0 - 300), True),
+    "freshness: too old": (_forged(ECHO, timestamp=T0 - 301), True),
+    "freshness: too new": (_forged(ECHO, timestamp=T0 + 301), True),
+    # The general path from step 1.
+    "streamed": (_honest({"goal": "ticks", "inputs": {}, "constraints": {"stream": True}}), False),
+    "always streamed": (_honest({"goal": "ticks", "inputs": {}}), False),
+    "intent_id": (_honest({**ECHO, "intent_id": "A" * 22}), False),
+    "sealed member": (_intent_params(sealed="A" * 24), False),
+    "delegation member": (_intent_params(delegation="sha256:" + "0" * 64), False),
+    "unknown intent member": (_intent_params(extra=1), False),
+    "goal empty": (_intent_params(goal=""), False),
+    "goal too long": (_intent_params(goal="g" * 129), False),
+    "goal longest": (_intent_params(goal="g" * 128), True),
+    "goal not a string": (_intent_params(goal=7), False),
+    "goal missing": (_intent_params(goal=DROP), False),
+    "inputs a list": (_intent_params(inputs=[1]), False),
+    "inputs missing": (_intent_params(inputs=DROP), False),
+    "domain too long": (_intent_params(domain="d" * 129), False),
+    "domain null": (_intent_params(domain=None), False),
+    "domain empty": (_intent_params(domain=""), True),
+    "constraints unknown": (_intent_params(constraints={"x": 1}), False),
+    "constraints not an object": (_intent_params(constraints=[]), False),
+    "timeout zero": (_intent_params(constraints={"timeout_ms": 0}), False),
+    "timeout a float": (_intent_params(constraints={"timeout_ms": 5.0}), False),
+    "timeout huge": (_intent_params(constraints={"max_tokens": MAX_SAFE_INT + 1}), False),
+    "stream a string": (_intent_params(constraints={"stream": "yes"}), False),
+    "priority zero": (_intent_params(priority=0), False),
+    "priority six": (_intent_params(priority=6), False),
+    "priority true": (_intent_params(priority=True), False),
+    "priority a float": (_intent_params(priority=3.0), False),
+    "params: extra member": (_params(extra=1), False),
+    "params: no token": (_params(request_jws=DROP), False),
+    "params: sequence zero": (_params(sequence=0), False),
+    "params: sequence a float": (_params(sequence=1.0), False),
+    "params: sequence true": (_params(sequence=True), False),
+    "params: sequence huge": (_params(sequence=MAX_SAFE_INT + 1), False),
+    "params: session id short": (_params(session_id="A" * 42), False),
+    "params: session id spare bits": (
+        lambda s: _with(s, lambda p: {**p, "session_id": _non_canonical(p["session_id"])}),
+        False,
+    ),
+    "params: session id unknown": (_params(session_id="A" * 43), True),
+    "params: session id a number": (_params(session_id=7), False),
+    "params: commitment not a hash": (_params(session_commitment="sha256:XYZ"), False),
+    "params: commitment wrong": (_params(session_commitment=encoding.hash_of({"guess": 1})), True),
+    "params: intent a list": (_params(intent=[]), False),
+    "params: token not a string": (_params(request_jws=7), False),
+    "params: token four segments": (
+        lambda s: _with(s, lambda p: {**p, "request_jws": p["request_jws"] + ".x"}),
+        False,
+    ),
+    "token: bad signature": (
+        lambda s: with_token(r := s.prepare_intent(ECHO), flip_signature(r.params["request_jws"])).params,
+        True,
+    ),
+    "token: spare bits in the signature": (
+        lambda s: with_token(r := s.prepare_intent(ECHO), _spare_signature(r.params["request_jws"])).params,
+        False,
+    ),
+    "token: wrong typ": (_forged(ECHO, typ=m.Typ.CLOSE), True),
+    "token: wrong kid": (_forged(ECHO, kid=MALLORY.kid), True),
+    "token: another key": (_forged(ECHO, signer=MALLORY), True),
+    "token: duplicate members": (_duplicate, False),
+    "token: payload not I-JSON": (_huge_payload, False),
+    # Step 5: a payload that differs from the params (re-signed with the client's key).
+    "payload: intent tampered": (
+        _forged(ECHO, payload_changes={"intent": {"goal": "echo", "inputs": {"text": "ho"}}}),
+        True,
+    ),
+    "payload: goal tampered": (
+        _forged(ECHO, payload_changes={"intent": {"goal": "boom", "inputs": {"text": "hi"}}}),
+        True,
+    ),
+    "payload: member order differs": (
+        lambda s: _signed(
+            s,
+            _payload(s, {"inputs": {"b": 2, "a": 1}, "goal": "echo"}),
+            {"goal": "echo", "inputs": {"a": 1, "b": 2}},
+        ),
+        True,
+    ),
+    "payload: 1.0 for 1": (
+        lambda s: _signed(
+            s, _payload(s, {"goal": "echo", "inputs": {"n": 1.0}}), {"goal": "echo", "inputs": {"n": 1}}
+        ),
+        True,
+    ),
+    "payload: 1 for 1.0": (
+        lambda s: _signed(
+            s, _payload(s, {"goal": "echo", "inputs": {"n": 1}}), {"goal": "echo", "inputs": {"n": 1.0}}
+        ),
+        True,
+    ),
+    "payload: true for 1": (
+        lambda s: _signed(
+            s, _payload(s, {"goal": "echo", "inputs": {"n": True}}), {"goal": "echo", "inputs": {"n": 1}}
+        ),
+        True,
+    ),
+    "payload: huge number in the params": (
+        lambda s: _signed(s, _payload(s, ECHO_A), {"goal": "echo", "inputs": {"a": 2**70}}),
+        True,
+    ),
+    "payload: 2**60 in the params": (
+        lambda s: _signed(s, _payload(s, ECHO_A), {"goal": "echo", "inputs": {"a": 2**60}}),
+        True,
+    ),
+    "payload: extra member": (_payload_change(extra=1), True),
+    "payload: close member": (_payload_change(close=True), True),
+    "payload: no timestamp": (_payload_change(timestamp=DROP), True),
+    "payload: no intent": (_payload_change(intent=DROP), True),
+    "payload: timestamp a float": (_payload_change(timestamp=float(T0)), True),
+    "payload: timestamp true": (_payload_change(timestamp=True), True),
+    "payload: timestamp negative": (_payload_change(timestamp=-1), True),
+    "payload: timestamp a string": (_payload_change(timestamp=str(T0)), True),
+    "payload: sequence a float": (lambda s: _signed_seq(s, float), True),
+    "payload: sequence a string": (lambda s: _signed_seq(s, str), True),
+    "payload: sequence another": (lambda s: _signed_seq(s, lambda n: n + 1), True),
+    "payload: session id another": (_payload_change(session_id="B" * 43), True),
+    "payload: session id a number": (_payload_change(session_id=5), True),
+    "payload: commitment another": (_payload_change(session_commitment=encoding.hash_of({"x": 1})), True),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+async def test_each_case_gets_the_same_answer_on_both_paths(pair: Pair, name: str) -> None:
+    build, flat = CASES[name]
+    sess = await pair.open()
+    await pair.send("intent", sess.prepare_intent(ECHO).params)  # a first intent, through both
+    assert pair.flat == 1
+    params = build(sess)
+    await pair.send("intent", params)
+    assert pair.flat == 1 + flat, f"the flat path {'did not start' if flat else 'started'} {name!r}"
+    # And the session goes on alike: the next honest intent, the same retried, a close.
+    req = sess.prepare_intent({"goal": "context", "inputs": {"after": name}})
+    first = await pair.send("intent", req.params)
+    assert first.error is None, first.error
+    assert await pair.send("intent", req.params) == first  # a byte-identical retry
+    await pair.send("close", sess.prepare_close().params)
+    await pair.send("intent", sess.prepare_intent(ECHO).params)  # -32043 on both
+
+
+async def test_sequences_replays_and_retries(pair: Pair) -> None:
+    sess = await pair.open()
+    await pair.send("intent", sess.prepare_intent(ECHO).params)
+    req = sess.prepare_intent(ECHO)
+    first = await pair.send("intent", req.params)
+    assert first.error is None
+    replay = await pair.send("intent", req.params)
+    assert replay == first
+    assert pair.fast.audit[-1] == {
+        **pair.general.audit[-1],
+        "duration_ms": pair.fast.audit[-1]["duration_ms"],
+    }
+    # The same sequence with another token, an older one, a newer one after a gap.
+    again = forge_request(sess, ECHO, sequence=req.sequence, timestamp=T0 - 1)
+    assert (await pair.send("intent", again.params)).error["code"] == -32044  # type: ignore[index]
+    older = forge_request(sess, ECHO, sequence=req.sequence - 1)
+    assert (await pair.send("intent", older.params)).error["code"] == -32044  # type: ignore[index]
+    gap = forge_request(sess, ECHO, sequence=req.sequence + 10)
+    assert (await pair.send("intent", gap.params)).error is None
+    sess.last_sequence = gap.sequence
+    # A failed intent's answer is stored and replayed as well.
+    boom = sess.prepare_intent({"goal": "boom", "inputs": {}})
+    answer = await pair.send("intent", boom.params)
+    assert answer.error is not None and answer.error["code"] == -32603
+    assert await pair.send("intent", boom.params) == answer
+
+
+async def test_a_retry_while_the_original_runs_waits_for_it_alike() -> None:
+    pair = Pair()
+    sess = await pair.open()
+    gates = {w: asyncio.Event() for w in ("fast", "general")}
+
+    def gated(name: str) -> Any:
+        async def handler(inputs: Any, ctx: IntentContext) -> Any:
+            await gates[name].wait()
+            return {"done": inputs}
+
+        return handler
+
+    pair.fast.handlers.dispatcher.add("gated", gated("fast"))
+    pair.general.handlers.dispatcher.add("gated", gated("general"))
+    req = sess.prepare_intent({"goal": "gated", "inputs": {"n": 1}})
+    replies = []
+    for name, handle in (("fast", _handle_now(pair.fast)), ("general", pair.general.server.handle)):
+        original = asyncio.ensure_future(handle("intent", copy.deepcopy(req.params)))
+        retry = asyncio.ensure_future(handle("intent", copy.deepcopy(req.params)))
+        await asyncio.sleep(0.05)
+        assert not original.done() and not retry.done()
+        gates[name].set()
+        replies.append((await original, await retry))
+    (fast_original, fast_retry), (general_original, general_retry) = replies
+    assert_same(fast_original, general_original)
+    assert_same(fast_retry, general_retry)
+    assert fast_retry == fast_original
+    assert_same_state(pair.fast, pair.general)
+
+
+def _handle_now(w: World) -> Callable[[str, Any], Any]:
+    async def handle(method: str, params: Any) -> Reply:
+        pending = w.server.handle_now(method, params)
+        return pending if isinstance(pending, Reply) else await pending
+
+    return handle
+
+
+async def test_rate_limit_and_expiry_answer_alike() -> None:
+    pair = Pair(Policy.build(rate_limit=2, rate_period=60, session_timeout=120))
+    sess = await pair.open()
+    for _ in range(3):
+        reply = await pair.send("intent", sess.prepare_intent(ECHO).params)
+    assert reply.error is not None and reply.error["code"] == -32048 and reply.retry_after is not None
+    for w in (pair.fast, pair.general):
+        w.clock.advance(121)
+    reply = await pair.send("intent", forge_request(sess, ECHO, timestamp=T0 + 121).params)
+    assert reply.error is not None and reply.error["code"] == -32043
+    assert pair.flat == 4
+
+
+async def test_a_sealed_session_gets_the_general_answer_to_an_open_intent() -> None:
+    pair = Pair(limits=ServerLimits(sealed_intents=True))
+    sess = await pair.open(seal=True)
+    honest = await pair.send("intent", sess.prepare_intent(ECHO).params)  # sealed: general path
+    assert honest.error is None
+    reply = await pair.send("intent", forge_request(sess, ECHO).params)
+    assert reply.error is not None and reply.error["code"] == -32602
+    assert "sealed" in reply.error["message"]
+    assert pair.flat == 1  # started, and handed to the general path once the session is known sealed
+
+
+async def test_a_client_whose_document_is_due_again_takes_the_general_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pair = Pair()
+    sess = await pair.open()
+    checked: list[str] = []
+    guard = pair.fast.server._config.key_guard
+
+    def due(resolver: Any, session: Any) -> bool:
+        checked.append(session.session_id)
+        return False
+
+    monkeypatch.setattr(guard, "session_checked_now", due)
+    reply = await pair.send("intent", sess.prepare_intent(ECHO).params)
+    # The flat path asks, then hands the request to the general path from step 5, which asks
+    # again and checks the session as it always does.
+    assert reply.error is None and checked == [sess.session_id] * 2
+    assert pair.flat == 1
+
+
+# -- generated: one member of params or payload replaced --------------------------------------------
+json_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**64), max_value=2**64)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+    | st.sampled_from(["", "echo", "sha256:" + "0" * 64, "A" * 43, "A" * 22, T0, 1, 1.0, 0, -1])
+)
+json_values = st.recursive(
+    json_leaves,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+PATHS = [
+    (),
+    ("session_id",),
+    ("session_commitment",),
+    ("sequence",),
+    ("timestamp",),
+    ("intent",),
+    ("intent", "goal"),
+    ("intent", "inputs"),
+    ("intent", "inputs", "a"),
+    ("intent", "domain"),
+    ("intent", "constraints"),
+    ("intent", "constraints", "timeout_ms"),
+    ("intent", "constraints", "max_tokens"),
+    ("intent", "constraints", "stream"),
+    ("intent", "priority"),
+    ("intent", "intent_id"),
+    ("intent", "sealed"),
+    ("extra",),
+]
+
+
+def _set(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for name in path[:-1]:
+        inner = obj.get(name)
+        if not isinstance(inner, dict):
+            return
+        obj = inner
+    if value is DROP:
+        obj.pop(path[-1], None)
+    else:
+        obj[path[-1]] = value
+
+
+class Generated:
+    """A pair of worlds and one open session, kept across Hypothesis examples."""
+
+    def __init__(self) -> None:
+        self.runner = asyncio.Runner()
+        self.pair = Pair()
+        self.sess = self.runner.run(self.pair.open())
+
+    def send(self, params: Any) -> None:
+        self.runner.run(self.pair.send("intent", params))
+
+
+@pytest.fixture(scope="module")
+def generated() -> Iterator[Generated]:
+    g = Generated()
+    yield g
+    g.runner.close()
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(
+    where=st.sampled_from(["params", "payload", "both"]),
+    path=st.sampled_from(PATHS[1:]),
+    value=json_values | st.just(DROP),
+    constraints=st.sampled_from([None, {"timeout_ms": 50}, {"stream": False, "max_tokens": 3}]),
+    priority=st.sampled_from([None, 1, 3, 4]),
+)
+def test_generated_requests_get_the_same_answer_on_both_paths(
+    generated: Generated, where: str, path: tuple[str, ...], value: Any, constraints: Any, priority: Any
+) -> None:
+    sess = generated.sess
+    intent: dict[str, Any] = {"goal": "context", "inputs": {"a": 1, "b": [1, "x"]}, "domain": "d"}
+    if constraints is not None:
+        intent["constraints"] = dict(constraints)
+    if priority is not None:
+        intent["priority"] = priority
+    payload = _payload(sess, copy.deepcopy(intent))
+    params_intent = copy.deepcopy(intent)
+    value = value if value is DROP else copy.deepcopy(value)
+    if where in ("payload", "both"):
+        _set(payload, path, value)
+    params = _signed(sess, payload, params_intent)
+    params["sequence"] = sess.last_sequence
+    if where in ("params", "both"):
+        _set(params, path, value if value is DROP else copy.deepcopy(value))
+    generated.send(params)
+
+
+# -- the success reply written in parts is the one written whole -----------------------------------
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    result=json_values.filter(lambda v: encoding.ijson_problem(v) is None),
+    sequence=st.integers(min_value=1, max_value=MAX_SAFE_INT),
+    at=st.integers(min_value=0, max_value=MAX_SAFE_INT),
+    session_id=st.sampled_from(["A" * 43, "abc-_", 'q"uote\\', "é"]),
+)
+def test_a_success_is_the_answer_written_whole(result: Any, sequence: int, at: int, session_id: str) -> None:
+    w = make_world()
+    replies = SignedReplies(w.server._config)
+    req_hash = "sha256:" + hashlib.sha256(session_id.encode()).hexdigest()
+    reply = replies.success(session_id, sequence, req_hash, result, at)
+    payload = {
+        "session_id": session_id,
+        "sequence": sequence,
+        "request_hash": req_hash,
+        "status": "success",
+        "result": result,
+        "timestamp": at,
+    }
+    token = jws_sign(payload, w.server_id, m.Typ.RESPONSE)
+    sent = {"status": "success", "sequence": sequence, "result": result, "response_jws": token}
+    assert reply.result == sent
+    assert reply.result_json == encoding.dumps(sent)
+    assert reply.stored is not None
+    stored: dict[str, Any] = {"http_status": 200, "result": result, "signed_at": at}
+    if result is None:
+        del stored["result"]
+    assert reply.stored.to_json() == encoding.dumps(stored)
