@@ -18,7 +18,14 @@ from a2a_secure.errors import AuthenticationFailed, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.ed25519 import verify_signature
 
-__all__ = ["MAX_TOKEN_LENGTH", "jws_decode_unverified", "jws_sign", "jws_sign_json", "jws_verify"]
+__all__ = [
+    "MAX_TOKEN_LENGTH",
+    "jws_decode_unverified",
+    "jws_sign",
+    "jws_sign_bytes",
+    "jws_sign_json",
+    "jws_verify",
+]
 
 # A token carries an intent's inputs, and bodies are capped at 1 MiB; 4/3 of that plus headroom.
 MAX_TOKEN_LENGTH = 1_500_000
@@ -53,16 +60,21 @@ def jws_sign(payload: Mapping[str, Any], identity: Signer, typ: str) -> str:
 
 def jws_sign_json(payload: bytes, identity: Signer, typ: str) -> str:
     """:func:`jws_sign` of a payload already written as compact JSON (a JSON object)."""
-    header = _HEADERS.get((identity.kid, typ))
-    if header is None:
-        header = encoding.b64u_encode(encoding.dumps({"alg": "EdDSA", "typ": typ, "kid": identity.kid}))
-        if len(_HEADERS) >= _HEADER_CACHE_MAX:
-            _HEADERS.clear()
-        _HEADERS[(identity.kid, typ)] = header
-    body = encoding.b64u_encode(payload)
-    signing_input = f"{header}.{body}"
-    signature = identity.sign(signing_input.encode("ascii"))
-    return f"{signing_input}.{encoding.b64u_encode(signature)}"
+    return jws_sign_bytes(payload, identity, typ).decode("ascii")
+
+
+def jws_sign_bytes(payload: bytes, identity: Signer, typ: str) -> bytes:
+    """:func:`jws_sign_json`, the token as its ASCII bytes (what a body written as bytes takes)."""
+    key = (identity.kid, typ)
+    head = _HEADS.get(key)
+    if head is None:
+        header = {"alg": "EdDSA", "typ": typ, "kid": identity.kid}
+        head = encoding.b64u_encode_bytes(encoding.dumps(header)) + b"."
+        if len(_HEADS) >= _HEADER_CACHE_MAX:
+            _HEADS.clear()
+        _HEADS[key] = head
+    signing_input = head + encoding.b64u_encode_bytes(payload)
+    return signing_input + b"." + encoding.b64u_encode_bytes(identity.sign(signing_input))
 
 
 # A peer signs every message with the same few headers: their decodes are kept (a copy is
@@ -71,8 +83,8 @@ def jws_sign_json(payload: bytes, identity: Signer, typ: str) -> str:
 _HEADER_CACHE: dict[str, dict[str, Any]] = {}
 _HEADER_CACHE_MAX = 1024
 _HEADER_CACHE_MAX_TEXT = 512
-# The encoded header each signer puts on each typ.
-_HEADERS: dict[tuple[str, str], str] = {}
+# The encoded header each signer puts on each typ, and the "." after it.
+_HEADS: dict[tuple[str, str], bytes] = {}
 
 
 def _decode_header(h_text: str) -> Any:
