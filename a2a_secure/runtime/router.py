@@ -136,6 +136,7 @@ class ServerProtocol:
         self._common_intent = self._intents.common
         self._answer_now = self._intents.answer_now
         self._write_audit = auditor.write
+        self._auditor = auditor
 
     # The configuration all rooms share: replacing a member here reaches each of them.
     @property
@@ -209,6 +210,15 @@ class ServerProtocol:
     @priority_rights.setter
     def priority_rights(self, value: PriorityRights) -> None:
         self._config.priority_rights = value
+
+    @property
+    def observe(self) -> ObserveHook | None:
+        """``observe(audit_fields, reply, seconds)``, told of every answered request, or None."""
+        return self._auditor.observe
+
+    @observe.setter
+    def observe(self, value: ObserveHook | None) -> None:
+        self._auditor.observe = value
 
     @property
     def scheduler(self) -> Scheduler:

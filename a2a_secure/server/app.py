@@ -682,7 +682,9 @@ class AgentServer(IntentDispatcher):
                     ring=self.key_ring, revocations=self.revocations, monotonic=self._monotonic
                 ),
                 priority_rights=self.priority_rights,
-                observe=self._observer.observe,
+                # Told of each request only when it has somewhere to go: metrics or log lines,
+                # or a span (handle_asgi installs it the first time it finds a tracer).
+                observe=self._observer.observe if self._observer.has_sinks else None,
                 delegation=self.delegation,
             )
         return self._protocol
@@ -698,6 +700,7 @@ class AgentServer(IntentDispatcher):
         tracer = tracing.tracer()
         if tracer is None:
             return self._handle_asgi(scope, receive, send, endpoint)
+        self.protocol.observe = self._observer.observe  # the span gets the request's fields
         return self._traced_asgi(tracer, scope, receive, send, endpoint)
 
     async def _traced_asgi(
