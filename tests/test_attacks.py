@@ -2472,11 +2472,12 @@ async def test_i1_secret_comparisons_constant_time(w: Wire, monkeypatch: pytest.
     # Source: the commitment of §6.1 step 3 goes through ct_equal, and signed-member checks
     # (nonces, hashes) through json_equal, both hmac.compare_digest.
     # Steps 2-4 are one method, taken by the general path and by the common intent's flat path;
-    # the flat path's step 5 compares its one text through compare_digest as well.
+    # the flat path's step 5 compares its texts through compare_digest as well.
     steps_2_to_4 = inspect.getsource(IntentProcessor._check_signed)
     assert "ct_equal(commitment, session.session_commitment)" in steps_2_to_4
     assert "self._check_signed(" in inspect.getsource(IntentProcessor.handle)
     assert "self._check_signed(" in inspect.getsource(CommonIntentProcessor.answer_now)
+    assert "hmac.compare_digest" in inspect.getsource(common_intent._as_written)
     assert "hmac.compare_digest" in inspect.getsource(common_intent.signed_timestamp)
     from a2a_secure.protocol import validate
 

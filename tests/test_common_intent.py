@@ -18,6 +18,7 @@ import asyncio
 import copy
 import dataclasses
 import hashlib
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,7 +44,7 @@ from a2a_secure.identity.jws import jws_sign
 from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import ClientSession
-from a2a_secure.protocol.server import IntentContext, Reply, ServerLimits
+from a2a_secure.protocol.server import IntentContext, Reply, ServerLimits, common_intent
 from a2a_secure.protocol.server.replies import SignedReplies
 from a2a_secure.protocol.validate import MAX_SAFE_INT
 from a2a_secure.server.app import _reply_messages
@@ -275,6 +276,41 @@ def _huge_payload(s: ClientSession) -> Any:
     return {**params, "intent": {"goal": "echo", "inputs": {"a": 2**60}}, "request_jws": _raw_token(s, body)}
 
 
+def _raw(s: ClientSession, change: Callable[[bytes], bytes], params_intent: Any = None) -> Any:
+    """Params for ECHO whose payload text is the client's with ``change`` applied, re-signed."""
+    req = s.prepare_intent(ECHO)
+    text = encoding.b64u_decode(req.params["request_jws"].split(".")[1])
+    params = {**req.params, "request_jws": _raw_token(s, change(text))}
+    if params_intent is not None:
+        params["intent"] = params_intent
+    return params
+
+
+def _spaced(text: bytes) -> bytes:
+    return json.dumps(encoding.loads(text), separators=(", ", ": "), ensure_ascii=False).encode()
+
+
+def _reordered(text: bytes) -> bytes:
+    payload = encoding.loads(text)
+    return encoding.dumps({name: payload[name] for name in reversed(list(payload))})
+
+
+def _nested(s: ClientSession, depth: int) -> Any:
+    """An honest request whose payload nests ``depth`` containers (the payload being one)."""
+    inputs: Any = {}
+    for _ in range(depth - 3):  # payload, intent and inputs are three
+        inputs = {"n": inputs}
+    intent = {"goal": "echo", "inputs": inputs}
+    text = encoding.dumps(_payload(s, intent))
+    return {
+        **_signed(s, {"sequence": s.last_sequence, "intent": intent}),
+        "request_jws": _raw_token(s, text),
+    } | {
+        "sequence": s.last_sequence,
+        "intent": intent,
+    }
+
+
 def _signed_seq(s: ClientSession, signed: Callable[[int], Any]) -> Any:
     payload = _payload(s, ECHO_A)
     n = payload["sequence"]
@@ -364,10 +400,10 @@ CASES: dict[str, tuple[Case, bool]] = {
         lambda s: _with(s, lambda p: {**p, "session_id": _non_canonical(p["session_id"])}),
         False,
     ),
-    "params: session id unknown": (_params(session_id="A" * 43), True),
+    "params: session id unknown": (_params(session_id="A" * 43), False),
     "params: session id a number": (_params(session_id=7), False),
     "params: commitment not a hash": (_params(session_commitment="sha256:XYZ"), False),
-    "params: commitment wrong": (_params(session_commitment=encoding.hash_of({"guess": 1})), True),
+    "params: commitment wrong": (_params(session_commitment=encoding.hash_of({"guess": 1})), False),
     "params: intent a list": (_params(intent=[]), False),
     "params: token not a string": (_params(request_jws=7), False),
     "params: token four segments": (
@@ -387,14 +423,15 @@ CASES: dict[str, tuple[Case, bool]] = {
     "token: another key": (_forged(ECHO, signer=MALLORY), True),
     "token: duplicate members": (_duplicate, False),
     "token: payload not I-JSON": (_huge_payload, False),
-    # Step 5: a payload that differs from the params (re-signed with the client's key).
+    # Step 5: a payload that differs from the params (re-signed with the client's key), or
+    # the same written otherwise: parsed and compared by the flat path, or the general path's.
     "payload: intent tampered": (
         _forged(ECHO, payload_changes={"intent": {"goal": "echo", "inputs": {"text": "ho"}}}),
-        True,
+        False,
     ),
     "payload: goal tampered": (
         _forged(ECHO, payload_changes={"intent": {"goal": "boom", "inputs": {"text": "hi"}}}),
-        True,
+        False,
     ),
     "payload: member order differs": (
         lambda s: _signed(
@@ -408,42 +445,78 @@ CASES: dict[str, tuple[Case, bool]] = {
         lambda s: _signed(
             s, _payload(s, {"goal": "echo", "inputs": {"n": 1.0}}), {"goal": "echo", "inputs": {"n": 1}}
         ),
-        True,
+        False,
     ),
     "payload: 1 for 1.0": (
         lambda s: _signed(
             s, _payload(s, {"goal": "echo", "inputs": {"n": 1}}), {"goal": "echo", "inputs": {"n": 1.0}}
         ),
-        True,
+        False,
     ),
     "payload: true for 1": (
         lambda s: _signed(
             s, _payload(s, {"goal": "echo", "inputs": {"n": True}}), {"goal": "echo", "inputs": {"n": 1}}
         ),
-        True,
+        False,
     ),
     "payload: huge number in the params": (
         lambda s: _signed(s, _payload(s, ECHO_A), {"goal": "echo", "inputs": {"a": 2**70}}),
-        True,
+        False,
     ),
     "payload: 2**60 in the params": (
         lambda s: _signed(s, _payload(s, ECHO_A), {"goal": "echo", "inputs": {"a": 2**60}}),
+        False,
+    ),
+    "payload: extra member": (_payload_change(extra=1), False),
+    "payload: close member": (_payload_change(close=True), False),
+    "payload: no timestamp": (_payload_change(timestamp=DROP), False),
+    "payload: no intent": (_payload_change(intent=DROP), False),
+    "payload: timestamp a float": (_payload_change(timestamp=float(T0)), False),
+    "payload: timestamp true": (_payload_change(timestamp=True), False),
+    "payload: timestamp negative": (_payload_change(timestamp=-1), False),
+    "payload: timestamp a string": (_payload_change(timestamp=str(T0)), False),
+    "payload: sequence a float": (lambda s: _signed_seq(s, float), False),
+    "payload: sequence a string": (lambda s: _signed_seq(s, str), False),
+    "payload: sequence another": (lambda s: _signed_seq(s, lambda n: n + 1), False),
+    "payload: session id another": (_payload_change(session_id="B" * 43), False),
+    "payload: session id a number": (_payload_change(session_id=5), False),
+    "payload: commitment another": (_payload_change(session_commitment=encoding.hash_of({"x": 1})), False),
+    "payload: members in another order": (lambda s: _raw(s, _reordered), True),
+    "payload: spaces": (lambda s: _raw(s, _spaced), True),
+    "payload: escaped characters": (lambda s: _raw(s, lambda b: b.replace(b'"hi"', b'"h\\u0069"')), True),
+    "payload: timestamp -0": (
+        lambda s: _raw(s, lambda b: b.replace(b'"timestamp":%d' % T0, b'"timestamp":-0')),
         True,
     ),
-    "payload: extra member": (_payload_change(extra=1), True),
-    "payload: close member": (_payload_change(close=True), True),
-    "payload: no timestamp": (_payload_change(timestamp=DROP), True),
-    "payload: no intent": (_payload_change(intent=DROP), True),
-    "payload: timestamp a float": (_payload_change(timestamp=float(T0)), True),
-    "payload: timestamp true": (_payload_change(timestamp=True), True),
-    "payload: timestamp negative": (_payload_change(timestamp=-1), True),
-    "payload: timestamp a string": (_payload_change(timestamp=str(T0)), True),
-    "payload: sequence a float": (lambda s: _signed_seq(s, float), True),
-    "payload: sequence a string": (lambda s: _signed_seq(s, str), True),
-    "payload: sequence another": (lambda s: _signed_seq(s, lambda n: n + 1), True),
-    "payload: session id another": (_payload_change(session_id="B" * 43), True),
-    "payload: session id a number": (_payload_change(session_id=5), True),
-    "payload: commitment another": (_payload_change(session_commitment=encoding.hash_of({"x": 1})), True),
+    "payload: timestamp 0": (
+        lambda s: _raw(s, lambda b: b.replace(b'"timestamp":%d' % T0, b'"timestamp":0')),
+        True,
+    ),
+    "payload: timestamp with a leading zero": (
+        lambda s: _raw(s, lambda b: b.replace(b'"timestamp":%d' % T0, b'"timestamp":0%d' % T0)),
+        False,
+    ),
+    "payload: timestamp in exponent form": (
+        lambda s: _raw(s, lambda b: b.replace(b'"timestamp":%d' % T0, b'"timestamp":1.7637e9')),
+        False,
+    ),
+    "payload: timestamp past 2**53": (
+        lambda s: _raw(s, lambda b: b.replace(b'"timestamp":%d' % T0, b'"timestamp":%d' % 2**53)),
+        False,
+    ),
+    "payload: a float written otherwise": (
+        lambda s: _raw(
+            s, lambda b: b.replace(b'"hi"', b"1e+300"), {"goal": "echo", "inputs": {"text": 1e300}}
+        ),
+        True,
+    ),
+    "payload: nested 31 deep": (lambda s: _nested(s, 31), True),
+    "payload: nested 32 deep": (lambda s: _nested(s, 32), True),
+    "payload: nested 33 deep": (lambda s: _nested(s, 33), False),
+    "payload: a lone surrogate in the params": (
+        lambda s: _signed(s, _payload(s, ECHO_A), {"goal": "echo", "inputs": {"a": "\ud800"}}),
+        False,
+    ),
 }
 
 
@@ -700,3 +773,18 @@ def test_a_success_is_the_answer_written_whole(result: Any, sequence: int, at: i
     if result is None:
         del stored["result"]
     assert reply.stored.to_json() == encoding.dumps(stored)
+
+
+async def test_the_client_s_payload_is_compared_as_text_and_not_parsed(pair: Pair) -> None:
+    sess = await pair.open()
+    req = sess.prepare_intent({**ECHO, "domain": "d", "constraints": {"max_tokens": 3}})
+    text = encoding.b64u_decode(req.params["request_jws"].split(".")[1])
+    args = (sess.session_id, sess.session_commitment, req.sequence, req.params["intent"])
+    assert common_intent._as_written(text, *args) == T0
+    found = common_intent.common_intent(req.params)
+    assert found is not None and found[-1] == T0
+    # Written otherwise, the same payload is parsed and compared as JSON: the same timestamp.
+    assert common_intent._as_written(_spaced(text), *args) is None
+    spaced = {**req.params, "request_jws": _raw_token(sess, _spaced(text))}
+    found = common_intent.common_intent(spaced)
+    assert found is not None and found[-1] == T0

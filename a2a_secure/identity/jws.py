@@ -20,10 +20,12 @@ from a2a_secure.identity.ed25519 import verify_signature
 
 __all__ = [
     "MAX_TOKEN_LENGTH",
+    "jws_check",
     "jws_decode_unverified",
     "jws_sign",
     "jws_sign_bytes",
     "jws_sign_json",
+    "jws_split",
     "jws_verify",
 ]
 
@@ -122,6 +124,29 @@ def jws_decode_unverified(token: object) -> Decoded:
     return header, payload, signing_input, signature
 
 
+def jws_split(token: object) -> tuple[dict[str, Any], bytes, bytes, bytes] | None:
+    """:func:`jws_decode_unverified` with the payload's JSON text not parsed: (header, payload
+    text, signing input, signature), or None where that raises for anything but the payload.
+
+    For a receiver that knows what the payload must say and compares its text.
+    """
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_LENGTH:
+        return None
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    h_text, p_text, s_text = parts
+    try:
+        header = _decode_header(h_text)
+        payload = encoding.b64u_decode(p_text)
+        signature = encoding.b64u_decode(s_text)
+    except InvalidParams:
+        return None
+    if not isinstance(header, dict):
+        return None
+    return header, payload, token[: len(h_text) + 1 + len(p_text)].encode("ascii"), signature
+
+
 def jws_verify(
     token: str, public_key: bytes, *, typ: str, kid: str, decoded: Decoded | None = None
 ) -> dict[str, Any]:
@@ -133,6 +158,20 @@ def jws_verify(
     the caller already split it (a shape check that comes before the signature check).
     """
     header, payload, signing_input, signature = decoded or jws_decode_unverified(token)
+    jws_check(header, signing_input, signature, public_key, typ=typ, kid=kid)
+    return payload
+
+
+def jws_check(
+    header: Mapping[str, Any],
+    signing_input: bytes,
+    signature: bytes,
+    public_key: bytes,
+    *,
+    typ: str,
+    kid: str,
+) -> None:
+    """:func:`jws_verify` of a token already split: its header, signing input and signature."""
     if header.keys() != _HEADER_MEMBERS:
         raise AuthenticationFailed("JWS header must have exactly alg, typ and kid")
     if header["alg"] != "EdDSA":
@@ -145,4 +184,3 @@ def jws_verify(
         raise AuthenticationFailed("JWS signature must be 64 bytes")
     if not verify_signature(public_key, signing_input, signature):
         raise AuthenticationFailed("JWS signature does not verify")
-    return payload

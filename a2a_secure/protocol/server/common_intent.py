@@ -4,20 +4,25 @@ Most intents are alike: ``goal`` and ``inputs``, perhaps ``domain``, ``constrain
 ``priority``; no ``intent_id``, no sealed inputs, no delegation chain, not streamed, on a
 session that is not sealed, at a server whose store never suspends (MemoryStore), with no
 deny list, no priority queue and no delegation rules. :class:`CommonIntentProcessor`
-answers them without a coroutine (unless the handler suspends) and without the models:
+answers them without a coroutine (unless the handler suspends) and without the models.
 :func:`common_intent` makes step 1's shape checks on the params as the envelope parser gave
-them, :func:`signed_timestamp` step 5's rule (the signed payload is the params with a
-timestamp and without the token) in one comparison, where the general path builds an
-``IntentRequest``, an ``Intent``, the ``expected`` members and a ``RequestPayload``.
+them, and step 5's rule (the signed payload is the params with a timestamp and without the
+token) in one comparison, before anything else: the payload's text against the text the
+params make (:data:`SIGNED_HEAD`, the intent written by orjson), which is the text a client
+of this library signs, so that the payload is neither parsed nor compared member by member;
+a payload written otherwise is parsed, and less its timestamp compared with the params less
+their token (sorted JSON texts). The general path builds an ``IntentRequest``, an
+``Intent``, the ``expected`` members and a ``RequestPayload`` for the same decision.
 
-Neither check refuses anything. Each accepts a part of what the models accept, with the same
-values, and answers None for all else: a malformed member, a member of an extension, a
-payload whose JSON differs from the params' in its text. The processor then takes the
-general path of :class:`~a2a_secure.protocol.server.intents.IntentProcessor` (from step 1,
-or from step 5 once the signature is verified), which gives the refusal with its message,
-or accepts what only differs in form (``1.0`` signed where the params say ``1``: equal JSON
-values, §1). Steps 2-4, 9-10 and the refusals of steps 6-8 are the general path's own code,
-so that both give the same answers, byte for byte (tests/test_common_intent.py).
+:func:`common_intent` refuses nothing. It accepts a part of what the models accept, with
+the same values, and answers None for all else: a malformed member, a member of an
+extension, a payload that differs from the params. The processor then takes the general
+path of :class:`~a2a_secure.protocol.server.intents.IntentProcessor` from step 1, which
+gives the refusal with its message, or accepts what only differs in form (``1.0`` signed
+where the params say ``1``: equal JSON values, §1); and from step 5, once the signature is
+verified, for a sealed session or a client whose DID document is due to be fetched again.
+Steps 2-4, 9-10 and the refusals of steps 6-8 are the general path's own code, so that both
+give the same answers, byte for byte (tests/test_common_intent.py).
 
 State: none beyond the general processor's.
 """
@@ -32,9 +37,10 @@ from typing import Any, Final
 
 import orjson
 
-from a2a_secure.errors import A2AError, InternalError, SessionUnknown
-from a2a_secure.identity.encoding import MAX_SAFE_INT, is_hash_string
-from a2a_secure.identity.jws import Decoded, jws_decode_unverified
+from a2a_secure.errors import A2AError, InternalError, InvalidParams, SessionUnknown
+from a2a_secure.identity import encoding
+from a2a_secure.identity.encoding import MAX_DEPTH, MAX_SAFE_INT, is_hash_string
+from a2a_secure.identity.jws import jws_split
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.models import Intent, IntentRequest
 from a2a_secure.protocol.models._base import _make
@@ -48,6 +54,7 @@ from a2a_secure.store.base import BeginKind, StoredReply, SyncForms
 
 __all__ = [
     "COMMON_INTENT_MEMBERS",
+    "SIGNED_HEAD",
     "CommonIntent",
     "CommonIntentProcessor",
     "common_intent",
@@ -61,19 +68,28 @@ COMMON_INTENT_MEMBERS: Final = frozenset(("goal", "inputs", "domain", "constrain
 # A session id as step 1 accepts it: the canonical base64url of 32 bytes (43 characters,
 # the last carrying 4 bits and 2 zero bits: one of the 16 characters whose value is 0 mod 4).
 _SESSION_ID: Final = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]")
+# The signed payload as this library's client writes it (encoding.dumps of its members in
+# this order, compact): this head, the timestamp's digits, then ``,"intent":`` + the intent
+# + ``}``. The session id and commitment, checked at step 1, need no escaping.
+SIGNED_HEAD: Final = b'{"session_id":"%s","session_commitment":"%s","sequence":%d,"timestamp":'
+_DIGITS: Final = re.compile(rb"0|[1-9][0-9]{0,15}")
+_STRICT: Final = orjson.OPT_STRICT_INTEGER
 _SORTED: Final = orjson.OPT_SORT_KEYS
 _CONSTRAINT_ORDER: Final = ("timeout_ms", "max_tokens", "stream")  # Constraints.to_dict's
 
-CommonIntent = tuple[str, str, int, dict[str, Any], str, dict[str, Any], str, Decoded]
+CommonIntent = tuple[
+    str, str, int, dict[str, Any], str, dict[str, Any], str, dict[str, Any], bytes, bytes, bytes, int
+]
 """Session id, commitment, sequence, the intent (as received), its goal and inputs, the
-token and its split (:func:`~a2a_secure.identity.jws.jws_decode_unverified`)."""
+token; its header, payload text, signing input and signature; the signed timestamp."""
 
 
 def common_intent(params: Any) -> CommonIntent | None:
-    """The members of ``intent`` params that pass step 1 as a common intent, else None.
+    """What ``intent`` params hold when they pass step 1 as a common intent and their signed
+    payload passes step 5 against them, else None.
 
-    The checks are those of ``IntentRequest.parse`` (member for member, the same bounds),
-    on exact JSON types; the token is split as it splits it.
+    The shape checks are those of ``IntentRequest.parse`` (member for member, the same
+    bounds) on exact JSON types; the token is split as ``jws_decode_unverified`` splits it.
     """
     if type(params) is not dict or params.keys() != m.INTENT_PARAMS:
         return None
@@ -99,11 +115,35 @@ def common_intent(params: Any) -> CommonIntent | None:
     if len(intent) > 2 and not _optional_members_ok(intent):
         return None
     token = params["request_jws"]
-    try:
-        decoded = jws_decode_unverified(token)
-    except A2AError:
+    split = jws_split(token)
+    if split is None:
         return None
-    return session_id, commitment, sequence, intent, goal, inputs, token, decoded
+    header, text, signing_input, signature = split
+    timestamp = _as_written(text, session_id, commitment, sequence, intent)
+    if timestamp is None:  # written otherwise (or not equal): parsed, and compared as JSON
+        try:
+            payload = encoding.loads(text, error=InvalidParams)
+        except A2AError:
+            return None
+        if type(payload) is not dict:
+            return None
+        timestamp = signed_timestamp(payload, params)
+        if timestamp is None:
+            return None
+    return (
+        session_id,
+        commitment,
+        sequence,
+        intent,
+        goal,
+        inputs,
+        token,
+        header,
+        text,
+        signing_input,
+        signature,
+        timestamp,
+    )
 
 
 def _optional_members_ok(intent: dict[str, Any]) -> bool:
@@ -130,13 +170,44 @@ def _optional_members_ok(intent: dict[str, Any]) -> bool:
     return True
 
 
+def _as_written(text: bytes, session_id: str, commitment: str, sequence: int, intent: Any) -> int | None:
+    """The signed timestamp when ``text`` is the payload as this library writes it for these
+    members (:data:`SIGNED_HEAD`), else None.
+
+    Such a text is I-JSON (orjson writes no duplicate member, no integer beyond ±(2^53-1)
+    with OPT_STRICT_INTEGER, no lone surrogate; the nesting is bounded below) and parses to
+    exactly the members step 5 asks for, each equal to the params' (a NaN, which orjson
+    writes null, is as equal to the null it parses to by the rule of §1 as written): the
+    payload passes step 5.
+    """
+    try:
+        written = orjson.dumps(intent, option=_STRICT)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+    if written.count(b"{") + written.count(b"[") >= MAX_DEPTH:  # the payload is one level more
+        return None
+    head = SIGNED_HEAD % (session_id.encode(), commitment.encode(), sequence)
+    tail = b',"intent":%s}' % written
+    end = len(text) - len(tail)
+    if end <= len(head):
+        return None
+    # Compared in constant time as every signed member is (the commitment is in the head).
+    if not (hmac.compare_digest(text[: len(head)], head) and hmac.compare_digest(text[end:], tail)):
+        return None
+    digits = text[len(head) : end]
+    if _DIGITS.fullmatch(digits) is None:
+        return None
+    timestamp = int(digits)
+    return timestamp if timestamp <= MAX_SAFE_INT else None
+
+
 def signed_timestamp(payload: dict[str, Any], params: dict[str, Any]) -> int | None:
     """The signed timestamp when ``payload`` passes step 5 against ``params``, else None.
 
     Step 5 asks for exactly the members of ``REQUEST_PAYLOAD``, a signed sequence and
     timestamp that are I-JSON integers, and each member equal (§1) to the receiver's own
     value: the params' session id, sequence and intent, and the session's commitment, which
-    step 3 found identical to the params'. Payload less its timestamp and params less
+    step 3 finds identical to the params'. Payload less its timestamp and params less
     their token then hold the same members; their JSON texts with sorted members are the
     same exactly when each member's is (one text, parsed, gives one member list), and a
     member's text the same makes it equal by the rule of §1. A text that differs may still
@@ -195,7 +266,8 @@ class CommonIntentProcessor(IntentProcessor):
         that waits on its original, the general path from step 5. Raises, as
         :meth:`IntentProcessor.handle` does, only before step 5.
         """
-        session_id, commitment, sequence, intent, goal, inputs, token, decoded = found
+        (session_id, commitment, sequence, intent, goal, inputs, token) = found[:7]
+        header, text, signing_input, signature, timestamp = found[7:]
         cfg = self._config
         audit.intent_goal = goal[:256]
         audit.sequence = sequence
@@ -207,12 +279,14 @@ class CommonIntentProcessor(IntentProcessor):
         session = forms.get_session(session_id, now)
         if session is None or self._past_deadline(session_id):
             raise SessionUnknown("unknown, expired or closed session")
-        payload = self._check_signed(session, session_id, commitment, token, decoded, False, now, audit)
-        # Step 5 in one comparison. A sealed session (its intents carry sealed inputs), a
-        # payload whose text differs from the params', a client DID whose document is due to
-        # be fetched again: the general path, from here.
-        timestamp = None if session.seal_keys else signed_timestamp(payload, params)
-        if timestamp is None or not cfg.key_guard.session_checked_now(cfg.resolver, session):
+        self._check_signed(
+            session, session_id, commitment, header, signing_input, signature, False, now, audit
+        )
+        # Step 5 was decided by common(). A sealed session (its intents carry sealed inputs)
+        # and a client whose DID document is due to be fetched again: the general path, on.
+        if session.seal_keys or not cfg.key_guard.session_checked_now(cfg.resolver, session):
+            payload = encoding.loads(text, error=InvalidParams)  # as jws_decode_unverified did
+            decoded = (header, payload, signing_input, signature)
             req = _make(IntentRequest, session_id, commitment, sequence, Intent.parse(intent), token, decoded)
             return self._verified(req, session, payload, now, audit, store, forms)
         req_hash = m.request_hash(token)

@@ -33,7 +33,7 @@ from a2a_secure.errors import (
     SessionUnknown,
     Unavailable,
 )
-from a2a_secure.identity.jws import Decoded, jws_verify
+from a2a_secure.identity.jws import jws_check
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.models import (
     ClosePayload,
@@ -130,7 +130,6 @@ class IntentProcessor:
         session_id = req.session_id
         params_seq = req.sequence
         intent = req.intent
-        token = req.request_jws
         if intent is not None:
             audit.intent_goal = intent.goal[:256]
             if intent.intent_id is not None:
@@ -152,8 +151,17 @@ class IntentProcessor:
             session = await store.get_session(session_id, now)
         if session is None or self._past_deadline(session_id):
             raise SessionUnknown("unknown, expired or closed session")
-        payload = self._check_signed(
-            session, session_id, req.session_commitment, token, req.decoded, is_close, now, audit
+        header, payload, signing_input, signature = req.decoded
+        self._check_signed(
+            session,
+            session_id,
+            req.session_commitment,
+            header,
+            signing_input,
+            signature,
+            is_close,
+            now,
+            audit,
         )
         return await self._verified(req, session, payload, now, audit, store, forms)
 
@@ -171,13 +179,15 @@ class IntentProcessor:
         session: SessionRecord,
         session_id: str,
         commitment: str,
-        token: str,
-        decoded: Decoded,
+        header: Mapping[str, Any],
+        signing_input: bytes,
+        signature: bytes,
         is_close: bool,
         now: float,
         audit: AuditFields,
-    ) -> dict[str, Any]:
-        """Steps 2 (``session``, found and within its deadline) to 4: the verified payload."""
+    ) -> None:
+        """Steps 2 (``session``, found and within its deadline) to 4, of a token split into its
+        ``header``, ``signing_input`` and ``signature``; raises the refusal."""
         cfg = self._config
         audit.session_id = session_id
         audit.client_did = session.client_did
@@ -194,9 +204,8 @@ class IntentProcessor:
             raise AuthenticationFailed("session_commitment does not match the session")
         # Step 4: signature with the client key pinned by the handshake.
         typ = m.Typ.CLOSE if is_close else m.Typ.REQUEST
-        payload = jws_verify(token, session.client_key, typ=typ, kid=session.client_kid, decoded=decoded)
+        jws_check(header, signing_input, signature, session.client_key, typ=typ, kid=session.client_kid)
         audit.verified = True
-        return payload
 
     async def _verified(
         self,
