@@ -265,7 +265,7 @@ class ServerProtocol:
         found = self._common_intent(params)  # reads nothing but params and the configuration
         if found is None:
             return self.handle(method, params, source=source)
-        audit = AuditFields(event=method, started=self._clock())
+        audit = AuditFields(method, self._clock())
         try:
             reply = self._answer_now(found, params, audit)
         except A2AError as exc:

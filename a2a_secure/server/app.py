@@ -67,7 +67,7 @@ from a2a_secure.protocol.wire import (
     encode_error,
     encode_result,
     encode_result_json,
-    parse_request,
+    read_request,
 )
 from a2a_secure.runtime.exactly_once import server_extensions
 from a2a_secure.runtime.router import ServerProtocol
@@ -197,7 +197,7 @@ def _reply_messages(request_id: Any, reply: Reply, close: bool) -> tuple[Message
         extra.append((b"retry-after", str(reply.retry_after).encode()))
     if close:
         extra.append((b"connection", b"close"))
-    headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode()), *extra]
+    headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(body)), *extra]
     return (
         {"type": "http.response.start", "status": reply.http_status, "headers": headers},
         {"type": "http.response.body", "body": body},
@@ -743,7 +743,7 @@ class AgentServer(IntentDispatcher):
                 body = await _receive_body(receive, self.max_body, message)
             if body is None:
                 return  # the client went away
-            envelope = parse_request(body, endpoint)
+            request_id, method, params = read_request(body, endpoint)
         except A2AError as exc:
             reply = protocol.reject(exc)
             # The body was not read to its end: end the connection, or the HTTP server would
@@ -755,8 +755,7 @@ class AgentServer(IntentDispatcher):
         else:
             client = scope.get("client")
             source = client[0] if client else ""
-            request_id = envelope.id
-            pending = protocol.handle_now(envelope.method, envelope.params, source=source)
+            pending = protocol.handle_now(method, params, source=source)
             reply = pending if isinstance(pending, Reply) else await pending
         if reply.stream is not None:
             await _send_stream(send, request_id, reply.stream, reply.abort)

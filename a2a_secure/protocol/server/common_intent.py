@@ -72,7 +72,8 @@ _SESSION_ID: Final = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]")
 # this order, compact): this head, the timestamp's digits, then ``,"intent":`` + the intent
 # + ``}``. The session id and commitment, checked at step 1, need no escaping.
 SIGNED_HEAD: Final = b'{"session_id":"%s","session_commitment":"%s","sequence":%d,"timestamp":'
-_DIGITS: Final = re.compile(rb"0|[1-9][0-9]{0,15}")
+_MAX_DIGITS: Final = len(str(MAX_SAFE_INT))
+_ZERO: Final = ord("0")
 _STRICT: Final = orjson.OPT_STRICT_INTEGER
 _SORTED: Final = orjson.OPT_SORT_KEYS
 _CONSTRAINT_ORDER: Final = ("timeout_ms", "max_tokens", "stream")  # Constraints.to_dict's
@@ -194,8 +195,8 @@ def _as_written(text: bytes, session_id: str, commitment: str, sequence: int, in
     # Compared in constant time as every signed member is (the commitment is in the head).
     if not (hmac.compare_digest(text[: len(head)], head) and hmac.compare_digest(text[end:], tail)):
         return None
-    digits = text[len(head) : end]
-    if _DIGITS.fullmatch(digits) is None:
+    digits = text[len(head) : end]  # a JSON integer from 0 to 2^53-1: no sign, no leading zero
+    if not digits.isdigit() or len(digits) > _MAX_DIGITS or (digits[0] == _ZERO and len(digits) > 1):
         return None
     timestamp = int(digits)
     return timestamp if timestamp <= MAX_SAFE_INT else None
