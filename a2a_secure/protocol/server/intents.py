@@ -33,6 +33,7 @@ from a2a_secure.errors import (
     SessionUnknown,
     Unavailable,
 )
+from a2a_secure.frozen import builder
 from a2a_secure.identity.jws import jws_check
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.models import (
@@ -42,7 +43,6 @@ from a2a_secure.protocol.models import (
     IntentRequest,
     RequestPayload,
 )
-from a2a_secure.protocol.models._base import _make
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY
 from a2a_secure.protocol.sealing import (
     ClaimBox,
@@ -76,6 +76,7 @@ from a2a_secure.store.intents import ClaimKind
 __all__ = ["IntentProcessor", "begin_refusal", "keep_answer", "parse_intent"]
 
 _log = logging.getLogger("a2a_secure.server")
+_build_context = builder(IntentContext)
 
 
 def parse_intent(value: Any) -> dict[str, Any]:
@@ -478,8 +479,7 @@ class IntentProcessor:
         timeout_ms = min(constraints.get("timeout_ms", max_ms), max_ms)
         # Every field, in order, each already checked: built as the parsed models are,
         # without the frozen dataclass's __init__ (half the cost, on every intent).
-        context = _make(
-            IntentContext,
+        context = _build_context(
             session.client_did,  # caller_did
             session.session_id,
             sequence,
