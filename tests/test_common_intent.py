@@ -1,147 +1,42 @@
 """The common intent's flat path answers exactly as the general path (PROTOCOL.md §6.1).
 
-``ServerProtocol.handle_now`` answers the common intent through the flat path of
-:mod:`a2a_secure.protocol.server.common_intent` (no models, no coroutine); ``handle`` takes
-the general path for every request. Two identical worlds (same keys, clock and random
-source, hence the same session) get the same requests, one world through each. After every
-request the answers must be identical (the two ASGI messages the adapter sends, so the
-bytes on the wire and the HTTP status; the JSON-RPC code and message; the stored answer),
-and so must the audit records, the stores and the handlers' runs: for honest intents and for
-hostile ones (tampered payloads, mismatched, extra and mistyped members, replays, stale
-timestamps, wrong commitments, bad signatures, huge numbers, duplicate members,
-non-canonical base64url), hand-picked and generated.
+Hand-picked requests, honest and hostile (tampered payloads, mismatched, extra and mistyped
+members, replays, stale timestamps, wrong commitments, bad signatures, huge numbers,
+duplicate members, non-canonical base64url, payloads written otherwise), each sent to two
+identical worlds, one through each path (common_intent_helpers.Pair); generated ones are in
+tests/test_common_intent_generated.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
-import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from protocol_helpers import (
-    DROP,
-    T0,
-    Flow,
-    World,
-    flip_signature,
-    forge_request,
-    identity,
-    make_world,
-    sign_raw,
-    snapshot,
-    with_token,
+from common_intent_helpers import (
+    ECHO,
+    ECHO_A,
+    MALLORY,
+    Pair,
+    assert_same,
+    assert_same_state,
+    next_sequence,
+    non_canonical,
+    payload_for,
+    raw_token,
+    signed_params,
 )
+from protocol_helpers import DROP, T0, World, flip_signature, forge_request, with_token
 
 from a2a_secure.identity import encoding
-from a2a_secure.identity.jws import jws_sign
 from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import ClientSession
 from a2a_secure.protocol.server import IntentContext, Reply, ServerLimits, common_intent
-from a2a_secure.protocol.server.replies import SignedReplies
 from a2a_secure.protocol.validate import MAX_SAFE_INT
-from a2a_secure.server.app import _reply_messages
-
-POLICY = Policy.build(blocked=("blocked",), rate_limit=10**6)
-MALLORY = identity("mallory")
-
-
-async def _slow(inputs: Any, ctx: IntentContext) -> Any:
-    await asyncio.sleep(0)  # suspends once: the handler's rest is awaited
-    return {"slow": inputs, "priority": ctx.priority, "constraints": dict(ctx.constraints)}
-
-
-async def _context(inputs: Any, ctx: IntentContext) -> Any:
-    # Everything a handler is told, in the order it is told: the two paths must agree.
-    return {
-        "caller": ctx.caller_did,
-        "session": ctx.session_id,
-        "sequence": ctx.sequence,
-        "goal": ctx.goal,
-        "domain": ctx.domain,
-        "constraints": list(ctx.constraints.items()),
-        "agent": ctx.client_agent_id,
-        "priority": ctx.priority,
-        "intent_id": ctx.intent_id,
-        "principal": ctx.principal,
-    }
-
-
-async def _ticks(inputs: Any, ctx: IntentContext) -> Any:
-    yield {"tick": 1}
-
-
-class Pair:
-    """Two identical worlds: ``fast`` answered through ``handle_now``, ``general`` through ``handle``."""
-
-    def __init__(self, policy: Policy = POLICY, limits: ServerLimits | None = None) -> None:
-        self.fast = make_world(policy, limits=limits)
-        self.general = make_world(policy, limits=limits)
-        for w in (self.fast, self.general):
-            w.handlers.dispatcher.add("slow", _slow)
-            w.handlers.dispatcher.add("context", _context)
-            w.handlers.dispatcher.add_stream("ticks", _ticks, always=True)
-        self.flat = 0  # requests the flat path started (it may hand them on after step 4)
-
-    async def open(self, *, seal: bool = False) -> ClientSession:
-        sessions = []
-        for w in (self.fast, self.general):
-            flow = Flow(w)
-            flow.hs.seal = seal
-            sessions.append(await flow.complete())
-        assert sessions[0].session_id == sessions[1].session_id
-        return sessions[0]
-
-    async def send(self, method: str, params: Any) -> Reply:
-        """Send ``params`` to both worlds; the two answers and states must be the same."""
-        fast_params, general_params = copy.deepcopy(params), copy.deepcopy(params)
-        common = method == "intent" and self.fast.server._intents.common(copy.deepcopy(params)) is not None
-        pending = self.fast.server.handle_now(method, fast_params)
-        fast = pending if isinstance(pending, Reply) else await pending
-        general = await self.general.server.handle(method, general_params)
-        if fast.stream is not None or general.stream is not None:  # §6.4: the general path's
-            assert fast.stream is not None and general.stream is not None
-            assert [e async for e in fast.stream] == [e async for e in general.stream]
-            fast, general = _without_stream(fast), _without_stream(general)
-        assert_same(fast, general)
-        assert_same_state(self.fast, self.general)
-        self.flat += common
-        return fast
-
-
-def _without_stream(reply: Reply) -> Reply:
-    return dataclasses.replace(reply, stream=None, abort=None)
-
-
-def assert_same(fast: Reply, general: Reply) -> None:
-    assert fast.stream is None and general.stream is None
-    for close in (False, True):
-        assert _reply_messages(7, fast, close) == _reply_messages(7, general, close)
-        assert _reply_messages("id", fast, close) == _reply_messages("id", general, close)
-    assert (fast.http_status, fast.result, fast.error, fast.retry_after, fast.result_json) == (
-        general.http_status,
-        general.result,
-        general.error,
-        general.retry_after,
-        general.result_json,
-    )
-    assert fast.stored == general.stored
-    if fast.stored is not None and general.stored is not None:
-        assert fast.stored.to_json() == general.stored.to_json()
-
-
-def assert_same_state(a: World, b: World) -> None:
-    assert snapshot(a.store) == snapshot(b.store)
-    assert a.handlers.calls == b.handlers.calls
-    records = [[{k: v for k, v in r.items() if k != "duration_ms"} for r in w.audit] for w in (a, b)]
-    assert records[0] == records[1]
 
 
 @pytest.fixture
@@ -149,56 +44,6 @@ async def pair() -> Pair:
     return Pair()
 
 
-def _signed(sess: ClientSession, payload: dict[str, Any], params_intent: Any = None) -> dict[str, Any]:
-    """Params carrying ``payload`` signed by the session's client (and its intent, unless told)."""
-    token = sign_raw(payload, sess.identity, typ=m.Typ.REQUEST)
-    return {
-        "session_id": sess.session_id,
-        "session_commitment": sess.session_commitment,
-        "sequence": payload.get("sequence"),
-        "intent": payload.get("intent") if params_intent is None else params_intent,
-        "request_jws": token,
-    }
-
-
-def _next(sess: ClientSession) -> int:
-    sess.last_sequence += 1
-    return sess.last_sequence
-
-
-def _payload(sess: ClientSession, intent: Any, changes: dict[str, Any] | None = None) -> dict[str, Any]:
-    payload = {
-        "session_id": sess.session_id,
-        "session_commitment": sess.session_commitment,
-        "sequence": _next(sess),
-        "timestamp": T0,
-        "intent": intent,
-    }
-    for name, value in (changes or {}).items():
-        if value is DROP:
-            del payload[name]
-        else:
-            payload[name] = value
-    return payload
-
-
-def _raw_token(sess: ClientSession, payload_json: bytes, signer: Any = None) -> str:
-    """A token over the exact payload bytes given (duplicate members, any spacing)."""
-    header = encoding.b64u_encode(
-        encoding.dumps({"alg": "EdDSA", "typ": m.Typ.REQUEST, "kid": sess.identity.kid})
-    )
-    signing_input = f"{header}.{encoding.b64u_encode(payload_json)}"
-    signature = (signer or sess.identity).sign(signing_input.encode("ascii"))
-    return f"{signing_input}.{encoding.b64u_encode(signature)}"
-
-
-def _non_canonical(text: str) -> str:
-    """``text`` (base64url of a length that leaves spare bits) with a spare bit set."""
-    last = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".index(text[-1])
-    return text[:-1] + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[last + 1]
-
-
-ECHO = {"goal": "echo", "inputs": {"text": "hi"}}
 Case = Callable[[ClientSession], Any]
 
 
@@ -233,16 +78,13 @@ def _intent_params(**members: Any) -> Case:
                 intent.pop(name, None)
             else:
                 intent[name] = value
-        return _signed(s, _payload(s, intent))
+        return signed_params(s, payload_for(s, intent))
 
     return build
 
 
 def _payload_change(**changes: Any) -> Case:
-    return lambda s: _signed(s, _payload(s, {"goal": "echo", "inputs": {"a": 1}}, changes), ECHO_A)
-
-
-ECHO_A = {"goal": "echo", "inputs": {"a": 1}}
+    return lambda s: signed_params(s, payload_for(s, {"goal": "echo", "inputs": {"a": 1}}, changes), ECHO_A)
 
 
 def _with(s: ClientSession, change: Callable[[dict[str, Any]], Any]) -> Any:
@@ -251,36 +93,36 @@ def _with(s: ClientSession, change: Callable[[dict[str, Any]], Any]) -> Any:
 
 def _spare_signature(token: str) -> str:
     head, body, sig = token.split(".")
-    return f"{head}.{body}.{_non_canonical(sig)}"
+    return f"{head}.{body}.{non_canonical(sig)}"
 
 
 def _duplicate(s: ClientSession) -> Any:
-    n = _next(s)
+    n = next_sequence(s)
     body = (
         b'{"session_id":"%s","session_id":"%s","session_commitment":"%s","sequence":%d,"timestamp":%d,'
         b'"intent":{"goal":"echo","inputs":{}}}'
         % (s.session_id.encode(), s.session_id.encode(), s.session_commitment.encode(), n, T0)
     )
     params = {"session_id": s.session_id, "session_commitment": s.session_commitment, "sequence": n}
-    return {**params, "intent": {"goal": "echo", "inputs": {}}, "request_jws": _raw_token(s, body)}
+    return {**params, "intent": {"goal": "echo", "inputs": {}}, "request_jws": raw_token(s, body)}
 
 
 def _huge_payload(s: ClientSession) -> Any:
-    n = _next(s)
+    n = next_sequence(s)
     body = (
         b'{"session_id":"%s","session_commitment":"%s","sequence":%d,"timestamp":%d,'
         b'"intent":{"goal":"echo","inputs":{"a":%d}}}'
         % (s.session_id.encode(), s.session_commitment.encode(), n, T0, 2**60)
     )
     params = {"session_id": s.session_id, "session_commitment": s.session_commitment, "sequence": n}
-    return {**params, "intent": {"goal": "echo", "inputs": {"a": 2**60}}, "request_jws": _raw_token(s, body)}
+    return {**params, "intent": {"goal": "echo", "inputs": {"a": 2**60}}, "request_jws": raw_token(s, body)}
 
 
 def _raw(s: ClientSession, change: Callable[[bytes], bytes], params_intent: Any = None) -> Any:
     """Params for ECHO whose payload text is the client's with ``change`` applied, re-signed."""
     req = s.prepare_intent(ECHO)
     text = encoding.b64u_decode(req.params["request_jws"].split(".")[1])
-    params = {**req.params, "request_jws": _raw_token(s, change(text))}
+    params = {**req.params, "request_jws": raw_token(s, change(text))}
     if params_intent is not None:
         params["intent"] = params_intent
     return params
@@ -301,10 +143,10 @@ def _nested(s: ClientSession, depth: int) -> Any:
     for _ in range(depth - 3):  # payload, intent and inputs are three
         inputs = {"n": inputs}
     intent = {"goal": "echo", "inputs": inputs}
-    text = encoding.dumps(_payload(s, intent))
+    text = encoding.dumps(payload_for(s, intent))
     return {
-        **_signed(s, {"sequence": s.last_sequence, "intent": intent}),
-        "request_jws": _raw_token(s, text),
+        **signed_params(s, {"sequence": s.last_sequence, "intent": intent}),
+        "request_jws": raw_token(s, text),
     } | {
         "sequence": s.last_sequence,
         "intent": intent,
@@ -312,10 +154,10 @@ def _nested(s: ClientSession, depth: int) -> Any:
 
 
 def _signed_seq(s: ClientSession, signed: Callable[[int], Any]) -> Any:
-    payload = _payload(s, ECHO_A)
+    payload = payload_for(s, ECHO_A)
     n = payload["sequence"]
     payload["sequence"] = signed(n)
-    params = _signed(s, payload)
+    params = signed_params(s, payload)
     params["sequence"] = n
     return params
 
@@ -397,7 +239,7 @@ CASES: dict[str, tuple[Case, bool]] = {
     "params: sequence huge": (_params(sequence=MAX_SAFE_INT + 1), False),
     "params: session id short": (_params(session_id="A" * 42), False),
     "params: session id spare bits": (
-        lambda s: _with(s, lambda p: {**p, "session_id": _non_canonical(p["session_id"])}),
+        lambda s: _with(s, lambda p: {**p, "session_id": non_canonical(p["session_id"])}),
         False,
     ),
     "params: session id unknown": (_params(session_id="A" * 43), False),
@@ -434,37 +276,37 @@ CASES: dict[str, tuple[Case, bool]] = {
         False,
     ),
     "payload: member order differs": (
-        lambda s: _signed(
+        lambda s: signed_params(
             s,
-            _payload(s, {"inputs": {"b": 2, "a": 1}, "goal": "echo"}),
+            payload_for(s, {"inputs": {"b": 2, "a": 1}, "goal": "echo"}),
             {"goal": "echo", "inputs": {"a": 1, "b": 2}},
         ),
         True,
     ),
     "payload: 1.0 for 1": (
-        lambda s: _signed(
-            s, _payload(s, {"goal": "echo", "inputs": {"n": 1.0}}), {"goal": "echo", "inputs": {"n": 1}}
+        lambda s: signed_params(
+            s, payload_for(s, {"goal": "echo", "inputs": {"n": 1.0}}), {"goal": "echo", "inputs": {"n": 1}}
         ),
         False,
     ),
     "payload: 1 for 1.0": (
-        lambda s: _signed(
-            s, _payload(s, {"goal": "echo", "inputs": {"n": 1}}), {"goal": "echo", "inputs": {"n": 1.0}}
+        lambda s: signed_params(
+            s, payload_for(s, {"goal": "echo", "inputs": {"n": 1}}), {"goal": "echo", "inputs": {"n": 1.0}}
         ),
         False,
     ),
     "payload: true for 1": (
-        lambda s: _signed(
-            s, _payload(s, {"goal": "echo", "inputs": {"n": True}}), {"goal": "echo", "inputs": {"n": 1}}
+        lambda s: signed_params(
+            s, payload_for(s, {"goal": "echo", "inputs": {"n": True}}), {"goal": "echo", "inputs": {"n": 1}}
         ),
         False,
     ),
     "payload: huge number in the params": (
-        lambda s: _signed(s, _payload(s, ECHO_A), {"goal": "echo", "inputs": {"a": 2**70}}),
+        lambda s: signed_params(s, payload_for(s, ECHO_A), {"goal": "echo", "inputs": {"a": 2**70}}),
         False,
     ),
     "payload: 2**60 in the params": (
-        lambda s: _signed(s, _payload(s, ECHO_A), {"goal": "echo", "inputs": {"a": 2**60}}),
+        lambda s: signed_params(s, payload_for(s, ECHO_A), {"goal": "echo", "inputs": {"a": 2**60}}),
         False,
     ),
     "payload: extra member": (_payload_change(extra=1), False),
@@ -514,7 +356,7 @@ CASES: dict[str, tuple[Case, bool]] = {
     "payload: nested 32 deep": (lambda s: _nested(s, 32), True),
     "payload: nested 33 deep": (lambda s: _nested(s, 33), False),
     "payload: a lone surrogate in the params": (
-        lambda s: _signed(s, _payload(s, ECHO_A), {"goal": "echo", "inputs": {"a": "\ud800"}}),
+        lambda s: signed_params(s, payload_for(s, ECHO_A), {"goal": "echo", "inputs": {"a": "\ud800"}}),
         False,
     ),
 }
@@ -647,134 +489,6 @@ async def test_a_client_whose_document_is_due_again_takes_the_general_path(
     assert pair.flat == 1
 
 
-# -- generated: one member of params or payload replaced --------------------------------------------
-json_leaves = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**64), max_value=2**64)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=8)
-    | st.sampled_from(["", "echo", "sha256:" + "0" * 64, "A" * 43, "A" * 22, T0, 1, 1.0, 0, -1])
-)
-json_values = st.recursive(
-    json_leaves,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=6,
-)
-PATHS = [
-    (),
-    ("session_id",),
-    ("session_commitment",),
-    ("sequence",),
-    ("timestamp",),
-    ("intent",),
-    ("intent", "goal"),
-    ("intent", "inputs"),
-    ("intent", "inputs", "a"),
-    ("intent", "domain"),
-    ("intent", "constraints"),
-    ("intent", "constraints", "timeout_ms"),
-    ("intent", "constraints", "max_tokens"),
-    ("intent", "constraints", "stream"),
-    ("intent", "priority"),
-    ("intent", "intent_id"),
-    ("intent", "sealed"),
-    ("extra",),
-]
-
-
-def _set(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    for name in path[:-1]:
-        inner = obj.get(name)
-        if not isinstance(inner, dict):
-            return
-        obj = inner
-    if value is DROP:
-        obj.pop(path[-1], None)
-    else:
-        obj[path[-1]] = value
-
-
-class Generated:
-    """A pair of worlds and one open session, kept across Hypothesis examples."""
-
-    def __init__(self) -> None:
-        self.runner = asyncio.Runner()
-        self.pair = Pair()
-        self.sess = self.runner.run(self.pair.open())
-
-    def send(self, params: Any) -> None:
-        self.runner.run(self.pair.send("intent", params))
-
-
-@pytest.fixture(scope="module")
-def generated() -> Iterator[Generated]:
-    g = Generated()
-    yield g
-    g.runner.close()
-
-
-@settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(
-    where=st.sampled_from(["params", "payload", "both"]),
-    path=st.sampled_from(PATHS[1:]),
-    value=json_values | st.just(DROP),
-    constraints=st.sampled_from([None, {"timeout_ms": 50}, {"stream": False, "max_tokens": 3}]),
-    priority=st.sampled_from([None, 1, 3, 4]),
-)
-def test_generated_requests_get_the_same_answer_on_both_paths(
-    generated: Generated, where: str, path: tuple[str, ...], value: Any, constraints: Any, priority: Any
-) -> None:
-    sess = generated.sess
-    intent: dict[str, Any] = {"goal": "context", "inputs": {"a": 1, "b": [1, "x"]}, "domain": "d"}
-    if constraints is not None:
-        intent["constraints"] = dict(constraints)
-    if priority is not None:
-        intent["priority"] = priority
-    payload = _payload(sess, copy.deepcopy(intent))
-    params_intent = copy.deepcopy(intent)
-    value = value if value is DROP else copy.deepcopy(value)
-    if where in ("payload", "both"):
-        _set(payload, path, value)
-    params = _signed(sess, payload, params_intent)
-    params["sequence"] = sess.last_sequence
-    if where in ("params", "both"):
-        _set(params, path, value if value is DROP else copy.deepcopy(value))
-    generated.send(params)
-
-
-# -- the success reply written in parts is the one written whole -----------------------------------
-@settings(max_examples=200, deadline=None, database=None)
-@given(
-    result=json_values.filter(lambda v: encoding.ijson_problem(v) is None),
-    sequence=st.integers(min_value=1, max_value=MAX_SAFE_INT),
-    at=st.integers(min_value=0, max_value=MAX_SAFE_INT),
-    session_id=st.sampled_from(["A" * 43, "abc-_", 'q"uote\\', "é"]),
-)
-def test_a_success_is_the_answer_written_whole(result: Any, sequence: int, at: int, session_id: str) -> None:
-    w = make_world()
-    replies = SignedReplies(w.server._config)
-    req_hash = "sha256:" + hashlib.sha256(session_id.encode()).hexdigest()
-    reply = replies.success(session_id, sequence, req_hash, result, at)
-    payload = {
-        "session_id": session_id,
-        "sequence": sequence,
-        "request_hash": req_hash,
-        "status": "success",
-        "result": result,
-        "timestamp": at,
-    }
-    token = jws_sign(payload, w.server_id, m.Typ.RESPONSE)
-    sent = {"status": "success", "sequence": sequence, "result": result, "response_jws": token}
-    assert reply.result == sent
-    assert reply.result_json == encoding.dumps(sent)
-    assert reply.stored is not None
-    stored: dict[str, Any] = {"http_status": 200, "result": result, "signed_at": at}
-    if result is None:
-        del stored["result"]
-    assert reply.stored.to_json() == encoding.dumps(stored)
-
-
 async def test_the_client_s_payload_is_compared_as_text_and_not_parsed(pair: Pair) -> None:
     sess = await pair.open()
     req = sess.prepare_intent({**ECHO, "domain": "d", "constraints": {"max_tokens": 3}})
@@ -785,6 +499,6 @@ async def test_the_client_s_payload_is_compared_as_text_and_not_parsed(pair: Pai
     assert found is not None and found[-1] == T0
     # Written otherwise, the same payload is parsed and compared as JSON: the same timestamp.
     assert common_intent._as_written(_spaced(text), *args) is None
-    spaced = {**req.params, "request_jws": _raw_token(sess, _spaced(text))}
+    spaced = {**req.params, "request_jws": raw_token(sess, _spaced(text))}
     found = common_intent.common_intent(spaced)
     assert found is not None and found[-1] == T0
