@@ -130,6 +130,12 @@ def _head(request_id: JsonRpcId) -> dict[str, Any]:
     return {"jsonrpc": JSONRPC_VERSION, "id": request_id}
 
 
+def _head_int(request_id: int) -> bytes:
+    """The JSON of ``_head(request_id)`` for an integer id, without its closing brace: the start
+    of a body written in parts (the id of every request this library's client sends)."""
+    return b'{"jsonrpc":"2.0","id":%d' % request_id
+
+
 # -- checked builders ------------------------------------------------------------------------------
 
 

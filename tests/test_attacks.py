@@ -104,7 +104,8 @@ from a2a_secure.identity.keys import Identity, check_public_key, public_key_entr
 from a2a_secure.identity.resolver import resolve_did_key
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import ClientHandshake, HandshakeState
-from a2a_secure.protocol.server import ServerLimits
+from a2a_secure.protocol.server import ServerLimits, common_intent
+from a2a_secure.protocol.server.common_intent import CommonIntentProcessor
 from a2a_secure.protocol.server.intents import IntentProcessor
 from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.store.base import StoredReply
@@ -2470,8 +2471,14 @@ async def test_e14_message_contents_never_trigger_a_fetch(w: Wire, monkeypatch: 
 async def test_i1_secret_comparisons_constant_time(w: Wire, monkeypatch: pytest.MonkeyPatch) -> None:
     # Source: the commitment of §6.1 step 3 goes through ct_equal, and signed-member checks
     # (nonces, hashes) through json_equal, both hmac.compare_digest.
-    source = inspect.getsource(IntentProcessor.handle)
-    assert "ct_equal(req.session_commitment, session.session_commitment)" in source
+    # Steps 2-4 are one method, taken by the general path and by the common intent's flat path;
+    # the flat path's step 5 compares its texts through compare_digest as well.
+    steps_2_to_4 = inspect.getsource(IntentProcessor._check_signed)
+    assert "ct_equal(commitment, session.session_commitment)" in steps_2_to_4
+    assert "self._check_signed(" in inspect.getsource(IntentProcessor.handle)
+    assert "self._check_signed(" in inspect.getsource(CommonIntentProcessor.answer_now)
+    assert "hmac.compare_digest" in inspect.getsource(common_intent._as_written)
+    assert "hmac.compare_digest" in inspect.getsource(common_intent.signed_timestamp)
     from a2a_secure.protocol import validate
 
     assert "hmac.compare_digest" in inspect.getsource(validate.ct_equal)

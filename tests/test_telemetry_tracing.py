@@ -233,6 +233,27 @@ async def test_a_traceparent_header_is_continued_and_a_bad_one_ignored(
     assert good.attributes["a2a_secure.error_code"] == -32602
 
 
+async def test_an_sdk_configured_while_serving_gets_each_request_s_fields() -> None:
+    # Without metrics, log lines or a tracer nothing is told of a request (no observe hook);
+    # a tracer configured while the server runs gets the fields on the next request's span.
+    server = AgentServer(identity("late"))
+
+    @server.intent("echo")
+    async def echo(inputs: Any) -> Any:
+        return inputs
+
+    async with serve_app(server.app()) as url, A2AClient(identity("client")) as client:
+        await client.request(server.identity.did, {"goal": "echo", "inputs": {}}, endpoint=url)
+        assert server.protocol.observe is None
+        memory = InMemorySpanExporter()
+        with sdk_provider(SimpleSpanProcessor(memory)):
+            await client.request(server.identity.did, {"goal": "echo", "inputs": {}}, endpoint=url)
+        assert server.protocol.observe is not None
+    (span,) = _by_name(memory.get_finished_spans(), "a2a_secure/intent", SpanKind.SERVER)
+    assert span.attributes["a2a_secure.goal"] == "echo"
+    assert span.attributes["a2a_secure.verified"] is True
+
+
 # -- the real OTLP/HTTP exporter ---------------------------------------------------------------
 async def test_otlp_http_export_of_three_agents_decodes_as_one_trace() -> None:
     from opentelemetry import trace

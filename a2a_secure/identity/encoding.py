@@ -28,6 +28,7 @@ __all__ = [
     "MAX_SAFE_INT",
     "b64u_decode",
     "b64u_encode",
+    "b64u_encode_bytes",
     "dumps",
     "hash_bytes",
     "hash_of",
@@ -44,6 +45,7 @@ _MAX_INT_CHARS = len(str(-MAX_SAFE_INT))
 # base64url to the standard alphabet for binascii; "+", "/" and "=" in the input become "!",
 # which strict_mode refuses like any other character outside the alphabet.
 _B64U_TO_STD = bytes.maketrans(b"-_+/=", b"+/!!!")
+_STD_TO_B64U = bytes.maketrans(b"+/", b"-_")
 _B64U_VALUE = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")}
 _HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
 # A lone surrogate can only enter a decoded str through a \uD800-\uDFFF escape.
@@ -54,6 +56,11 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 def b64u_encode(data: bytes) -> str:
     """Base64url without padding (RFC 4648 §5)."""
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64u_encode_bytes(data: bytes) -> bytes:
+    """:func:`b64u_encode` as ASCII bytes."""
+    return binascii.b2a_base64(data, newline=False).translate(_STD_TO_B64U).rstrip(b"=")
 
 
 def b64u_decode(text: str, *, error: type[Exception] = InvalidParams) -> bytes:

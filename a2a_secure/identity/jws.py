@@ -18,7 +18,16 @@ from a2a_secure.errors import AuthenticationFailed, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.ed25519 import verify_signature
 
-__all__ = ["MAX_TOKEN_LENGTH", "jws_decode_unverified", "jws_sign", "jws_sign_json", "jws_verify"]
+__all__ = [
+    "MAX_TOKEN_LENGTH",
+    "jws_check",
+    "jws_decode_unverified",
+    "jws_sign",
+    "jws_sign_bytes",
+    "jws_sign_json",
+    "jws_split",
+    "jws_verify",
+]
 
 # A token carries an intent's inputs, and bodies are capped at 1 MiB; 4/3 of that plus headroom.
 MAX_TOKEN_LENGTH = 1_500_000
@@ -53,16 +62,21 @@ def jws_sign(payload: Mapping[str, Any], identity: Signer, typ: str) -> str:
 
 def jws_sign_json(payload: bytes, identity: Signer, typ: str) -> str:
     """:func:`jws_sign` of a payload already written as compact JSON (a JSON object)."""
-    header = _HEADERS.get((identity.kid, typ))
-    if header is None:
-        header = encoding.b64u_encode(encoding.dumps({"alg": "EdDSA", "typ": typ, "kid": identity.kid}))
-        if len(_HEADERS) >= _HEADER_CACHE_MAX:
-            _HEADERS.clear()
-        _HEADERS[(identity.kid, typ)] = header
-    body = encoding.b64u_encode(payload)
-    signing_input = f"{header}.{body}"
-    signature = identity.sign(signing_input.encode("ascii"))
-    return f"{signing_input}.{encoding.b64u_encode(signature)}"
+    return jws_sign_bytes(payload, identity, typ).decode("ascii")
+
+
+def jws_sign_bytes(payload: bytes, identity: Signer, typ: str) -> bytes:
+    """:func:`jws_sign_json`, the token as its ASCII bytes (what a body written as bytes takes)."""
+    key = (identity.kid, typ)
+    head = _HEADS.get(key)
+    if head is None:
+        header = {"alg": "EdDSA", "typ": typ, "kid": identity.kid}
+        head = encoding.b64u_encode_bytes(encoding.dumps(header)) + b"."
+        if len(_HEADS) >= _HEADER_CACHE_MAX:
+            _HEADS.clear()
+        _HEADS[key] = head
+    signing_input = head + encoding.b64u_encode_bytes(payload)
+    return signing_input + b"." + encoding.b64u_encode_bytes(identity.sign(signing_input))
 
 
 # A peer signs every message with the same few headers: their decodes are kept (a copy is
@@ -71,8 +85,8 @@ def jws_sign_json(payload: bytes, identity: Signer, typ: str) -> str:
 _HEADER_CACHE: dict[str, dict[str, Any]] = {}
 _HEADER_CACHE_MAX = 1024
 _HEADER_CACHE_MAX_TEXT = 512
-# The encoded header each signer puts on each typ.
-_HEADERS: dict[tuple[str, str], str] = {}
+# The encoded header each signer puts on each typ, and the "." after it.
+_HEADS: dict[tuple[str, str], bytes] = {}
 
 
 def _decode_header(h_text: str) -> Any:
@@ -110,6 +124,29 @@ def jws_decode_unverified(token: object) -> Decoded:
     return header, payload, signing_input, signature
 
 
+def jws_split(token: object) -> tuple[dict[str, Any], bytes, bytes, bytes] | None:
+    """:func:`jws_decode_unverified` with the payload's JSON text not parsed: (header, payload
+    text, signing input, signature), or None where that raises for anything but the payload.
+
+    For a receiver that knows what the payload must say and compares its text.
+    """
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_LENGTH:
+        return None
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    h_text, p_text, s_text = parts
+    try:
+        header = _decode_header(h_text)
+        payload = encoding.b64u_decode(p_text)
+        signature = encoding.b64u_decode(s_text)
+    except InvalidParams:
+        return None
+    if not isinstance(header, dict):
+        return None
+    return header, payload, token[: len(h_text) + 1 + len(p_text)].encode("ascii"), signature
+
+
 def jws_verify(
     token: str, public_key: bytes, *, typ: str, kid: str, decoded: Decoded | None = None
 ) -> dict[str, Any]:
@@ -121,6 +158,20 @@ def jws_verify(
     the caller already split it (a shape check that comes before the signature check).
     """
     header, payload, signing_input, signature = decoded or jws_decode_unverified(token)
+    jws_check(header, signing_input, signature, public_key, typ=typ, kid=kid)
+    return payload
+
+
+def jws_check(
+    header: Mapping[str, Any],
+    signing_input: bytes,
+    signature: bytes,
+    public_key: bytes,
+    *,
+    typ: str,
+    kid: str,
+) -> None:
+    """:func:`jws_verify` of a token already split: its header, signing input and signature."""
     if header.keys() != _HEADER_MEMBERS:
         raise AuthenticationFailed("JWS header must have exactly alg, typ and kid")
     if header["alg"] != "EdDSA":
@@ -133,4 +184,3 @@ def jws_verify(
         raise AuthenticationFailed("JWS signature must be 64 bytes")
     if not verify_signature(public_key, signing_input, signature):
         raise AuthenticationFailed("JWS signature does not verify")
-    return payload

@@ -16,7 +16,7 @@ from typing import Any
 
 from a2a_secure.errors import A2AError, InvalidParams, InvalidRequest, MethodNotFound
 from a2a_secure.identity import encoding
-from a2a_secure.jsonrpc import JSONRPC_VERSION, JsonRpcId, _error, _head, _request, _success
+from a2a_secure.jsonrpc import JSONRPC_VERSION, JsonRpcId, _error, _head, _head_int, _request, _success
 
 __all__ = [
     "ENDPOINT_METHODS",
@@ -27,6 +27,7 @@ __all__ = [
     "encode_result",
     "encode_result_json",
     "parse_request",
+    "read_request",
 ]
 
 ENDPOINT_METHODS: dict[str, frozenset[str]] = {
@@ -67,6 +68,12 @@ def parse_request(body: bytes, endpoint: str) -> Envelope:
     Raises :class:`EnvelopeError` carrying -32700 (not I-JSON), -32600 (envelope, batch,
     id), -32601 (method not on this endpoint) or -32602 (``params`` not an object).
     """
+    return Envelope(*read_request(body, endpoint))
+
+
+def read_request(body: bytes, endpoint: str) -> tuple[str | int, str, dict[str, Any]]:
+    """:func:`parse_request` as a tuple ``(id, method, params)``: what an adapter reads of
+    every request, without the :class:`Envelope` around it."""
     try:
         obj = encoding.loads(body)
     except A2AError as exc:
@@ -91,7 +98,7 @@ def parse_request(body: bytes, endpoint: str) -> Envelope:
     if not isinstance(params, dict):
         raise EnvelopeError(InvalidParams("params must be an object"), rid, method)
     assert rid is not None
-    return Envelope(rid, method, params)
+    return rid, method, params
 
 
 def encode_request(method: str, params: Any, request_id: JsonRpcId) -> bytes:
@@ -106,8 +113,8 @@ def encode_result(request_id: JsonRpcId, result: Any) -> bytes:
 
 def encode_result_json(request_id: JsonRpcId, result: bytes) -> bytes:
     """:func:`encode_result` of a ``result`` already written as compact JSON."""
-    head = encoding.dumps(_head(request_id))
-    return b"".join((head[:-1], b',"result":', result, b"}"))
+    head = _head_int(request_id) if type(request_id) is int else encoding.dumps(_head(request_id))[:-1]
+    return b'%s,"result":%s}' % (head, result)
 
 
 def encode_error(request_id: JsonRpcId, error: Any) -> bytes:

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from a2a_secure.delegation import DelegationRules
@@ -40,12 +41,12 @@ from a2a_secure.protocol.server.common import (
     ServerLimits,
     log_unexpected,
 )
+from a2a_secure.protocol.server.common_intent import CommonIntentProcessor
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.server.delegation import DelegationGuard
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
 from a2a_secure.protocol.server.events import EventSigner
 from a2a_secure.protocol.server.handshake import HandshakeResponder
-from a2a_secure.protocol.server.intents import IntentProcessor
 from a2a_secure.protocol.server.replies import SignedReplies, unsigned_error
 from a2a_secure.protocol.server.scheduler import Scheduler
 from a2a_secure.runtime.exactly_once import ExactlyOnce
@@ -116,7 +117,7 @@ class ServerProtocol:
         # The intent_id extension: the claims of intents that carry one (exactly_once.py).
         exactly_once = ExactlyOnce(config, replies=replies, replayer=replayer, events=events, clock=clock)
         streams.exactly_once = exactly_once
-        self._intents = IntentProcessor(
+        self._intents = CommonIntentProcessor(
             config,
             deadlines=deadlines,
             replies=replies,
@@ -132,7 +133,10 @@ class ServerProtocol:
         self._proof = self._handshake.proof
         self._accept = self._handshake.accept
         self._intent_or_close = self._intents.handle
+        self._common_intent = self._intents.common
+        self._answer_now = self._intents.answer_now
         self._write_audit = auditor.write
+        self._auditor = auditor
 
     # The configuration all rooms share: replacing a member here reaches each of them.
     @property
@@ -208,6 +212,15 @@ class ServerProtocol:
         self._config.priority_rights = value
 
     @property
+    def observe(self) -> ObserveHook | None:
+        """``observe(audit_fields, reply, seconds)``, told of every answered request, or None."""
+        return self._auditor.observe
+
+    @observe.setter
+    def observe(self, value: ObserveHook | None) -> None:
+        self._auditor.observe = value
+
+    @property
     def scheduler(self) -> Scheduler:
         """This agent's intent queue in this process (§12.3): how many run, how many wait."""
         return self._scheduler
@@ -238,6 +251,41 @@ class ServerProtocol:
         except A2AError as exc:
             reply = unsigned_error(exc)
         except Exception as exc:  # a bug must not leak a stack trace or kill the server
+            log_unexpected(_log, f"internal error in {method[:32]!r}", exc)
+            reply = unsigned_error(InternalError())
+        if not audit.deferred:
+            self._write_audit(audit, reply)
+        return reply
+
+    def handle_now(self, method: str, params: Any, *, source: str = "") -> Reply | Awaitable[Reply]:
+        """:meth:`handle`, without a coroutine for the common intent whose handler does not
+        suspend: a :class:`Reply`, or what to await for it. Never raises."""
+        if method != "intent":
+            return self.handle(method, params, source=source)
+        found = self._common_intent(params)  # reads nothing but params and the configuration
+        if found is None:
+            return self.handle(method, params, source=source)
+        audit = AuditFields(method, self._clock())
+        try:
+            reply = self._answer_now(found, params, audit)
+        except A2AError as exc:
+            reply = unsigned_error(exc)
+        except Exception as exc:  # a bug must not leak a stack trace or kill the server
+            log_unexpected(_log, f"internal error in {method[:32]!r}", exc)
+            reply = unsigned_error(InternalError())
+        if not isinstance(reply, Reply):
+            return self._answered(reply, method, audit)
+        if not audit.deferred:
+            self._write_audit(audit, reply)
+        return reply
+
+    async def _answered(self, pending: Awaitable[Reply], method: str, audit: AuditFields) -> Reply:
+        """:meth:`handle_now`'s reply once ``pending`` is done."""
+        try:
+            reply = await pending
+        except A2AError as exc:
+            reply = unsigned_error(exc)
+        except Exception as exc:
             log_unexpected(_log, f"internal error in {method[:32]!r}", exc)
             reply = unsigned_error(InternalError())
         if not audit.deferred:

@@ -67,7 +67,7 @@ from a2a_secure.protocol.wire import (
     encode_error,
     encode_result,
     encode_result_json,
-    parse_request,
+    read_request,
 )
 from a2a_secure.runtime.exactly_once import server_extensions
 from a2a_secure.runtime.router import ServerProtocol
@@ -197,7 +197,7 @@ def _reply_messages(request_id: Any, reply: Reply, close: bool) -> tuple[Message
         extra.append((b"retry-after", str(reply.retry_after).encode()))
     if close:
         extra.append((b"connection", b"close"))
-    headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode()), *extra]
+    headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(body)), *extra]
     return (
         {"type": "http.response.start", "status": reply.http_status, "headers": headers},
         {"type": "http.response.body", "body": body},
@@ -719,7 +719,9 @@ class AgentServer(IntentDispatcher):
                     ring=self.key_ring, revocations=self.revocations, monotonic=self._monotonic
                 ),
                 priority_rights=self.priority_rights,
-                observe=self._observer.observe,
+                # Told of each request only when it has somewhere to go: metrics or log lines,
+                # or a span (handle_asgi installs it the first time it finds a tracer).
+                observe=self._observer.observe if self._observer.has_sinks else None,
                 delegation=self.delegation,
             )
         return self._protocol
@@ -735,6 +737,7 @@ class AgentServer(IntentDispatcher):
         tracer = tracing.tracer()
         if tracer is None:
             return self._handle_asgi(scope, receive, send, endpoint)
+        self.protocol.observe = self._observer.observe  # the span gets the request's fields
         return self._traced_asgi(tracer, scope, receive, send, endpoint)
 
     async def _traced_asgi(
@@ -777,7 +780,7 @@ class AgentServer(IntentDispatcher):
                 body = await _receive_body(receive, self.max_body, message)
             if body is None:
                 return  # the client went away
-            envelope = parse_request(body, endpoint)
+            request_id, method, params = read_request(body, endpoint)
         except A2AError as exc:
             reply = protocol.reject(exc)
             # The body was not read to its end: end the connection, or the HTTP server would
@@ -789,8 +792,8 @@ class AgentServer(IntentDispatcher):
         else:
             client = scope.get("client")
             source = client[0] if client else ""
-            request_id = envelope.id
-            reply = await protocol.handle(envelope.method, envelope.params, source=source)
+            pending = protocol.handle_now(method, params, source=source)
+            reply = pending if isinstance(pending, Reply) else await pending
         if reply.stream is not None:
             await _send_stream(send, request_id, reply.stream, reply.abort)
             return

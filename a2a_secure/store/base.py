@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from a2a_secure.frozen import quick_init
 from a2a_secure.identity import encoding
 from a2a_secure.policy import Policy
 
@@ -147,6 +148,7 @@ class SessionRecord:
         return cls(**data)
 
 
+@quick_init  # built for every answer
 @dataclass(frozen=True, slots=True)
 class StoredReply:
     """The answer to an accepted request, kept for a byte-identical retry (§6.1 step 7).
@@ -220,6 +222,7 @@ class BeginKind(enum.Enum):
     REVOKED = "revoked"  # the client DID or key id is revoked: the session is gone (-32043)
 
 
+@quick_init  # built for every request
 @dataclass(frozen=True, slots=True)
 class Begin:
     """What :meth:`Store.begin_request` decided, with what the engine needs to answer."""

@@ -87,6 +87,11 @@ class ServerObserver:
         self._next_prune = 0.0
         self._gauges: tuple[int, int, int] | None = None  # the values last set
 
+    @property
+    def has_sinks(self) -> bool:
+        """Whether every answered request has somewhere to go besides a span: metrics, log lines."""
+        return self.metrics is not None or self.log_requests
+
     def observe(self, audit: Any, reply: Any, seconds: float) -> None:
         """One request ended with ``reply`` after ``seconds`` (``audit``: its AuditFields)."""
         traced = tracing.tracer() is not None

@@ -4,10 +4,11 @@ The floor (``floor.py``) parses the body, decodes the token, verifies its Ed2551
 and signs a small answer. a2a_secure does that too, and every check PROTOCOL.md §6.1 asks for
 besides. Each step below is timed alone (CPU µs per call, the mean of many calls on this
 run's own session, body and token) with the very objects the server uses: the same store,
-key guard, gate, runner and signer. The steps the floor shares are marked; the others are
-what the ratio signed / floor pays for. The steps' sum is compared with the whole
-``ServerProtocol.handle`` + envelope + encoding of the same intents: what is left is the glue
-between steps (the awaits, the result and audit objects).
+key guard, gate, runner and signer, along the flat path these intents take (the common
+intent: ``a2a_secure/protocol/server/common_intent.py``). The steps the floor shares are
+marked; the others are what the ratio signed / floor pays for. The steps' sum is compared
+with the whole ``ServerProtocol.handle_now`` + envelope + encoding of the same intents: what
+is left is the glue between steps (calls, the reply and audit objects, the ASGI messages).
 
 These are lower bounds: each step runs hot, alone, on the same input. Under load the same
 Python runs slower (caches shared with the HTTP server and the other connections), which is
@@ -17,7 +18,7 @@ why the wrk figures of both servers are larger than the in-process ones.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from a2abench.common import HOST
@@ -29,14 +30,14 @@ from a2abench.signed import echo_server, intent_body, open_in_process
 STEPS: tuple[tuple[str, str, bool], ...] = (
     ("envelope", "JSON-RPC envelope: parse and check (§4, §9)", True),
     ("params", "params shapes: ids, commitment, sequence, intent (§6.1 step 1)", False),
-    ("decode", "token: split, base64url, JSON (§3)", True),
+    ("decode", "token: split, base64url; header JSON (§3)", True),
     ("session", "session look-up, key in use, deadline (step 2)", False),
     ("commitment", "session commitment, constant time (step 3)", False),
     ("header", "JWS header: alg, typ, kid pinned by the handshake (step 4)", False),
     ("verify", "Ed25519 verify (libsodium)", True),
     ("request_hash", "request hash (§6.2)", False),
-    ("payload", "signed payload == params (step 5)", False),
-    ("checks", "freshness, revocations, queue room (steps 6, §12)", False),
+    ("payload", "signed payload == params, as its text (step 5)", False),
+    ("checks", "freshness, revocations (steps 6, §12)", False),
     ("store", "store: sequence, replay, rate; keep the answer (steps 7-8)", False),
     ("dispatch", "policy, priority, handler, context (steps 9-10)", False),
     ("run", "handler run: a deadline only if it suspends (step 11)", False),
@@ -58,30 +59,18 @@ def _best(fn: Callable[[], object], k: int) -> float:
     return min(_per_call(fn, max(1, k // ROUNDS)) for _ in range(ROUNDS))
 
 
-async def _best_await(fn: Callable[[], Awaitable[object]], k: int) -> float:
-    """As :func:`_best`, for ``await fn()``."""
-    await fn()
-    best = float("inf")
-    for _ in range(ROUNDS):
-        t = time.process_time()
-        for _ in range(max(1, k // ROUNDS)):
-            await fn()
-        best = min(best, (time.process_time() - t) / max(1, k // ROUNDS) * 1e6)
-    return best
-
-
 async def beyond_the_floor(n: int) -> dict[str, Any]:
     """The steps of one signed intent, the whole, and the floor's whole, in CPU µs."""
     import nacl.bindings
 
-    from a2a_secure.errors import AuthenticationFailed
-    from a2a_secure.identity.jws import jws_decode_unverified, jws_verify
+    from a2a_secure.identity.jws import jws_check, jws_split
     from a2a_secure.identity.keys import Identity
     from a2a_secure.protocol import messages as m
-    from a2a_secure.protocol.models import IntentRequest, RequestPayload
-    from a2a_secure.protocol.server.dispatcher import IntentContext
+    from a2a_secure.protocol.server.auditing import AuditFields
+    from a2a_secure.protocol.server.common_intent import _as_written, common_intent
+    from a2a_secure.protocol.server.delegation import NO_DELEGATION
     from a2a_secure.protocol.validate import ct_equal, is_fresh
-    from a2a_secure.protocol.wire import encode_result_json, parse_request
+    from a2a_secure.protocol.wire import encode_result_json, read_request
     from a2a_secure.store.base import StoredReply, sync_forms
 
     server = echo_server()
@@ -107,123 +96,90 @@ async def beyond_the_floor(n: int) -> dict[str, Any]:
         assert await _asgi_post(floor, "/a2a/intent", body) == 200
     floor_whole = (time.process_time() - t) / n * 1e6
 
-    # One request's pieces, as the server sees them.
+    # One request's pieces, as the server sees them: the common intent's flat path
+    # (a2a_secure/protocol/server/common_intent.py), which these intents take.
     body = bodies[2 * n]
-    envelope = parse_request(body, "intent")
-    params = envelope.params
+    rid, _method, params = read_request(body, "intent")
+    found = intents.common(params)
+    assert found is not None, "the benchmark's intent no longer takes the flat path"
     token = params["request_jws"]
-    req = IntentRequest.parse(params)
-    decoded = jws_decode_unverified(token)
-    _header, payload, signing_input, signature = decoded
-    store = config.store
-    record = await store.get_session(req.session_id, time.time())
+    split = jws_split(token)
+    assert split is not None
+    header, text, signing_input, signature = split
+    intent = params["intent"]
+    sid, commitment, sequence = params["session_id"], params["session_commitment"], params["sequence"]
+    forms = sync_forms(config.store)  # as the intent path calls a store that never suspends
+    assert forms is not None
+    now = time.time()
+    record = forms.get_session(sid, now)
     assert record is not None
     pk, kid = record.client_key, record.client_kid
-    intent = req.intent
-    now = time.time()
-    expected = {
-        "session_id": req.session_id,
-        "session_commitment": record.session_commitment,
-        "sequence": req.sequence,
-    }
     guard = config.key_guard
     runner = intents._start.__self__  # the IntentRunner the core uses
     replies = intents._success_reply.__self__
     req_hash = m.request_hash(token)
-    result = dict(intent.inputs)
-    reply = replies.success(record.session_id, req.sequence, req_hash, result, int(now))
+    result = dict(intent["inputs"])
+    reply = replies.success(sid, sequence, req_hash, result, int(now))
     stored = reply.stored or StoredReply(200, result=result, signed_at=int(now))
     sequences = iter(range(10**6, 10**7))
-    max_ms = config.limits.max_handler_timeout_ms
+    audit = AuditFields("intent", now)
 
-    def session_step() -> Awaitable[object]:
-        async def go() -> object:
-            found = await store.get_session(req.session_id, now)
-            assert found is not None
-            guard.signer_for(config.identity, found, now)
-            return intents._past_deadline(req.session_id)
+    def session_step() -> object:
+        found = forms.get_session(sid, now)
+        assert found is not None
+        guard.signer_for(config.identity, found, now)
+        return intents._past_deadline(sid)
 
-        return go()
+    def checks_step() -> object:
+        is_fresh(found[-1], now)
+        return guard.session_checked_now(resolver, record)
 
-    def payload_step() -> object:
-        wanted = dict(expected)
-        wanted["intent"] = intent.to_dict()
-        return RequestPayload.parse(payload, expected=wanted, error=AuthenticationFailed)
-
-    def checks_step() -> Awaitable[object]:
-        async def go() -> object:
-            is_fresh(payload["timestamp"], now)
-            await guard.check_session(store, resolver, record)
-            return intents._has_room(3)
-
-        return go()
-
-    forms = sync_forms(store)  # as the intent path calls a store that never suspends
-
-    def store_step() -> Awaitable[object]:
-        async def go() -> object:
-            sequence = next(sequences)
-            rate_limit, rate_period = record.policy.rate_limit, record.policy.rate_period
-            if forms is not None:
-                begin = forms.begin_request(
-                    record.session_id, record.client_did, sequence, req_hash,
-                    rate_limit=rate_limit, rate_period=rate_period, now=now,
-                )  # fmt: skip
-                forms.finish_request(record.session_id, sequence, stored)
-                return begin
-            begin = await store.begin_request(
-                record.session_id, record.client_did, sequence, req_hash,
-                rate_limit=rate_limit, rate_period=rate_period, now=now,
-            )  # fmt: skip
-            await store.finish_request(record.session_id, sequence, stored)
-            return begin
-
-        return go()
+    def store_step() -> object:
+        sequence = next(sequences)
+        policy = record.policy
+        begin = forms.begin_request(
+            sid, record.client_did, sequence, req_hash,
+            rate_limit=policy.rate_limit, rate_period=policy.rate_period, now=now, agent=record.server_did,
+        )  # fmt: skip
+        forms.finish_request(sid, sequence, stored)
+        return begin
 
     def dispatch_step() -> object:
-        record.policy.allows(intent.goal)
-        config.priority_rights.effective(intent.priority, record.client_did)
-        server.has(intent.goal)
-        return IntentContext(
-            caller_did=record.client_did,
-            session_id=record.session_id,
-            sequence=req.sequence,
-            goal=intent.goal,
-            domain=intent.domain,
-            constraints=intent.constraints_dict,
-            client_agent_id=record.client_agent_id,
-            priority=3,
-            intent_id=intent.intent_id,
-        )
+        intents._admission(record, "echo", None, None, result, NO_DELEGATION)
+        domain = intent.get("domain")
+        return intents._context(record, sequence, "echo", domain, {}, None, audit, NO_DELEGATION, 3)
 
-    def verify_step() -> object:
-        return jws_verify(token, pk, typ=m.Typ.REQUEST, kid=kid, decoded=decoded)
+    def header_step() -> object:
+        jws_check(header, signing_input, signature, pk, typ=m.Typ.REQUEST, kid=kid)
+        return None
 
-    context = dispatch_step()
+    context, timeout_ms = intents._context(
+        record, sequence, "echo", intent.get("domain"), {}, None, audit, NO_DELEGATION, 3
+    )
     verify_alone = _best(lambda: nacl.bindings.crypto_sign_open(signature + signing_input, pk), k)
     sign_alone = _best(lambda: server_id.sign(signing_input), k)
-    decode = _best(lambda: jws_decode_unverified(token), k)
+    decode = _best(lambda: jws_split(token), k)
+    payload = _best(lambda: _as_written(text, sid, commitment, sequence, intent), k)
     steps = {
-        "envelope": _best(lambda: parse_request(body, "intent"), k),
-        "params": max(0.0, _best(lambda: IntentRequest.parse(params), k) - decode),
+        "envelope": _best(lambda: read_request(body, "intent"), k),
+        "params": max(0.0, _best(lambda: common_intent(params), k) - decode - payload),
         "decode": decode,
-        "session": await _best_await(session_step, k),
-        "commitment": _best(lambda: ct_equal(req.session_commitment, record.session_commitment), k),
-        "header": max(0.0, _best(verify_step, k) - verify_alone),
+        "session": _best(session_step, k),
+        "commitment": _best(lambda: ct_equal(commitment, record.session_commitment), k),
+        "header": max(0.0, _best(header_step, k) - verify_alone),
         "verify": verify_alone,
         "request_hash": _best(lambda: m.request_hash(token), k),
-        "payload": _best(payload_step, k),
-        "checks": await _best_await(checks_step, k),
-        "store": await _best_await(store_step, k),
+        "payload": payload,
+        "checks": _best(checks_step, k),
+        "store": _best(store_step, k),
         "dispatch": _best(dispatch_step, k),
-        "run": _best(lambda: runner.start("echo", result, context, max_ms), k),
+        "run": _best(lambda: runner.start("echo", result, context, timeout_ms), k),
         "reply": max(
             0.0,
-            _best(lambda: replies.success(record.session_id, req.sequence, req_hash, result, int(now)), k)
-            - sign_alone,
+            _best(lambda: replies.success(sid, sequence, req_hash, result, int(now)), k) - sign_alone,
         ),
         "sign": sign_alone,
-        "encode": _best(lambda: encode_result_json(envelope.id, reply.result_json or b"null"), k),
+        "encode": _best(lambda: encode_result_json(rid, reply.result_json or b"null"), k),
     }
     return {"intents": n, "source": HOST, "whole_us": whole, "floor_us": floor_whole, "steps_us": steps}
 
@@ -251,7 +207,7 @@ def table(data: dict[str, Any]) -> list[str]:
         "-" * 88,
         f"{f'sum of the steps: floor does ({shared:.1f}) + only a2a_secure ({own:.1f})':66s} {total:6.1f}",
         f"{'whole intent through the app (ASGI, same process)':66s} {whole:6.1f}",
-        f"{'  not in a step: awaits and objects between the steps':66s} {whole - total:6.1f}",
+        f"{'  not in a step: calls and objects between the steps':66s} {whole - total:6.1f}",
         f"{'whole floor app on the same bodies (ASGI, same process)':66s} {floor:6.1f}",
         f"(in-process signed / floor: {whole / floor:.2f}; what only a2a_secure does, {own:.1f} µs, is"
         f" {own / floor:.0%} of the floor)",

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
 from a2a_secure.errors import A2AError, InvalidParams, StaleTimestamp
+from a2a_secure.frozen import builder
 from a2a_secure.identity.jws import Decoded
 from a2a_secure.protocol.validate import check_payload_matches
 
@@ -21,23 +22,19 @@ _M = TypeVar("_M")
 _set = object.__setattr__
 
 
-_SETTERS: dict[type[Any], tuple[Callable[[Any, Any], None], ...]] = {}
+_BUILDERS: dict[type[Any], Callable[..., Any]] = {}
 
 
 def _make(cls: type[_M], *values: Any) -> _M:
     """Build an already-checked model without re-running ``__post_init__`` (hot path).
 
     Writes through the slot descriptors, as the frozen dataclass's own ``__init__`` does
-    with ``object.__setattr__``, only cheaper.
+    with ``object.__setattr__``, only cheaper (:func:`a2a_secure.frozen.builder`).
     """
-    obj = object.__new__(cls)
-    setters = _SETTERS.get(cls)
-    if setters is None:
-        slots: tuple[str, ...] = cls.__slots__  # type: ignore[attr-defined]
-        setters = _SETTERS[cls] = tuple(getattr(cls, name).__set__ for name in slots)
-    for setter, value in zip(setters, values, strict=True):
-        setter(obj, value)
-    return obj
+    build = _BUILDERS.get(cls)
+    if build is None:
+        build = _BUILDERS[cls] = builder(cls)
+    return build(*values)  # type: ignore[no-any-return]
 
 
 def _stale(what: str, ts: int, now: float) -> StaleTimestamp:

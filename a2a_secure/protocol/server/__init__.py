@@ -10,6 +10,7 @@ One module per section of the contract, each saying in its docstring what state 
 
     handshake    the handshake responder: HELLO, PROOF, ACCEPT_POLICY (§5)
     intents      the intent processor: §6.1 steps 1-10, and close (§6.3)
+    common_intent  the same for the common intent, flat: no models, no coroutine (§6.1)
     replies      signed results and errors, unsigned refusals (§6.2, §7)
     events       signed events of a streamed answer (§6.4)
     scheduler    the priority queue: who runs, who waits, who is interrupted (§12.3)

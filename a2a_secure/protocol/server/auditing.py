@@ -53,6 +53,15 @@ class AuditWriter:
         self._clock = clock
         self._observe = observe
 
+    @property
+    def observe(self) -> ObserveHook | None:
+        """Who is told of every answered request (telemetry), or None."""
+        return self._observe
+
+    @observe.setter
+    def observe(self, value: ObserveHook | None) -> None:
+        self._observe = value
+
     def write(self, a: AuditFields, reply: Reply) -> None:
         """The record of a request that ended with ``reply``."""
         if self._observe is not None:  # telemetry (a2a_secure.telemetry): fields, never inputs

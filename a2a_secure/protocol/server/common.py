@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from a2a_secure.delegation import DelegationRules
 from a2a_secure.errors import StaleTimestamp, log_unexpected
+from a2a_secure.frozen import quick_init
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.policy import Policy
@@ -120,6 +121,7 @@ class ServerConfig:
     delegation: DelegationRules | None = None
 
 
+@quick_init  # built for every answer
 @dataclass(frozen=True, slots=True)
 class Reply:
     """What to send back: a JSON-RPC ``result`` or ``error`` member and the HTTP status."""

@@ -33,7 +33,8 @@ from a2a_secure.errors import (
     SessionUnknown,
     Unavailable,
 )
-from a2a_secure.identity.jws import jws_verify
+from a2a_secure.frozen import builder
+from a2a_secure.identity.jws import jws_check
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.models import (
     ClosePayload,
@@ -42,7 +43,6 @@ from a2a_secure.protocol.models import (
     IntentRequest,
     RequestPayload,
 )
-from a2a_secure.protocol.models._base import _make
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY
 from a2a_secure.protocol.sealing import (
     ClaimBox,
@@ -61,12 +61,22 @@ from a2a_secure.protocol.server.dispatcher import IntentContext
 from a2a_secure.protocol.server.ports import Claims, PendingClaim, Replay, Runner, Streams
 from a2a_secure.protocol.server.replies import SignedReplies, result_json
 from a2a_secure.protocol.validate import ct_equal, is_fresh
-from a2a_secure.store.base import BeginKind, SessionRecord, SyncForms, replaced_on_instance, sync_forms
+from a2a_secure.store.base import (
+    Begin,
+    BeginKind,
+    SessionRecord,
+    Store,
+    StoredReply,
+    SyncForms,
+    replaced_on_instance,
+    sync_forms,
+)
 from a2a_secure.store.intents import ClaimKind
 
-__all__ = ["IntentProcessor", "parse_intent"]
+__all__ = ["IntentProcessor", "begin_refusal", "keep_answer", "parse_intent"]
 
 _log = logging.getLogger("a2a_secure.server")
+_build_context = builder(IntentContext)
 
 
 def parse_intent(value: Any) -> dict[str, Any]:
@@ -121,7 +131,6 @@ class IntentProcessor:
         session_id = req.session_id
         params_seq = req.sequence
         intent = req.intent
-        token = req.request_jws
         if intent is not None:
             audit.intent_goal = intent.goal[:256]
             if intent.intent_id is not None:
@@ -136,17 +145,51 @@ class IntentProcessor:
         # coroutine here and at steps 7-8 and the finish: nothing is awaited but real I/O.
         now = self._clock()
         store = cfg.store
-        if store is not self._forms_of:
-            self._forms_of, self._forms = store, sync_forms(store)
-        forms = self._forms
-        if forms is not None and replaced_on_instance(store):
-            forms = None
+        forms = self._forms_for(store)
         if forms is not None:
             session = forms.get_session(session_id, now)
         else:
             session = await store.get_session(session_id, now)
         if session is None or self._past_deadline(session_id):
             raise SessionUnknown("unknown, expired or closed session")
+        header, payload, signing_input, signature = req.decoded
+        self._check_signed(
+            session,
+            session_id,
+            req.session_commitment,
+            header,
+            signing_input,
+            signature,
+            is_close,
+            now,
+            audit,
+        )
+        return await self._verified(req, session, payload, now, audit, store, forms)
+
+    def _forms_for(self, store: Store) -> SyncForms | None:
+        """The synchronous forms of ``store`` (:func:`sync_forms`), looked up once per store."""
+        if store is not self._forms_of:
+            self._forms_of, self._forms = store, sync_forms(store)
+        forms = self._forms
+        if forms is not None and replaced_on_instance(store):
+            return None
+        return forms
+
+    def _check_signed(
+        self,
+        session: SessionRecord,
+        session_id: str,
+        commitment: str,
+        header: Mapping[str, Any],
+        signing_input: bytes,
+        signature: bytes,
+        is_close: bool,
+        now: float,
+        audit: AuditFields,
+    ) -> None:
+        """Steps 2 (``session``, found and within its deadline) to 4, of a token split into its
+        ``header``, ``signing_input`` and ``signature``; raises the refusal."""
+        cfg = self._config
         audit.session_id = session_id
         audit.client_did = session.client_did
         signer = cfg.key_guard.signer_for(cfg.identity, session, now)  # -32043 once it is gone
@@ -158,13 +201,30 @@ class IntentProcessor:
         if signer is not cfg.identity:
             cfg.retired_signers[session_id] = signer
         # Step 3: commitment (not a secret, compared in constant time all the same).
-        if not ct_equal(req.session_commitment, session.session_commitment):
+        if not ct_equal(commitment, session.session_commitment):
             raise AuthenticationFailed("session_commitment does not match the session")
         # Step 4: signature with the client key pinned by the handshake.
         typ = m.Typ.CLOSE if is_close else m.Typ.REQUEST
-        payload = jws_verify(token, session.client_key, typ=typ, kid=session.client_kid, decoded=req.decoded)
+        jws_check(header, signing_input, signature, session.client_key, typ=typ, kid=session.client_kid)
         audit.verified = True
-        req_hash = m.request_hash(token)
+
+    async def _verified(
+        self,
+        req: IntentRequest | CloseRequest,
+        session: SessionRecord,
+        payload: dict[str, Any],
+        now: float,
+        audit: AuditFields,
+        store: Store,
+        forms: SyncForms | None,
+    ) -> Reply:
+        """Steps 5 to 11 of a request whose signature ``payload`` is verified."""
+        cfg = self._config
+        session_id = req.session_id
+        params_seq = req.sequence
+        intent = req.intent
+        is_close = intent is None
+        req_hash = m.request_hash(req.request_jws)
         now_i = int(now)
         # Step 5: payload exact and equal to params; from here on errors are signed.
         try:
@@ -219,7 +279,9 @@ class IntentProcessor:
             # The refusal itself is given after steps 7-8, as for any intent.
             priority, refusal = DEFAULT_PRIORITY, None
             if intent is not None and inputs is not None:
-                priority, refusal = self._admission(session, intent, inputs, delegated)
+                priority, refusal = self._admission(
+                    session, intent.goal, intent.priority, intent.stream, inputs, delegated
+                )
             # Steps 7-8, one atomic check-and-update (with an intent_id, and its claim).
             once: PendingClaim | None = None
             if (
@@ -270,14 +332,9 @@ class IntentProcessor:
                 begin = await self._exactly_once.begin(
                     once, session, sequence, req_hash, rate_limit=session.policy.rate_limit, now=now
                 )
-            if begin.kind is BeginKind.GONE:
-                raise SessionUnknown("unknown, expired or closed session")
-            if begin.kind is BeginKind.REVOKED:
-                raise SessionUnknown("session ended: the client's DID or key id is revoked")
-            if begin.kind is BeginKind.STALE:
-                raise SequenceError(f"sequence {sequence} is not greater than {begin.last_sequence}")
-            if begin.kind is BeginKind.RATE_LIMITED:
-                raise Unavailable("rate limit reached", retry_after=begin.retry_after)
+            refused = begin_refusal(begin, sequence)
+            if refused is not None:
+                raise refused
             if begin.kind in (BeginKind.REPLAY, BeginKind.IN_PROGRESS):
                 if once is not None and self._exactly_once.is_resumable(begin.reply):
                     return await self._exactly_once.resume(once, session_id, sequence, req_hash, audit)
@@ -297,7 +354,17 @@ class IntentProcessor:
                 goal = intent.goal
                 if refusal is not None:  # steps 9 and 10
                     raise refusal
-                context, timeout_ms = self._context(session, sequence, intent, audit, delegated, priority)
+                context, timeout_ms = self._context(
+                    session,
+                    sequence,
+                    goal,
+                    intent.domain,
+                    intent.constraints_dict,
+                    intent.intent_id,
+                    audit,
+                    delegated,
+                    priority,
+                )
                 if wants_stream:
                     reply = await self._streams.start(
                         session, sequence, req_hash, goal, inputs, context, timeout_ms, audit
@@ -322,13 +389,13 @@ class IntentProcessor:
         if not is_close and reply.stored is not None:  # a stream stores its events itself
             # The intent ran: its answer goes out even if the store cannot keep it (a shared
             # store down). A byte-identical retry then finds no stored answer and gets 503.
-            try:  # (not contextlib.suppress, which costs a context manager on every intent)
-                if forms is not None:
-                    forms.finish_request(session_id, sequence, reply.stored)
-                else:
+            if forms is not None:
+                keep_answer(forms, session_id, sequence, reply.stored)
+            else:
+                try:  # (not contextlib.suppress, which costs a context manager on every intent)
                     await store.finish_request(session_id, sequence, reply.stored)
-            except Exception as exc:
-                _log.warning("answer to sequence %d not stored: %s", sequence, type(exc).__name__)
+                except Exception as exc:
+                    _not_kept(sequence, exc)
             if once is not None:
                 await self._exactly_once.finish(session_id, sequence, reply.stored)
         return reply
@@ -336,16 +403,18 @@ class IntentProcessor:
     def _admit(
         self,
         session: SessionRecord,
-        intent: Intent,
+        goal: str,
+        requested: int | None,
+        stream: bool | None,
         inputs: dict[str, Any],
         delegated: Verdict = NO_DELEGATION,
     ) -> int:
         """Steps 9 and 10, pure checks: the priority the intent runs at, or the refusal.
 
-        ``inputs``: the intent's inputs as the handler will see them (opened, when sealed);
-        ``delegated``: the verdict on the chain the intent acts under (§12.7).
+        ``requested``: the intent's priority (§12.3) and ``stream`` its constraint, None when
+        absent; ``inputs``: the intent's inputs as the handler will see them (opened, when
+        sealed); ``delegated``: the verdict on the chain the intent acts under (§12.7).
         """
-        goal = intent.goal
         # Step 9: the policy agreed in the handshake, not today's configuration ...
         if not session.policy.allows(goal):
             raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
@@ -353,22 +422,28 @@ class IntentProcessor:
         if delegated.refusal is not None:
             raise delegated.refusal
         # ... and the server's priority rights (§12.3), also -32042 before anything runs.
-        priority = self._config.priority_rights.effective(intent.priority, session.client_did)
+        priority = self._config.priority_rights.effective(requested, session.client_did)
         # Step 10: a handler.
         dispatcher = self._config.dispatcher
         if not dispatcher.has(goal):
             raise MethodNotFound(f"no handler for intent {goal[:64]!r}")
-        if intent.stream is False and dispatcher.is_always_streamed(goal):
+        if stream is False and dispatcher.is_always_streamed(goal):
             raise InvalidParams(f"intent {goal[:64]!r} is always streamed; stream: false is not allowed")
         dispatcher.admit(goal, inputs, session.policy)  # tool.execute: its inner goal's
         return priority
 
     def _admission(
-        self, session: SessionRecord, intent: Intent, inputs: dict[str, Any], delegated: Verdict
+        self,
+        session: SessionRecord,
+        goal: str,
+        requested: int | None,
+        stream: bool | None,
+        inputs: dict[str, Any],
+        delegated: Verdict,
     ) -> tuple[int, A2AError | None]:
         """:meth:`_admit` as a value: (the priority, None), or (the default, the refusal)."""
         try:
-            return self._admit(session, intent, inputs, delegated), None
+            return self._admit(session, goal, requested, stream, inputs, delegated), None
         except A2AError as exc:
             return DEFAULT_PRIORITY, exc
 
@@ -389,35 +464,64 @@ class IntentProcessor:
         self,
         session: SessionRecord,
         sequence: int,
-        intent: Intent,
+        goal: str,
+        domain: str | None,
+        constraints: dict[str, Any],
+        intent_id: str | None,
         audit: AuditFields,
         delegated: Verdict,
         priority: int,
     ) -> tuple[IntentContext, int]:
-        """What the handler of an admitted intent is told, and its deadline in ms (step 11)."""
-        goal = intent.goal
+        """What the handler of an admitted intent is told, and its deadline in ms (step 11).
+
+        ``constraints``: the intent's, as ``Intent.constraints_dict`` gives them.
+        """
         chain = delegated.chain
         if chain is not None:
             audit.principal, audit.delegation = chain.principal, chain.hash
         # Step 11 (the runner's): within min(timeout_ms, server maximum).
-        constraints = intent.constraints_dict
         max_ms = self._config.limits.max_handler_timeout_ms
         timeout_ms = min(constraints.get("timeout_ms", max_ms), max_ms)
         # Every field, in order, each already checked: built as the parsed models are,
         # without the frozen dataclass's __init__ (half the cost, on every intent).
-        context = _make(
-            IntentContext,
+        context = _build_context(
             session.client_did,  # caller_did
             session.session_id,
             sequence,
             goal,
-            intent.domain,
+            domain,
             constraints,
             session.client_agent_id,
             priority,
-            intent.intent_id,
+            intent_id,
             None if chain is None else chain.principal,  # principal
             chain,  # delegation
             bool(session.seal_keys),  # sealed
         )
         return context, timeout_ms
+
+
+def begin_refusal(begin: Begin, sequence: int) -> A2AError | None:
+    """The refusal of steps 7-8 that ``begin`` decided for ``sequence``, or None."""
+    kind = begin.kind
+    if kind is BeginKind.GONE:
+        return SessionUnknown("unknown, expired or closed session")
+    if kind is BeginKind.REVOKED:
+        return SessionUnknown("session ended: the client's DID or key id is revoked")
+    if kind is BeginKind.STALE:
+        return SequenceError(f"sequence {sequence} is not greater than {begin.last_sequence}")
+    if kind is BeginKind.RATE_LIMITED:
+        return Unavailable("rate limit reached", retry_after=begin.retry_after)
+    return None
+
+
+def keep_answer(forms: SyncForms, session_id: str, sequence: int, stored: StoredReply) -> None:
+    """Keep the answer to ``sequence`` for a byte-identical retry, if the store can."""
+    try:  # (not contextlib.suppress, which costs a context manager on every intent)
+        forms.finish_request(session_id, sequence, stored)
+    except Exception as exc:
+        _not_kept(sequence, exc)
+
+
+def _not_kept(sequence: int, exc: Exception) -> None:
+    _log.warning("answer to sequence %d not stored: %s", sequence, type(exc).__name__)

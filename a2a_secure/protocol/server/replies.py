@@ -15,9 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from a2a_secure.errors import A2AError, InternalError, Unavailable
 from a2a_secure.identity import encoding
-from a2a_secure.identity.jws import jws_sign, jws_sign_json
+from a2a_secure.identity.jws import jws_sign, jws_sign_bytes
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.server.common import Reply, ServerConfig
 from a2a_secure.store.base import StoredReply
@@ -25,6 +27,22 @@ from a2a_secure.store.base import StoredReply
 __all__ = ["NOT_IJSON", "SignedReplies", "result_json", "unsigned_error"]
 
 NOT_IJSON = "the intent handler returned a value that is not I-JSON"
+
+# A success's signed payload, its answer and its stored form, as encoding.dumps writes them
+# (members in this order, compact), with the result's JSON written once into each.
+_SUCCESS_PAYLOAD = (
+    b'{"session_id":%s,"sequence":%d,"request_hash":%s,"status":"success","result":%s,"timestamp":%d}'
+)
+_SUCCESS_SENT = b'{"status":"success","sequence":%d,"result":%s,"response_jws":"%s"}'
+_STORED_SUCCESS = b'{"http_status":200,"result":%s,"signed_at":%d}'
+
+
+def _json_str(text: str) -> bytes:
+    """``encoding.dumps(text)`` of a string."""
+    try:
+        return orjson.dumps(text)
+    except orjson.JSONEncodeError:  # a lone surrogate: what encoding.dumps writes then
+        return encoding.dumps(text)
 
 
 def result_json(result: Any) -> bytes:
@@ -97,26 +115,21 @@ class SignedReplies:
             if not isinstance(result, str):
                 raise InternalError("a sealed session's result is not sealed")
             signed = b'"%s"' % m.sealed_digest(result).encode("ascii")
-        head = encoding.dumps(
-            {"session_id": session_id, "sequence": sequence, "request_hash": req_hash, "status": "success"}
-        )
-        tail = b',"timestamp":%d}' % now_i
-        payload = b"".join((head[:-1], b',"result":', signed, tail))
-        token = jws_sign_json(payload, self._config.signer(session_id), m.Typ.RESPONSE)
-        sent = b'{"status":"success","sequence":%d,"result":%s,"response_jws":"%s"}' % (
-            sequence,
-            raw,
-            token.encode("ascii"),
-        )
-        stored = StoredReply(200, result=result, signed_at=now_i)
+        # The head as encoding.dumps writes it (the two strings are written by orjson, as
+        # they are there; an integer's digits are its digits): not through a dict and a walk.
+        payload = _SUCCESS_PAYLOAD % (_json_str(session_id), sequence, _json_str(req_hash), signed, now_i)
+        token = jws_sign_bytes(payload, self._config.signer(session_id), m.Typ.RESPONSE)
+        sent = _SUCCESS_SENT % (sequence, raw, token)
+        stored = StoredReply(200, result, None, None, False, now_i)
         if result is not None:  # (to_dict leaves out a None result)
-            stored.with_json(b'{"http_status":200,"result":%s,"signed_at":%d}' % (raw, now_i))
-        return Reply(
-            200,
-            {"status": "success", "sequence": sequence, "result": result, "response_jws": token},
-            stored=stored,
-            result_json=sent,
-        )
+            stored.with_json(_STORED_SUCCESS % (raw, now_i))
+        answer = {
+            "status": "success",
+            "sequence": sequence,
+            "result": result,
+            "response_jws": token.decode("ascii"),
+        }
+        return Reply(200, answer, None, None, None, None, stored, sent)
 
     def result_token(self, session_id: str, sequence: int, req_hash: str, result: Any, now_i: int) -> Any:
         """The ``response_jws`` of a success carrying ``result``."""
