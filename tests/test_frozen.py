@@ -116,7 +116,7 @@ def test_the_hot_values_are_what_they_were() -> None:
 
 def test_builder_takes_every_slot_in_order_and_no_more() -> None:
     build = builder(IntentContext)
-    values = ("did:key:z", "sid", 4, "echo", None, {"timeout_ms": 5}, "agent", 3, None, None, None)
+    values = ("did:key:z", "sid", 4, "echo", None, {"timeout_ms": 5}, "agent", 3, None, None, None, True)
     built = build(*values)
     assert built == IntentContext(*values)
     assert type(built) is IntentContext
