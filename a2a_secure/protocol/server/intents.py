@@ -10,6 +10,12 @@ again (:mod:`a2a_secure.runtime.replay`). Step 11 is the runner's
 (:mod:`a2a_secure.runtime.runner`), or the stream pump's for a streamed answer
 (:mod:`a2a_secure.runtime.stream_pump`): the runtime, handed in through :mod:`.ports`.
 
+The common intent (no extension member, an unsealed session, a store that never suspends)
+takes the flat path of :mod:`.common_intent`, a subclass of this processor that answers it
+with the same steps 2-4 (:meth:`IntentProcessor._check_signed`), 9-10 and refusals, and
+hands anything else to :meth:`IntentProcessor.handle` or, once the signature is verified,
+to its steps 5-11 (:meth:`IntentProcessor._verified`).
+
 State: none of its own. It reads sessions and consumes sequences in the :class:`Store` of
 the :class:`ServerConfig`, and ends sessions (§6.3) there and in the
 :class:`SessionDeadlines`.
