@@ -17,13 +17,21 @@ request with an ``intent_id`` claims (DID, intent_id) in the same atomic store s
 ====================  ==================================================================
 claim                 answer (signed under the NEW session, for the NEW request)
 ====================  ==================================================================
-new                   the intent runs; its answer is kept with the claim
+new                   the start is recorded (:meth:`ExactlyOnce.start`), then the intent
+                      runs; its answer is kept with the claim BEFORE it is sent
+not started, same     (a claim whose handler never started: its worker died or paused
+intent                between the claim and the start, or the replicas did not confirm it)
+                      taken over by this request, which runs it as a new one; the first
+                      owner's start then fails and it does not run (it waits for this
+                      run's answer instead)
 done, same intent     the first run's answer, signed again now; the handler does not run
 running, same intent  wait for the first run's answer up to ``replay_wait_seconds``, then
                       503 -32048 "still running" with Retry-After (never a second run); a
                       byte-identical retry of that request waits again
-lost, same intent     504 -32049 "outcome unknown": the first run never reported (its worker
-                      died, or the server stopped, mid-run); the intent is not run again
+lost, same intent     504 -32049 "outcome unknown": the first run started and never
+                      reported (its worker died, or the server stopped, mid-run) within
+                      the claim's lease (the handler timeout plus
+                      ``ServerLimits.claim_lease_margin``); the intent is not run again
 another intent        409 -32044 "intent_id already used for a different intent"
 DID bound reached     503 -32048, nothing consumed (as a rate-limited request)
 store bound reached   503 -32048, nothing consumed (``max_intent_ids_total``)
@@ -43,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
@@ -71,13 +80,9 @@ if TYPE_CHECKING:
     from a2a_secure.protocol.server.replies import SignedReplies
     from a2a_secure.runtime.replay import Replayer
 
-__all__ = ["RUNNING_MARGIN", "STILL_RUNNING", "ExactlyOnce", "server_extensions"]
+__all__ = ["STILL_RUNNING", "ExactlyOnce", "server_extensions"]
 
 STILL_RUNNING: Final = "an earlier request with this intent_id is still running"
-# Past the longest a run can take, a claim still RUNNING is LOST. The margin covers the
-# answer's way to a shared store (RedisStore lingers up to 20 ms) and clock differences
-# between workers.
-RUNNING_MARGIN: Final = 60
 
 
 def server_extensions(limits: ServerLimits, store: object, *, delegation: bool = False) -> list[str]:
@@ -106,6 +111,8 @@ class Pending:
     running_until: int
     claim: Claim | None = None
     agent: str = ""  # the server DID the claim belongs to (the session's)
+    # This request's token: only it may record the start of the claim it made.
+    owner: bytes = b""
     # Sealed intents (protocol/sealing.py): the answer as the claim keeps it (sealed under
     # the intent's answer key), and back, sealed for this request's session.
     to_claim: Callable[[StoredReply], StoredReply] | None = None
@@ -181,14 +188,17 @@ class ExactlyOnce:
         # A stream's run is bounded by its session (checked at each event) and the timeout
         # between two events; any other run by the handler timeout.
         end = max(now, session.expires_at) if wants_stream else now
-        timeout = self._config.limits.max_handler_timeout_ms / 1000
-        running_until = math.ceil(end + timeout) + RUNNING_MARGIN
+        limits = self._config.limits
+        # Past the longest a run can take, a started claim still RUNNING is LOST. The margin
+        # covers the answer's way to the store and clock differences between workers.
+        running_until = math.ceil(end + limits.max_handler_timeout_ms / 1000) + limits.claim_lease_margin
         return Pending(
             session.client_did,
             intent.intent_id,
             encoding.hash_of(intent_obj),
             running_until,
             agent=session.server_did,
+            owner=secrets.token_bytes(16),
         )
 
     async def begin(
@@ -203,7 +213,9 @@ class ExactlyOnce:
     ) -> Begin:
         """§6.1 steps 7-8 and the claim, in one store step; FULL raises (nothing consumed)."""
         limits = self._config.limits
-        expires_at = max(int(now) + limits.intent_id_retention, pending.running_until + RUNNING_MARGIN)
+        expires_at = max(
+            int(now) + limits.intent_id_retention, pending.running_until + limits.claim_lease_margin
+        )
         begin, claim = await self._store.begin_intent(
             session.session_id,
             session.client_did,
@@ -219,6 +231,7 @@ class ExactlyOnce:
                 expires_at,
                 limits.max_intent_ids_per_did,
                 limits.max_intent_ids_total,
+                pending.owner,
             ),
             agent=pending.agent,
         )
@@ -230,6 +243,33 @@ class ExactlyOnce:
         if claim is not None and claim.kind is ClaimKind.NEW:
             self.running[(session.session_id, sequence)] = pending
         return begin
+
+    async def start(
+        self, pending: Pending, session_id: str, sequence: int, req_hash: str, audit: AuditFields
+    ) -> Reply | None:
+        """Record that the handler of a NEW claim starts: None, run it; else the answer.
+
+        Called by every path that runs an intent with an ``intent_id`` (unary and streamed)
+        right before its handler. The start is what tells "never ran" (a resend takes the
+        claim over) from "outcome unknown". When another request took the claim over in
+        between, this one waits for that run's answer as a resend would; when the store
+        cannot record the start, 503 (the claim stays unstarted: a resend runs it).
+        """
+        try:
+            started = await self._store.start_intent(
+                pending.client_did,
+                pending.intent_id,
+                pending.intent_hash,
+                pending.owner,
+                agent=pending.agent,
+            )
+        except Unavailable as exc:
+            self.running.pop((session_id, sequence), None)
+            return await self._error(exc, session_id, sequence, req_hash)
+        if started:
+            return None
+        self.running.pop((session_id, sequence), None)
+        return await self._settle(pending, Claim(ClaimKind.RUNNING), session_id, sequence, req_hash, audit)
 
     def is_resumable(self, stored: StoredReply | None) -> bool:
         """Whether a byte-identical retry finds the "still running" answer of a resend."""
@@ -257,8 +297,10 @@ class ExactlyOnce:
         pending = self.running.pop((session_id, sequence), None)
         if pending is None:
             return
-        # The intent ran: its answer goes out even if the store cannot keep it. The claim then
-        # stays RUNNING and becomes LOST: a resend is told "outcome unknown", never re-run.
+        # Kept before the answer is sent (finish_intent waits for the store): a worker that
+        # dies after sending leaves the answer for the resends. The intent ran: its answer
+        # goes out even if the store cannot keep it. The claim then stays RUNNING and becomes
+        # LOST: a resend is told "outcome unknown", never re-run.
         with contextlib.suppress(Exception):
             if pending.to_claim is not None:
                 stored = pending.to_claim(stored)

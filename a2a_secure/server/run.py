@@ -35,6 +35,13 @@ Environment variables read by :func:`app_from_env`:
                             ``PROMETHEUS_MULTIPROC_DIR`` (a2a_secure.telemetry.metrics)
 ``A2A_SECURE_LOG_FORMAT``   ``json``: log one JSON object per line, one per answered request
                             (a2a_secure.telemetry.logs)
+``A2A_SECURE_CLAIM_LEASE_MARGIN`` ``ServerLimits.claim_lease_margin`` (seconds, at least 1):
+                            how long past the handler timeout an ``intent_id`` whose run
+                            started and never answered is waited for before a resend is told
+                            "outcome unknown" (default 60)
+``A2A_SECURE_TEST_CLOCK_DIR`` FOR TESTING ONLY (fault campaigns, scripts/chaos.py): each
+                            worker's wall clock is ``time.time()`` plus the seconds written in
+                            the file ``<dir>/<pid>`` (:class:`a2a_secure.testing.SteppedClock`)
 ``A2A_SECURE_APP``          ``module:attr``: an ``AgentServer`` (or an object with a ``server``
                             attribute holding one, like ``A2AAgent``) whose intents are served,
                             or a callable given the ``AgentServer`` to register handlers on
@@ -47,11 +54,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
-import re
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,6 +71,14 @@ from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits
 from a2a_secure.protocol.tools import TOOL_PREFIX
 from a2a_secure.server.app import AgentServer, public_url
+from a2a_secure.server.settings import (
+    LEASE_ENV,
+    WAIT_BOUNDS,
+    load_policy,
+    load_scheduling,
+    wait_setting,
+    with_lease,
+)
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
@@ -79,6 +93,8 @@ __all__ = [
     "app_from_env",
     "build_server",
     "default_url",
+    "load_policy",
+    "load_scheduling",
     "serve",
     "wait_setting",
 ]
@@ -96,72 +112,16 @@ ENV = {
     "revocations": "A2A_SECURE_REVOCATIONS",
     "metrics": "A2A_SECURE_METRICS",
     "log_format": "A2A_SECURE_LOG_FORMAT",
+    "claim_lease_margin": LEASE_ENV,
 }
+TEST_CLOCK_ENV = "A2A_SECURE_TEST_CLOCK_DIR"
 LOG_FORMATS = ("text", "json")
 FACTORY = "a2a_secure.server.run:app_from_env"
 WORKERS_NEED_REDIS = "--workers > 1 needs --redis-url: sessions would not be shared between workers"
 
-# Lowest and highest value of the RedisStore's WAIT settings that serve accepts. The store
-# gives each round trip 1 s (its socket timeout): a WAIT longer than that would end in a
-# timeout (the connection dropped) instead of a reply saying how many replicas acknowledged,
-# and 0 ms would make Redis wait without end.
-WAIT_BOUNDS = {"redis_wait_replicas": (0, 1000), "redis_wait_timeout_ms": (1, 800)}
-
 
 class ServeUsageError(ValueError):
     """Arguments of :func:`serve` that cannot be used together or as given (exit code 2)."""
-
-
-def wait_setting(name: str, text: str) -> int:
-    """The value of the WAIT setting ``name`` (a key of :data:`WAIT_BOUNDS`) written ``text``.
-
-    Raises ``ValueError("must be an integer from LOW to HIGH, not 'TEXT'")``: plain decimal
-    digits only, so that "1.5", "-1", "+1" or " 1" are refused rather than read as something.
-    """
-    low, high = WAIT_BOUNDS[name]
-    if not re.fullmatch(r"[0-9]{1,6}", text) or not low <= int(text) <= high:
-        raise ValueError(f"must be an integer from {low} to {high}, not {text!r}")
-    return int(text)
-
-
-# Members of a policy file that configure this server, not the negotiated policy (§12.3).
-SERVER_MEMBERS = ("priority_rights", "max_concurrent_intents", "max_queued_intents", "sealed_intents")
-
-
-def _read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a policy file holds one JSON object")
-    return data
-
-
-def load_policy(path: str | os.PathLike[str] | None) -> Policy:
-    """The policy in the JSON file ``path`` (missing members take their defaults)."""
-    if not path:
-        return DEFAULT_POLICY
-    data = _read_policy_file(path)
-    return Policy.load({k: v for k, v in data.items() if k not in SERVER_MEMBERS})
-
-
-def load_scheduling(path: str | os.PathLike[str] | None) -> tuple[PriorityRights, ServerLimits]:
-    """The priority rights and concurrency limits in the policy file ``path`` (§12.3)."""
-    if not path:
-        return PriorityRights(), ServerLimits()
-    data = _read_policy_file(path)
-    rights = PriorityRights.from_dict(data.get("priority_rights", {}))
-    bounds: dict[str, Any] = {}
-    for name in ("max_concurrent_intents", "max_queued_intents"):
-        if name in data:
-            value = data[name]
-            if not (value is None and name == "max_concurrent_intents") and type(value) is not int:
-                raise ValueError(f"{path}: {name} must be an integer")
-            bounds[name] = value
-    if "sealed_intents" in data:  # PROTOCOL.md §12.6
-        if type(data["sealed_intents"]) is not bool:
-            raise ValueError(f"{path}: sealed_intents must be true or false")
-        bounds["sealed_intents"] = data["sealed_intents"]
-    return rights, ServerLimits(**bounds)
 
 
 def _load_object(spec: str) -> Any:
@@ -289,6 +249,7 @@ def build_server(
     shared_store: bool = False,
     metrics: bool = False,
     log_requests: bool = False,
+    clock: Any = time.time,
 ) -> AgentServer:
     """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts.
 
@@ -312,6 +273,7 @@ def build_server(
         limits=limits,
         metrics=metrics,
         log_requests=log_requests,
+        clock=clock,
     )
     if app:
         _mount_app(server, app, shared_store=shared_store)
@@ -346,6 +308,16 @@ def _wait_from_env(env: Mapping[str, str]) -> dict[str, Any]:
     return options
 
 
+def _test_clock(env: Mapping[str, str]) -> Any:
+    """The wall clock of this worker: ``time.time``, or a :class:`SteppedClock` (testing only)."""
+    directory = env.get(TEST_CLOCK_ENV)
+    if not directory:
+        return time.time
+    from a2a_secure.testing import SteppedClock  # noqa: PLC0415
+
+    return SteppedClock(Path(directory) / str(os.getpid()))
+
+
 def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     """A FastAPI app configured by the ``A2A_SECURE_*`` environment variables.
 
@@ -363,6 +335,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     revocation_file = env.get(ENV["revocations"])
     revocations = [FileRevocations(revocation_file)] if revocation_file else []
     rights, limits = load_scheduling(env.get(ENV["policy"]) or None)
+    limits = with_lease(limits, env.get(ENV["claim_lease_margin"]))
 
     store: Store
     redis_url = env.get(ENV["redis_url"])
@@ -396,6 +369,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
         url=env.get(ENV["url"]) or "",
         metrics=env.get(ENV["metrics"]) == "1",
         log_requests=env.get(ENV["log_format"]) == "json",
+        clock=_test_clock(env),
     )
     fastapi_app = server.app()
     fastapi_app.state.agent_server = server
@@ -438,6 +412,7 @@ def serve(
     url: str | None = None,
     metrics: bool = False,
     log_format: str = "text",
+    claim_lease_margin: int | None = None,
 ) -> None:
     """Run the agent under uvicorn with ``workers`` processes (blocks until stopped).
 
@@ -447,6 +422,7 @@ def serve(
     ``prometheus_client``'s multiprocess mode, through a directory made for this run (or
     ``PROMETHEUS_MULTIPROC_DIR`` if set, emptied first) and removed when it ends.
     ``log_format``: ``text`` or ``json`` (one object per line, one per answered request).
+    ``claim_lease_margin``: ``ServerLimits.claim_lease_margin`` (None: the policy file's, else 60).
 
     ``redis_wait_replicas`` and ``redis_wait_timeout_ms`` are the ``wait_replicas`` and
     ``wait_timeout_ms`` of the :class:`~a2a_secure.store.redis.RedisStore` (None: its
@@ -495,6 +471,7 @@ def serve(
         **{name: None if value is None else str(value) for name, value in wait.items()},
         "metrics": "1" if metrics else None,
         "log_format": "json" if log_format == "json" else None,
+        "claim_lease_margin": None if claim_lease_margin is None else str(claim_lease_margin),
     }
     for name, value in settings.items():
         if value:
@@ -504,6 +481,7 @@ def serve(
     # Fail here, once, with a clear message rather than in every worker: the key file, the
     # policy and the app are loaded once (no store, no audit log opened).
     rights, limits = load_scheduling(policy_path)
+    limits = with_lease(limits, settings["claim_lease_margin"])
     policy = load_policy(policy_path)
     build_server(
         Identity.load(key_file),
