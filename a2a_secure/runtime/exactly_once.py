@@ -113,6 +113,10 @@ class Pending:
     agent: str = ""  # the server DID the claim belongs to (the session's)
     # This request's token: only it may record the start of the claim it made.
     owner: bytes = b""
+    # The longest the run may take (a stream: its session's end), and when a stream next
+    # moves its lease on (wall clock, as running_until).
+    keep_until: int = 0
+    renew_at: float = 0.0
     # Sealed intents (protocol/sealing.py): the answer as the claim keeps it (sealed under
     # the intent's answer key), and back, sealed for this request's session.
     to_claim: Callable[[StoredReply], StoredReply] | None = None
@@ -185,13 +189,16 @@ class ExactlyOnce:
         ``intent_obj`` is the intent as signed (step 5 compared it with the payload's).
         """
         assert intent.intent_id is not None
-        # A stream's run is bounded by its session (checked at each event) and the timeout
-        # between two events; any other run by the handler timeout.
-        end = max(now, session.expires_at) if wants_stream else now
-        limits = self._config.limits
         # Past the longest a run can take, a started claim still RUNNING is LOST. The margin
-        # covers the answer's way to the store and clock differences between workers.
-        running_until = math.ceil(end + limits.max_handler_timeout_ms / 1000) + limits.claim_lease_margin
+        # covers the answer's way to the store and clock differences between workers. A
+        # stream's run is bounded by its session (checked at each event) and the timeout
+        # between two events: its lease is one handler timeout, moved on as events come
+        # (renew), and the claim is kept at least as long as the session could run it.
+        limits = self._config.limits
+        lease = limits.max_handler_timeout_ms / 1000
+        running_until = math.ceil(now + lease) + limits.claim_lease_margin
+        end = max(now, session.expires_at) if wants_stream else now
+        keep_until = math.ceil(end + lease) + limits.claim_lease_margin
         return Pending(
             session.client_did,
             intent.intent_id,
@@ -199,6 +206,8 @@ class ExactlyOnce:
             running_until,
             agent=session.server_did,
             owner=secrets.token_bytes(16),
+            keep_until=keep_until,
+            renew_at=now + limits.claim_lease_margin / 2,
         )
 
     async def begin(
@@ -214,7 +223,8 @@ class ExactlyOnce:
         """§6.1 steps 7-8 and the claim, in one store step; FULL raises (nothing consumed)."""
         limits = self._config.limits
         expires_at = max(
-            int(now) + limits.intent_id_retention, pending.running_until + limits.claim_lease_margin
+            int(now) + limits.intent_id_retention,
+            max(pending.running_until, pending.keep_until) + limits.claim_lease_margin,
         )
         begin, claim = await self._store.begin_intent(
             session.session_id,
@@ -270,6 +280,28 @@ class ExactlyOnce:
             return None
         self.running.pop((session_id, sequence), None)
         return await self._settle(pending, Claim(ClaimKind.RUNNING), session_id, sequence, req_hash, audit)
+
+    async def renew(self, session_id: str, sequence: int, now: float) -> None:
+        """A stream goes on: move its claim's lease past ``now`` (at most every half margin).
+
+        A lease the store cannot move lapses: resends are then told "outcome unknown" while
+        the stream still runs, never run it again.
+        """
+        pending = self.running.get((session_id, sequence))
+        if pending is None or now < pending.renew_at:
+            return
+        limits = self._config.limits
+        pending.renew_at = now + limits.claim_lease_margin / 2
+        running_until = math.ceil(now + limits.max_handler_timeout_ms / 1000) + limits.claim_lease_margin
+        with contextlib.suppress(Unavailable):
+            await self._store.renew_intent(
+                pending.client_did,
+                pending.intent_id,
+                pending.intent_hash,
+                pending.owner,
+                running_until,
+                agent=pending.agent,
+            )
 
     def is_resumable(self, stored: StoredReply | None) -> bool:
         """Whether a byte-identical retry finds the "still running" answer of a resend."""

@@ -16,8 +16,9 @@ to the session that made it, and holds:
 * the hash of the intent as signed (``hash_of(intent)``): a later request with the same id
   and another intent is refused, it never gets the first one's answer;
 * ``running_until``: while the first run has not reported its answer, the claim is
-  RUNNING up to that time (the longest a run can take, plus a margin), and LOST after it
-  (the worker died mid-run: the outcome is unknown, and the intent is not run again);
+  RUNNING up to that time (the longest a run can take, plus a margin; a stream moves it on
+  as it goes, :meth:`IntentStore.renew_intent`), and LOST after it (the worker died mid-run:
+  the outcome is unknown, and the intent is not run again);
 * the answer (a :class:`~a2a_secure.store.base.StoredReply`, kept unsigned), once DONE;
 * the owner (a random token of the request that made the claim) and whether its handler
   started: the request records the start (:meth:`IntentStore.start_intent`) before it calls
@@ -119,6 +120,20 @@ class IntentStore(Store, Protocol):
         """Keep ``reply`` as the answer of the claim, if it is still there for that hash."""
         ...
 
+    async def renew_intent(
+        self,
+        client_did: str,
+        intent_id: str,
+        intent_hash: str,
+        owner: bytes,
+        running_until: int,
+        *,
+        agent: str = "",
+    ) -> None:
+        """Move the lease of ``owner``'s unanswered claim to ``running_until`` (a stream that
+        goes on); nothing when the claim is not ``owner``'s or has its answer."""
+        ...
+
     async def start_intent(
         self,
         client_did: str,
@@ -146,5 +161,5 @@ def supports_intent_ids(store: object) -> bool:
     cannot make the claim atomic with the sequence in some configuration)."""
     return getattr(store, "supports_intent_ids", True) is True and all(
         callable(getattr(store, name, None))
-        for name in ("begin_intent", "get_claim", "finish_intent", "start_intent")
+        for name in ("begin_intent", "get_claim", "finish_intent", "start_intent", "renew_intent")
     )

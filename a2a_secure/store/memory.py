@@ -378,6 +378,21 @@ class MemoryStore:
         if c is not None and c.intent_hash == intent_hash and c.reply is None:
             c.reply = reply.to_json()
 
+    async def renew_intent(
+        self,
+        client_did: str,
+        intent_id: str,
+        intent_hash: str,
+        owner: bytes,
+        running_until: int,
+        *,
+        agent: str = "",
+    ) -> None:
+        """See :meth:`IntentStore.renew_intent`."""
+        c = self._claims.get((agent, client_did, intent_id))
+        if c is not None and c.intent_hash == intent_hash and c.owner == owner and c.reply is None:
+            c.running_until = running_until
+
     async def start_intent(
         self,
         client_did: str,

@@ -270,6 +270,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
         self._get_claim = client.register_script(rcl.GET_CLAIM)
         self._finish_intent = client.register_script(rcl.FINISH_INTENT)
         self._start_intent = client.register_script(rcl.START_INTENT)
+        self._renew_intent = client.register_script(rcl.RENEW_INTENT)
         self._add_action = client.register_script(_ADD_ACTION)
         self._get_action = client.register_script(_GET_ACTION)
         self._decide_action = client.register_script(_DECIDE_ACTION)
@@ -331,6 +332,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
             self._get_claim,
             self._finish_intent,
             self._start_intent,
+            self._renew_intent,
         ]
         self._loaded = False
         self._loading: asyncio.Future[None] | None = None

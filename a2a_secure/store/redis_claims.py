@@ -25,7 +25,16 @@ from __future__ import annotations
 
 from a2a_secure.store.intents import ClaimKind
 
-__all__ = ["CLAIM", "CLAIM_KINDS", "FINISH_INTENT", "GET_CLAIM", "SEEN_CLAIM", "START_INTENT", "UNCLAIM"]
+__all__ = [
+    "CLAIM",
+    "CLAIM_KINDS",
+    "FINISH_INTENT",
+    "GET_CLAIM",
+    "RENEW_INTENT",
+    "SEEN_CLAIM",
+    "START_INTENT",
+    "UNCLAIM",
+]
 
 # Conventions as in redis_keys.py: ``now`` is ARGV, checks come before the first write (deleting
 # an expired claim is the forgetting every read does), and no script stops half-way.
@@ -75,6 +84,17 @@ START_INTENT = """
 local c = redis.call('HMGET', KEYS[1], 'h', 'o', 's', 'y')
 if c[1] == ARGV[1] and c[2] == ARGV[2] and c[3] == ARGV[3] and not c[4] then
   redis.call('HSET', KEYS[1], 's', ARGV[4])
+  return 1
+end
+return 0
+"""
+
+# A stream that goes on moves its lease: only the owner, of an unanswered claim.
+# KEYS: claim hash.  ARGV: intent hash, owner, running_until.
+RENEW_INTENT = """
+local c = redis.call('HMGET', KEYS[1], 'h', 'o', 'y')
+if c[1] == ARGV[1] and c[2] == ARGV[2] and not c[3] then
+  redis.call('HSET', KEYS[1], 'u', ARGV[3])
   return 1
 end
 return 0

@@ -193,6 +193,22 @@ class RedisIntents(RedisKeys):
         )
         await self.flush()
 
+    async def renew_intent(
+        self,
+        client_did: str,
+        intent_id: str,
+        intent_hash: str,
+        owner: bytes,
+        running_until: int,
+        *,
+        agent: str = "",
+    ) -> None:
+        """See :meth:`IntentStore.renew_intent` (one script)."""
+        key = self._k_intent(agent, client_did, intent_id)
+        await self._script(
+            self._renew_intent, [key], [_request_hash_bytes(intent_hash), owner, running_until]
+        )
+
     async def start_intent(
         self,
         client_did: str,

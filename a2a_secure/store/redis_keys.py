@@ -171,6 +171,7 @@ class RedisKeys:
         _get_claim: AsyncScript
         _finish_intent: AsyncScript
         _start_intent: AsyncScript
+        _renew_intent: AsyncScript
         _add_action: AsyncScript
         _get_action: AsyncScript
         _decide_action: AsyncScript
