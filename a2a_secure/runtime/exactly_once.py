@@ -50,9 +50,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -161,6 +162,8 @@ class ExactlyOnce:
         self._clock = clock
         # Claims made here whose run has not reported yet, by (session id, sequence).
         self.running: dict[tuple[str, int], Pending] = {}
+        # Writes to the store tried again in the background (_retry_later).
+        self._later: set[asyncio.Task[None]] = set()
 
     @property
     def enabled(self) -> bool:
@@ -275,6 +278,21 @@ class ExactlyOnce:
             )
         except Unavailable as exc:
             self.running.pop((session_id, sequence), None)
+            # The start may have reached the store with its reply lost: give it back when the
+            # store is back, so that a resend takes the claim over instead of waiting for
+            # its lease to end ("outcome unknown") on an intent that never ran.
+            self._retry_later(
+                pending,
+                functools.partial(
+                    self._store.start_intent,
+                    pending.client_did,
+                    pending.intent_id,
+                    pending.intent_hash,
+                    pending.owner,
+                    started=False,
+                    agent=pending.agent,
+                ),
+            )
             return await self._error(exc, session_id, sequence, req_hash)
         if started:
             return None
@@ -331,18 +349,45 @@ class ExactlyOnce:
             return
         # Kept before the answer is sent (finish_intent waits for the store): a worker that
         # dies after sending leaves the answer for the resends. The intent ran: its answer
-        # goes out even if the store cannot keep it. The claim then stays RUNNING and becomes
-        # LOST: a resend is told "outcome unknown", never re-run.
-        with contextlib.suppress(Exception):
+        # goes out even if the store cannot keep it now; this process tries again until the
+        # claim's lease ends (a resend meanwhile waits, or is told "still running"). Past it,
+        # or if this process dies first, the claim is LOST: a resend is told "outcome
+        # unknown", never re-run.
+        try:
             if pending.to_claim is not None:
                 stored = pending.to_claim(stored)
-            await self._store.finish_intent(
-                pending.client_did,
-                pending.intent_id,
-                pending.intent_hash,
-                _compact(stored),
-                agent=pending.agent,
-            )
+        except Exception:  # (sealing it for the claim failed: nothing to keep)
+            return
+        keep = functools.partial(
+            self._store.finish_intent,
+            pending.client_did,
+            pending.intent_id,
+            pending.intent_hash,
+            _compact(stored),
+            agent=pending.agent,
+        )
+        try:
+            await keep()
+        except Exception:
+            self._retry_later(pending, keep)
+
+    def _retry_later(self, pending: Pending, attempt: Callable[[], Awaitable[object]]) -> None:
+        """Call ``attempt`` again in the background until it succeeds or the claim's lease
+        ends (what it writes is conditional on the claim: late is harmless)."""
+        task = asyncio.ensure_future(self._again(pending.running_until, attempt))
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+
+    async def _again(self, until: float, attempt: Callable[[], Awaitable[object]]) -> None:
+        delay = 0.05
+        while self._clock() < until:
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 1.0)
+            try:
+                await attempt()
+            except Exception:  # noqa: S112 - the store is still away: later
+                continue
+            return
 
     # -- answers ------------------------------------------------------------------------------------
     async def _settle(
