@@ -1,0 +1,250 @@
+"""Liveness of ``intent_id`` claims under the faults of the campaign (scripts/chaos.py).
+
+Retries repeat nothing that succeeded and finish what never started:
+
+* the claim's answer is in Redis when ``finish_intent`` returns (the server sends the answer
+  only then): a worker killed right after answering no longer leaves resends "still running";
+* a claim whose handler never started (its owner paused, killed, or refused between the
+  claim and the start) is taken over by the resend, which runs it; the first owner then
+  does not run it and answers with the resend's answer;
+* an answer (or a start given back) the store could not take is retried until the lease ends;
+* a stream's lease is one handler timeout, moved on as its events come, not its session's;
+* ``claim_lease_margin`` is a setting (policy file, ``--claim-lease-margin``, environment);
+* ``A2A_SECURE_TEST_CLOCK_DIR`` steps a worker's wall clock (fault campaigns only).
+
+Real uvicorn on 127.0.0.1 and real Redis (``redis_url``) where it is about them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from http_helpers import build_server, identity
+from redis_helpers import redis_prefix, redis_url  # noqa: F401
+from test_multiworker import handshake, send
+
+from a2a_secure.cli import main as cli_main
+from a2a_secure.errors import Unavailable
+from a2a_secure.protocol.server import IntentContext, ServerLimits
+from a2a_secure.server.app import AgentServer
+from a2a_secure.server.run import app_from_env
+from a2a_secure.server.settings import lease_setting, load_scheduling
+from a2a_secure.store.base import StoredReply
+from a2a_secure.store.intents import ClaimKind
+from a2a_secure.store.memory import MemoryStore
+from a2a_secure.store.redis import RedisStore
+from a2a_secure.testing import SteppedClock, serve_app
+
+H = "sha256:" + "7" * 64
+
+
+def counting(store: Any, limits: ServerLimits | None = None) -> tuple[AgentServer, Counter[str | None]]:
+    server = build_server(
+        identity("liveness"), store=store, limits=limits or ServerLimits(replay_wait_seconds=5)
+    )
+    runs: Counter[str | None] = Counter()
+
+    @server.intent("record")
+    async def record(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
+        runs[ctx.intent_id] += 1
+        return {"inputs": inputs, "run": runs[ctx.intent_id]}
+
+    return server, runs
+
+
+async def test_the_claims_answer_is_in_redis_when_finish_intent_returns(
+    redis_url: str,  # noqa: F811
+    redis_prefix: str,  # noqa: F811
+) -> None:
+    """A second process (another RedisStore) reads the answer at once: nothing lingers.
+    Before: it was sent with the next command or 20 ms later, after the answer had left."""
+    a = RedisStore(redis_url, prefix=redis_prefix)
+    b = RedisStore(redis_url, prefix=redis_prefix)
+    did, iid, now = "did:key:zCaller", "I" * 22, time.time()
+    key = a._k_intent("", did, iid)
+    try:
+        # A started claim, as a begin and a start leave it.
+        await a.client.hset(
+            key, mapping={"h": bytes.fromhex("7" * 64), "u": int(now) + 30, "e": int(now) + 3600, "s": "1"}
+        )
+        assert (await b.get_claim(did, iid, H, now)).kind is ClaimKind.RUNNING
+        await a.finish_intent(did, iid, H, StoredReply(200, {"ok": 1}))
+        seen = await b.get_claim(did, iid, H, now)
+        assert seen.kind is ClaimKind.DONE and seen.reply == StoredReply(200, {"ok": 1})
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_claim_never_started_is_run_by_the_resend_and_only_once(
+    redis_url: str,  # noqa: F811
+    redis_prefix: str,  # noqa: F811
+) -> None:
+    """A's worker pauses between its claim and its start (SIGSTOP, a lost connection); the
+    resend B, on another session, takes the claim over and runs the intent; A, resumed, finds
+    the claim taken, does not run, and answers B's answer. Before: B waited "still running"
+    and then was told "outcome unknown" about an intent that never ran."""
+    store = RedisStore(redis_url, prefix=redis_prefix)
+    server, runs = counting(store)
+    reached, release = asyncio.Event(), asyncio.Event()
+    start = store.start_intent
+    paused = {"once": True}
+
+    async def held(*args: Any, **kw: Any) -> bool:
+        if paused.pop("once", False):
+            reached.set()
+            await release.wait()
+        return await start(*args, **kw)
+
+    store.start_intent = held  # type: ignore[method-assign]
+    intent = {"goal": "record", "inputs": {"k": 1}, "intent_id": "N" * 22}
+    client = identity("paused-caller")
+    try:
+        async with serve_app(server.app()) as url, httpx.AsyncClient(timeout=10) as http:
+            s_a = await handshake(http, [url], client, server.identity.did)
+            s_b = await handshake(http, [url], client, server.identity.did)
+            req_a = s_a.prepare_intent(intent)
+            a = asyncio.ensure_future(send(http, url, req_a))
+            await asyncio.wait_for(reached.wait(), 5)
+            req_b = s_b.prepare_intent(intent)
+            resp_b = await asyncio.wait_for(send(http, url, req_b), 5)
+            assert resp_b.status_code == 200, resp_b.text
+            answer = s_b.verify_result(req_b, resp_b.json()["result"]).result
+            assert answer == {"inputs": {"k": 1}, "run": 1}
+            release.set()
+            resp_a = await a
+            assert resp_a.status_code == 200, resp_a.text
+            assert s_a.verify_result(req_a, resp_a.json()["result"]).result == answer
+    finally:
+        await store.aclose()
+    assert runs == Counter({"N" * 22: 1})
+
+
+class FlakyStore(MemoryStore):
+    """A MemoryStore whose first ``finish_intent`` fails as a store that went away."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 1
+
+    async def finish_intent(self, *args: Any, **kw: Any) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise Unavailable("shared store unavailable", retry_after=1)
+        await super().finish_intent(*args, **kw)
+
+
+async def test_an_answer_the_store_could_not_keep_is_kept_once_it_is_back() -> None:
+    """Before: the answer went out, the claim stayed unanswered, and every resend was told
+    "still running" and then "outcome unknown"."""
+    store = FlakyStore()
+    server, runs = counting(store, ServerLimits(replay_wait_seconds=3))
+    async with serve_app(server.app()) as url, httpx.AsyncClient(timeout=10) as http:
+        caller = identity("flaky-caller")
+        s1 = await handshake(http, [url], caller, server.identity.did)
+        intent = {"goal": "record", "inputs": {"k": 2}, "intent_id": "F" * 22}
+        first = s1.prepare_intent(intent)
+        resp = await send(http, url, first)
+        assert resp.status_code == 200, resp.text
+        s2 = await handshake(http, [url], caller, server.identity.did)
+        again = s2.prepare_intent(intent)
+        resp = await send(http, url, again)  # waits while the answer is retried, then gets it
+        assert resp.status_code == 200, resp.text
+        assert s2.verify_result(again, resp.json()["result"]).result == {"inputs": {"k": 2}, "run": 1}
+    assert store.failures == 0 and runs == Counter({"F" * 22: 1})
+
+
+async def test_a_streams_lease_is_one_timeout_and_moves_on_with_its_events() -> None:
+    """Before: a stream's claim stayed RUNNING until its session's end (an hour): a worker
+    killed mid-stream left the id "still running" that long."""
+    store = MemoryStore()
+    limits = ServerLimits(max_handler_timeout_ms=2000, claim_lease_margin=3)
+    server = build_server(identity("stream-lease"), store=store, limits=limits)
+    leases: list[int] = []
+    key: list[Any] = []
+
+    async def ticks(inputs: Any, ctx: IntentContext) -> AsyncIterator[Any]:
+        for i in range(3):
+            c = next(iter(store._claims.values()))
+            leases.append(c.running_until)
+            key.append(c)
+            yield {"i": i}
+            await asyncio.sleep(1.6)  # past half the margin: the next event moves the lease
+
+    server.add_stream("ticks", ticks)
+    async with serve_app(server.app()) as url:
+        from a2a_secure.client.http import A2AClient
+
+        async with A2AClient(identity("streamer")) as client:
+            started = time.time()
+            got = [
+                x
+                async for x in client.stream(
+                    server.identity.did, {"goal": "ticks", "inputs": {}}, endpoint=url
+                )
+            ]
+    assert got == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert leases[0] <= started + 2 + 3 + 2  # one timeout and the margin, not the session's hour
+    assert leases[-1] > leases[0]  # moved on by the events
+
+
+def test_the_lease_margin_is_a_setting(tmp_path: Path) -> None:
+    assert ServerLimits().claim_lease_margin == 60
+    with pytest.raises(ValueError, match="claim_lease_margin"):
+        ServerLimits(claim_lease_margin=0)
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"claim_lease_margin": 5, "max_handler_timeout_ms": 1500}))
+    _, limits = load_scheduling(policy)
+    assert (limits.claim_lease_margin, limits.max_handler_timeout_ms) == (5, 1500)
+    policy.write_text(json.dumps({"claim_lease_margin": "5"}))
+    with pytest.raises(ValueError, match="claim_lease_margin must be a positive number"):
+        load_scheduling(policy)
+    assert lease_setting("7") == 7
+    for bad in ("0", "-1", "1.5", " 7", "86401"):
+        with pytest.raises(ValueError, match="from 1 to 86400"):
+            lease_setting(bad)
+    key = tmp_path / "agent.key"
+    identity("lease").save(key)
+    app = app_from_env({"A2A_SECURE_KEY_FILE": str(key), "A2A_SECURE_CLAIM_LEASE_MARGIN": "9"})
+    assert app.state.agent_server.limits.claim_lease_margin == 9
+    with pytest.raises(ValueError, match="A2A_SECURE_CLAIM_LEASE_MARGIN"):
+        app_from_env({"A2A_SECURE_KEY_FILE": str(key), "A2A_SECURE_CLAIM_LEASE_MARGIN": "0"})
+    assert cli_main(["serve", "--key-file", str(key), "--claim-lease-margin", "0"]) == 2
+
+
+async def test_a_claim_lapses_after_the_timeout_and_the_configured_margin() -> None:
+    """A run that started and never answered is LOST after timeout + margin, not + 60 s."""
+    store = MemoryStore()
+    limits = ServerLimits(max_handler_timeout_ms=1000, claim_lease_margin=2)
+    server, _ = counting(store, limits)
+    async with serve_app(server.app()) as url, httpx.AsyncClient(timeout=10) as http:
+        caller = identity("lapse")
+        s = await handshake(http, [url], caller, server.identity.did)
+        req = s.prepare_intent({"goal": "record", "inputs": {}, "intent_id": "L" * 22})
+        assert (await send(http, url, req)).status_code == 200
+    (claim,) = store._claims.values()
+    assert claim.running_until <= time.time() + 1 + 2 + 1
+
+
+def test_a_stepped_clock_reads_its_offset_file(tmp_path: Path) -> None:
+    path = tmp_path / str(os.getpid())
+    clock = SteppedClock(path, every=0)
+    assert abs(clock() - time.time()) < 1
+    path.write_text("-120.5")
+    assert abs(clock() - (time.time() - 120.5)) < 1
+    path.write_text("not a number")
+    assert abs(clock() - time.time()) < 1
+    key = tmp_path / "agent.key"
+    identity("clock").save(key)
+    path.write_text("200")
+    app = app_from_env({"A2A_SECURE_KEY_FILE": str(key), "A2A_SECURE_TEST_CLOCK_DIR": str(tmp_path)})
+    assert abs(app.state.agent_server._clock() - (time.time() + 200)) < 1
