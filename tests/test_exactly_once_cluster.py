@@ -46,8 +46,12 @@ async def cstore(redis_cluster: LocalCluster) -> AsyncIterator[RedisStore]:
         delete_prefix(redis_cluster.url, store.prefix)
 
 
-def counting_server(store: RedisStore) -> tuple[AgentServer, Counter[str | None]]:
-    server = build_server(identity("eo-cluster"), store=store, limits=ServerLimits(replay_wait_seconds=5))
+def counting_server(
+    store: Any, limits: ServerLimits | None = None
+) -> tuple[AgentServer, Counter[str | None]]:
+    """A server whose ``record`` intent counts its runs per intent_id (any store)."""
+    limits = limits or ServerLimits(replay_wait_seconds=5)
+    server = build_server(identity("eo-cluster"), store=store, limits=limits)
     runs: Counter[str | None] = Counter()
 
     @server.intent("record")

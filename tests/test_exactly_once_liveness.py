@@ -30,12 +30,12 @@ import httpx
 import pytest
 from http_helpers import build_server, identity
 from redis_helpers import redis_prefix, redis_url  # noqa: F401
+from test_exactly_once_cluster import counting_server
 from test_multiworker import handshake, send
 
 from a2a_secure.cli import main as cli_main
 from a2a_secure.errors import Unavailable
 from a2a_secure.protocol.server import IntentContext, ServerLimits
-from a2a_secure.server.app import AgentServer
 from a2a_secure.server.run import app_from_env
 from a2a_secure.server.settings import lease_setting, load_scheduling
 from a2a_secure.store.base import StoredReply
@@ -45,20 +45,6 @@ from a2a_secure.store.redis import RedisStore
 from a2a_secure.testing import SteppedClock, serve_app
 
 H = "sha256:" + "7" * 64
-
-
-def counting(store: Any, limits: ServerLimits | None = None) -> tuple[AgentServer, Counter[str | None]]:
-    server = build_server(
-        identity("liveness"), store=store, limits=limits or ServerLimits(replay_wait_seconds=5)
-    )
-    runs: Counter[str | None] = Counter()
-
-    @server.intent("record")
-    async def record(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
-        runs[ctx.intent_id] += 1
-        return {"inputs": inputs, "run": runs[ctx.intent_id]}
-
-    return server, runs
 
 
 async def test_the_claims_answer_is_in_redis_when_finish_intent_returns(
@@ -94,7 +80,7 @@ async def test_a_claim_never_started_is_run_by_the_resend_and_only_once(
     the claim taken, does not run, and answers B's answer. Before: B waited "still running"
     and then was told "outcome unknown" about an intent that never ran."""
     store = RedisStore(redis_url, prefix=redis_prefix)
-    server, runs = counting(store)
+    server, runs = counting_server(store)
     reached, release = asyncio.Event(), asyncio.Event()
     start = store.start_intent
     paused = {"once": True}
@@ -147,7 +133,7 @@ async def test_an_answer_the_store_could_not_keep_is_kept_once_it_is_back() -> N
     """Before: the answer went out, the claim stayed unanswered, and every resend was told
     "still running" and then "outcome unknown"."""
     store = FlakyStore()
-    server, runs = counting(store, ServerLimits(replay_wait_seconds=3))
+    server, runs = counting_server(store, ServerLimits(replay_wait_seconds=3))
     async with serve_app(server.app()) as url, httpx.AsyncClient(timeout=10) as http:
         caller = identity("flaky-caller")
         s1 = await handshake(http, [url], caller, server.identity.did)
@@ -225,7 +211,7 @@ async def test_a_claim_lapses_after_the_timeout_and_the_configured_margin() -> N
     """A run that started and never answered is LOST after timeout + margin, not + 60 s."""
     store = MemoryStore()
     limits = ServerLimits(max_handler_timeout_ms=1000, claim_lease_margin=2)
-    server, _ = counting(store, limits)
+    server, _ = counting_server(store, limits)
     async with serve_app(server.app()) as url, httpx.AsyncClient(timeout=10) as http:
         caller = identity("lapse")
         s = await handshake(http, [url], caller, server.identity.did)
@@ -248,3 +234,33 @@ def test_a_stepped_clock_reads_its_offset_file(tmp_path: Path) -> None:
     path.write_text("200")
     app = app_from_env({"A2A_SECURE_KEY_FILE": str(key), "A2A_SECURE_TEST_CLOCK_DIR": str(tmp_path)})
     assert abs(app.state.agent_server._clock() - (time.time() + 200)) < 1
+
+
+async def test_an_answer_retried_across_a_clock_step_is_kept() -> None:
+    """The retries of an answer the store could not take are timed by the monotonic clock:
+    the server's wall clock stepping 200 s forward right after the run (within the 300 s of
+    freshness) neither ends them at once nor leaves the id "outcome unknown"."""
+    store = FlakyStore()
+    offset = [0.0]
+
+    def clock() -> float:
+        return time.time() + offset[0]
+
+    server = build_server(identity("stepped"), store=store, clock=clock)
+
+    @server.intent("record")
+    async def record(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
+        offset[0] = 200.0  # the wall clock steps while the intent runs
+        return {"inputs": inputs}
+
+    async with serve_app(server.app()) as url, httpx.AsyncClient(timeout=10) as http:
+        caller = identity("stepped-caller")
+        s1 = await handshake(http, [url], caller, server.identity.did)
+        intent = {"goal": "record", "inputs": {"k": 3}, "intent_id": "S" * 22}
+        assert (await send(http, url, s1.prepare_intent(intent))).status_code == 200
+        await asyncio.sleep(0.3)  # the first retry, 50 ms after the failure
+        again = s1.prepare_intent(intent)
+        resp = await send(http, url, again)
+        assert resp.status_code == 200, resp.text
+        assert s1.verify_result(again, resp.json()["result"]).result == {"inputs": {"k": 3}}
+    assert store.failures == 0

@@ -118,6 +118,7 @@ class Pending:
     # moves its lease on (wall clock, as running_until).
     keep_until: int = 0
     renew_at: float = 0.0
+    claimed_at: float = 0.0  # wall clock, when the claim was prepared
     # Sealed intents (protocol/sealing.py): the answer as the claim keeps it (sealed under
     # the intent's answer key), and back, sealed for this request's session.
     to_claim: Callable[[StoredReply], StoredReply] | None = None
@@ -211,6 +212,7 @@ class ExactlyOnce:
             owner=secrets.token_bytes(16),
             keep_until=keep_until,
             renew_at=now + limits.claim_lease_margin / 2,
+            claimed_at=now,
         )
 
     async def begin(
@@ -372,15 +374,21 @@ class ExactlyOnce:
             self._retry_later(pending, keep)
 
     def _retry_later(self, pending: Pending, attempt: Callable[[], Awaitable[object]]) -> None:
-        """Call ``attempt`` again in the background until it succeeds or the claim's lease
-        ends (what it writes is conditional on the claim: late is harmless)."""
-        task = asyncio.ensure_future(self._again(pending.running_until, attempt))
+        """Call ``attempt`` again in the background until it succeeds, for as long as the
+        claim's lease is (what it writes is conditional on the claim: late is harmless).
+
+        The length of the lease, not its end: timed by the loop's monotonic clock, so that a
+        step of the wall clock neither ends the retries at once nor prolongs them.
+        """
+        lease = max(1.0, pending.running_until - pending.claimed_at)
+        task = asyncio.ensure_future(self._again(asyncio.get_running_loop().time() + lease, attempt))
         self._later.add(task)
         task.add_done_callback(self._later.discard)
 
     async def _again(self, until: float, attempt: Callable[[], Awaitable[object]]) -> None:
         delay = 0.05
-        while self._clock() < until:
+        loop = asyncio.get_running_loop()
+        while loop.time() < until:
             await asyncio.sleep(delay)
             delay = min(2 * delay, 1.0)
             try:
