@@ -106,7 +106,32 @@ HANDLER_TIMEOUT_MS = 1500
 LEASE_MARGIN = 1
 LEASE = HANDLER_TIMEOUT_MS / 1000 + LEASE_MARGIN + 1
 STOP_FOR = LEASE + 0.7  # past the lease, below uvicorn's 5 s health check
-FINAL_CODES = {-32049, -32044, -32050}  # refusals that end an id (outcome unknown, conflict, decided)
+# Errors after which the client sends the same intent_id again: unavailable or still running,
+# session or handshake gone, a sequence refused (a retry overtaken). Refusals that end an id:
+# "outcome unknown", the id used for another intent, an approval already decided.
+RETRY_CODES = {-32048, -32043, -32041}
+
+
+def classify(exc: A2AError) -> str:
+    """``retry``, ``refused`` (the id ends without an answer) or ``answer`` (a signed error
+    answer, the id's answer)."""
+    text = str(exc)
+    if exc.code in RETRY_CODES or (exc.code == -32049 and "did not answer" in text):
+        return "retry"
+    if exc.code == -32044:
+        return "refused" if "intent_id already used" in text else "retry"
+    if (exc.code == -32049 and "outcome unknown" in text) or exc.code == -32050:
+        return "refused"
+    return "answer"
+
+
+NOT_SUCCESS = {"refused", "failed", "error"}  # members of a recorded outcome that is no success
+
+
+def error_answer(exc: A2AError) -> dict[str, Any]:
+    return {"error": exc.code, "message": str(exc)[:200]}
+
+
 SERVICE = "chaos"
 
 
@@ -516,12 +541,15 @@ class Clients:
                         )
                     ).result
             except A2AError as exc:
-                code = getattr(exc, "code", 0)
-                final = code in FINAL_CODES and not (code == -32049 and "did not answer" in str(exc))
-                if final:
-                    out.refusal, out.final = code, True
+                verdict = classify(exc)
+                if verdict == "refused":
+                    out.refusal, out.final = exc.code, True
                     return None
-                out.errors[f"{code} {str(exc)[:70]}"] += 1
+                if verdict == "answer":  # a signed error answer: the id's answer
+                    out.answers.append(error_answer(exc))
+                    out.final = True
+                    return None
+                out.errors[f"{exc.code} {str(exc)[:70]}"] += 1
             except Exception as exc:
                 out.errors[type(exc).__name__] += 1
             else:
@@ -594,7 +622,8 @@ class Clients:
                         )
                         out.answers.append(got.result)
                 except A2AError as exc:
-                    out.answers.append({"refused": getattr(exc, "code", 0)})
+                    verdict = classify(exc)
+                    out.answers.append(error_answer(exc) if verdict == "answer" else {"refused": exc.code})
                 except Exception as exc:
                     out.answers.append({"failed": type(exc).__name__})
         finally:
@@ -730,7 +759,7 @@ async def one_run(run: int, seed: int, scenario: Scenario, args: argparse.Namesp
             identities[identity.did] = (identity, sealed)
             tasks.append(clients.run_client(identity, sealed, approver, args.intents, server.plan, plan_p))
         background = [
-            asyncio.ensure_future(faults.store_fault(rng.uniform(0.5, args.duration * 0.6))),
+            asyncio.ensure_future(faults.store_fault(rng.uniform(0.3, 0.7) * args.duration)),
             asyncio.ensure_future(faults.watch_stops(deadline + STOP_FOR)),
         ]
         if scenario.clock:
@@ -798,7 +827,9 @@ def check(result: RunResult, outcomes: list[Outcome], server: Server, deployment
     by_action = Counter(r["action_id"] for r in actions)
     problems += [f"approved action {a} ran {n} times" for a, n in by_action.items() if n > 1]
     for o in outcomes:
-        answered = [a for a in o.answers if not (isinstance(a, dict) and set(a) <= {"refused", "failed"})]
+        answered = [
+            a for a in o.answers if not (isinstance(a, dict) and ({"refused", "failed", "error"} & set(a)))
+        ]
         if o.op == "approve":
             if answered and o.action_id not in by_action:
                 problems.append(f"approval {o.iid} answered, action {o.action_id} never ran")

@@ -18,19 +18,9 @@ import pytest
 from redis_helpers import redis_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
-KINDS = (
-    "kill_before_commit",
-    "kill_after_commit",
-    "stop_past_lease",
-    "proxy_cut",
-    "proxy_delay",
-    "clock_step",
-    "redis_kill_aof",
-    "redis_kill_everysec",
-    "redis_kill_no_aof",
-    "failover_wait_replicas",
-    "failover_async",
-)
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from chaos import KINDS  # noqa: E402
 
 
 @pytest.mark.chaos
