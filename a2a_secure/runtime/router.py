@@ -140,6 +140,11 @@ class ServerProtocol:
 
     # The configuration all rooms share: replacing a member here reaches each of them.
     @property
+    def config(self) -> ServerConfig:
+        """What this server is configured with (shared by its rooms; read, do not keep)."""
+        return self._config
+
+    @property
     def identity(self) -> Identity:
         """The agent's identity, which signs every answer."""
         return self._config.identity

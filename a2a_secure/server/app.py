@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import os
 import re
@@ -35,6 +36,7 @@ from a2a_secure.errors import (
     InternalError,
     MethodNotFound,
     PayloadTooLarge,
+    SessionUnknown,
     UnsupportedMediaType,
 )
 from a2a_secure.identity import did as did_module
@@ -60,7 +62,8 @@ from a2a_secure.protocol.server import (
     Reply,
     ServerLimits,
 )
-from a2a_secure.protocol.server.dispatcher import Admission
+from a2a_secure.protocol.server.admission import admit_action
+from a2a_secure.protocol.server.dispatcher import InnerGoal
 from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolService
 from a2a_secure.protocol.wire import (
     EnvelopeError,
@@ -472,10 +475,10 @@ class AgentServer(IntentDispatcher):
         goal: str,
         handler: Callable[[Any, IntentContext], Awaitable[Any]],
         *,
-        admit: Admission | None = None,
+        inner: InnerGoal | None = None,
     ) -> None:
         """See :meth:`IntentDispatcher.add`; the card and core are rebuilt to list it."""
-        super().add(goal, self._observer.timed(goal, handler), admit=admit)
+        super().add(goal, self._observer.timed(goal, handler), inner=inner)
         self._card = None
         self._protocol = None
 
@@ -588,12 +591,17 @@ class AgentServer(IntentDispatcher):
         engine = self.approvals
 
         async def approve(inputs: Any, context: IntentContext) -> Any:
+            # The action's goal is admitted on this session as an intent for it would be.
+            session = await self.store.get_session(context.session_id, self._clock())
+            if session is None:
+                raise SessionUnknown("unknown, expired or closed session")
             return await engine.approve(
                 inputs,
                 approver=context.caller_did,
                 session_id=context.session_id,
                 sequence=context.sequence,
                 sealed=context.sealed,
+                admit=functools.partial(admit_action, self.protocol.config, session),
             )
 
         async def pending(inputs: Any, context: IntentContext) -> Any:
@@ -612,7 +620,7 @@ class AgentServer(IntentDispatcher):
         """Serve ``tool.list`` and ``tool.execute`` (each still needs the session's policy)."""
         catalog = ToolService(self, lambda: self._intent_schemas, self.store, self._clock)
         self.add(TOOL_LIST, catalog.list_tools)
-        self.add(TOOL_EXECUTE, catalog.execute, admit=catalog.admit_execute)
+        self.add(TOOL_EXECUTE, catalog.execute, inner=catalog.inner_of)
 
     def adopt_approvals(self, source: AgentServer) -> None:
         """Serve ``source``'s approved actions, approvers and descriptions with this server's store."""

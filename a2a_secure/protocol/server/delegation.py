@@ -34,7 +34,6 @@ from a2a_secure.delegation import (
 from a2a_secure.errors import A2AError, DIDResolutionError, InternalError, InvalidParams
 from a2a_secure.protocol.keyguard import revoked_message
 from a2a_secure.protocol.models import Intent
-from a2a_secure.protocol.priority import DEFAULT_PRIORITY
 from a2a_secure.protocol.server.common import ServerConfig
 from a2a_secure.store.base import SessionRecord
 from a2a_secure.store.memory import MemoryStore
@@ -102,26 +101,20 @@ class DelegationGuard:
             raise InvalidParams(f"intent: unexpected member {DELEGATION!r}")
 
     async def verdict(self, session: SessionRecord, intent: Intent, now: float) -> Verdict:
-        """The chain ``intent`` acts under, checked for this use, or why it is refused."""
-        rules = self._config.delegation
-        if intent.delegation is None and (rules is None or not rules.required_principals):
+        """The chain ``intent`` acts under, verified for this session now, or why it is refused.
+
+        Checks 1-7 and 9 of §12.7: the chain itself, whoever uses it, here, now. Check 8 (the
+        goal and the priority) and the goals reserved to principals are the admission's
+        (:mod:`.admission`), made for every goal the intent runs, a goal inside a goal included.
+        """
+        if intent.delegation is None:
             return NO_DELEGATION
         try:
-            chain = None if intent.delegation is None else await self._chain(session, intent.delegation)
-            if chain is not None:
-                priority = intent.priority or DEFAULT_PRIORITY
-                chain.check_use(
-                    now=now,
-                    client_did=session.client_did,
-                    server_did=session.server_did,
-                    goal=intent.goal,
-                    priority=priority,
-                )
-                await self._check_revoked(chain)
-            if rules is not None:
-                refused = rules.refusal(intent.goal, chain)
-                if refused is not None:
-                    raise refused
+            chain = await self._chain(session, intent.delegation)
+            refused = chain.refusal_now(now=now, client_did=session.client_did, server_did=session.server_did)
+            if refused is not None:
+                raise refused
+            await self._check_revoked(chain)
         except A2AError as exc:
             return Verdict(refusal=exc)
         return Verdict(chain=chain)
