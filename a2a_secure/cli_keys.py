@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from a2a_secure.delegation import REVOCATION_PREFIX as TOKEN_PREFIX
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity.rotation import DEFAULT_OVERLAP, KeyRing, parse_duration
 from a2a_secure.store.revocation import FileRevocations, Revocations, StoreRevocations, check_target
+from a2a_secure.system import wall_now
 from a2a_secure.terminal import printable
 
 __all__: list[str] = []
@@ -88,7 +88,7 @@ def _key_rotate(args: argparse.Namespace) -> int:
             return 1
         if ring.current.did.startswith("did:key:"):
             ring = KeyRing(ring.current.with_did_web(args.did_web, f"{args.did_web}#{args.fragment}"))
-    now = int(time.time())
+    now = int(wall_now())
     old = ring.current
     rotated = ring.rotate(overlap=overlap, now=now)
     rotated.save(args.key_file)

@@ -15,7 +15,6 @@ import functools
 import inspect
 import os
 import re
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -77,6 +76,7 @@ from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.store.actions import ActionStore
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
+from a2a_secure.system import mono_clock_of, mono_now, wall_clock_of, wall_now
 from a2a_secure.telemetry import tracing
 from a2a_secure.telemetry.observer import ServerObserver
 
@@ -354,8 +354,8 @@ class AgentServer(IntentDispatcher):
         audit: Auditor | AuditHook | None = None,
         limits: ServerLimits | None = None,
         max_body: int = DEFAULT_MAX_BODY,
-        clock: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = wall_now,
+        monotonic: Callable[[], float] = mono_now,
         key_ring: KeyRing | None = None,
         revocations: Iterable[Revocations] = (),
         priority_rights: PriorityRights | None = None,
@@ -721,10 +721,10 @@ class AgentServer(IntentDispatcher):
                 manifest_hash=self.manifest_hash,
                 limits=self.limits,
                 audit=self._audit,
-                clock=self._clock,
-                monotonic=self._monotonic,
+                clock=wall_clock_of(self._clock),
+                monotonic=mono_clock_of(self._monotonic),
                 key_guard=KeyGuard(
-                    ring=self.key_ring, revocations=self.revocations, monotonic=self._monotonic
+                    ring=self.key_ring, revocations=self.revocations, monotonic=mono_clock_of(self._monotonic)
                 ),
                 priority_rights=self.priority_rights,
                 # Told of each request only when it has somewhere to go: metrics or log lines,

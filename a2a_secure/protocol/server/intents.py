@@ -77,6 +77,7 @@ from a2a_secure.store.base import (
     sync_forms,
 )
 from a2a_secure.store.intents import ClaimKind
+from a2a_secure.system import WallSeconds
 
 __all__ = ["IntentProcessor", "begin_refusal", "keep_answer", "parse_intent"]
 
@@ -218,7 +219,7 @@ class IntentProcessor:
         req: IntentRequest | CloseRequest,
         session: SessionRecord,
         payload: dict[str, Any],
-        now: float,
+        now: WallSeconds,
         audit: AuditFields,
         store: Store,
         forms: SyncForms | None,
