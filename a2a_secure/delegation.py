@@ -147,10 +147,15 @@ def check_bounds(tokens: Sequence[str], error: ErrorType = DelegationRefused) ->
 
 
 def reference_of(value: tuple[str, ...] | str) -> str:
-    """The chain's name: the hash of its leaf token (a reference names itself)."""
+    """The chain's name: the hash of its leaf token (a reference names itself).
+
+    A token is ASCII (base64url and dots) once it has passed check 2; the name is taken before
+    that, of whatever strings the member holds, so any other character is hashed as UTF-8
+    (such a chain is then refused at check 2, signed, like any other malformed link).
+    """
     if isinstance(value, str):
         return value
-    return encoding.hash_bytes(value[-1].encode("ascii"))
+    return encoding.hash_bytes(value[-1].encode("utf-8", "surrogatepass"))
 
 
 @dataclass(frozen=True, slots=True)
