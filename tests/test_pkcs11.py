@@ -27,8 +27,8 @@ from worker_helpers import stop_group, wait_healthy
 from a2a_secure.client.http import A2AClient
 from a2a_secure.delegation import DelegationRules, load_chain, verify_signatures
 from a2a_secure.identity.did import public_key_from_did_key
-from a2a_secure.identity.encoding import hash_of
 from a2a_secure.identity.ed25519 import verify_signature
+from a2a_secure.identity.encoding import hash_of
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.pkcs11_uri import Pkcs11Uri, TokenError
 from a2a_secure.protocol.sealed_actions import open_action, seal_action
