@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -44,9 +45,9 @@ pytest.importorskip("a2a", reason="the a2a-sdk is an optional extra: pip install
 from a2a.server.agent_execution import AgentExecutor
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.tasks import InMemoryTaskStore
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+from test_a2a_binding import template_card
 
-from a2a_secure.a2a_binding import BINDING_URI, A2ABridge
+from a2a_secure.a2a_binding import A2ABridge
 
 DESK = fixed_identity("table-desk")
 OWNER = fixed_identity("table-owner")
@@ -64,24 +65,9 @@ class _Idle(AgentExecutor):
         raise NotImplementedError
 
 
-def _card() -> AgentCard:
-    return AgentCard(
-        name="table",
-        supported_interfaces=[
-            AgentInterface(url="http://127.0.0.1", protocol_binding=BINDING_URI, protocol_version="1.0")
-        ],
-        description="tasks",
-        version="1.0.0",
-        capabilities=AgentCapabilities(),
-        default_input_modes=["text/plain"],
-        default_output_modes=["text/plain"],
-        skills=[AgentSkill(id="t", name="T", description="T", tags=["t"])],
-    )
-
-
 @contextlib.asynccontextmanager
 async def desk(blocked: bool, reserved: bool) -> AsyncIterator[Wire]:
-    clock = FakeClock(float(int(__import__("time").time())))
+    clock = FakeClock(float(int(time.time())))
     sink = MemoryAuditSink()
     calls: Counter[str] = Counter()
     policy = Policy.build(blocked=list(GOALS) if blocked else [], rate_limit=100_000)
@@ -110,9 +96,9 @@ async def desk(blocked: bool, reserved: bool) -> AsyncIterator[Wire]:
         return {"ran": True}
 
     handler = DefaultRequestHandler(
-        agent_executor=_Idle(), task_store=InMemoryTaskStore(), agent_card=_card()
+        agent_executor=_Idle(), task_store=InMemoryTaskStore(), agent_card=template_card()
     )
-    A2ABridge(handler, agent_card=_card(), methods=["ListTasks"]).mount(server)
+    A2ABridge(handler, agent_card=template_card(), methods=["ListTasks"]).mount(server)
     async with serve_app(server.app()) as url, httpx.AsyncClient(timeout=15) as http:
         yield Wire(server, url, http, clock, sink, calls, ExampleMethod())
 
