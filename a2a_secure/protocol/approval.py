@@ -512,6 +512,10 @@ class ApprovalEngine:
             approved = require_bool(inputs["approved"], "approved")
             found = await self._find(action_id, approver, now)
             name = found.action
+            if (
+                admit is not None and approved
+            ):  # the goal, as it would be admitted now; a rejection runs nothing
+                admit(found)
             action = self._open(found, sealed, now)
             if not ct_equal(signed_hash, action.action_hash):
                 raise InvalidParams("action_hash is not the hash of the pending action")
@@ -521,8 +525,6 @@ class ApprovalEngine:
             registered = self._executors.get(name)
             if registered is None:  # checked before the action is claimed: it stays pending
                 raise InternalError(f"no approved action {name[:64]!r} is registered")
-            if admit is not None and approved:  # a rejection runs nothing
-                admit(found)
             decision = await self.store.decide_action(
                 action_id,
                 caller_did=found.caller_did,
