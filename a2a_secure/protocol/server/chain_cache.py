@@ -116,8 +116,8 @@ class ChainCache:
             mine.chains.popitem(last=False)
             self._total -= 1
             return
-        for other_id, other in self._sessions.items():  # least recently used first
-            if other_id != session_id and other.chains:
+        for other in self._sessions.values():  # least recently used first
+            if other is not mine and other.chains:
                 other.chains.popitem(last=False)
                 self._total -= 1
                 return
