@@ -364,8 +364,9 @@ def sealer_for(seal_keys: bytes, session_id: str) -> SessionSealer | None:
 def record_sealer(record: Any) -> SessionSealer | None:
     """:func:`sealer_for` a session record, kept on the record for its next messages.
 
-    The record lives as long as the session in its store (and a few seconds in a
-    RedisStore's local cache), so the sealer, and the keys in it, go with it.
+    The record lives as long as the session in its store, and the store drops this cache
+    when it forgets the record (at close, or by the server's sweep soon after expiry:
+    ``SessionRecord.drop_sealer``), so the sealer, and the keys in it, go with it.
     """
     if not record.seal_keys:
         return None
