@@ -290,7 +290,7 @@ class A2ABridge:
         store = getattr(handler, "_push_config_store", None)
         if not isinstance(store, PushNotificationConfigStore):
             return True
-        return bool(await store.get_info(task_id, ctx))
+        return bool(await store.get_info_for_dispatch(task_id))  # what the sender would read
 
     async def _invoke(self, method: str, request: Any, ctx: ServerCallContext) -> Any:
         """Call the handler for a unary method; the JSON result, as the SDK's JSON-RPC sends it."""
