@@ -235,7 +235,7 @@ async def bridged(
 
             hook_url = await stack.enter_async_context(serve_app(hook))
             configs = InMemoryPushNotificationConfigStore()
-            http = await stack.enter_async_context(httpx.AsyncClient())
+            http = await stack.enter_async_context(validator.client())
             sender = BasePushNotificationSender(http, configs, push_url_validator=validator)
         handler = DefaultRequestHandler(
             agent_executor=executor,
