@@ -21,6 +21,7 @@ from a2a.auth.user import UnauthenticatedUser
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import BasePushNotificationSender, InMemoryPushNotificationConfigStore
 from a2a.types import TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent
+from test_a2a_sealed import read_body
 
 from a2a_secure.a2a_binding import PushUrlPolicy
 from a2a_secure.testing import serve_app
@@ -140,12 +141,7 @@ async def receiver() -> AsyncIterator[tuple[int, list[tuple[str, bytes]]]]:
     async def app(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         got.append((dict(scope["headers"]).get(b"host", b"").decode(), body))
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})

@@ -224,3 +224,26 @@ def test_a_client_session_never_uses_its_keys_past_its_end() -> None:
         session.prepare_intent({"goal": "echo", "inputs": {}})
     with pytest.raises(AuthenticationFailed, match="sealing keys are gone"):
         session._keys()
+
+
+def test_the_expiry_index_stays_bounded_without_a_sweep() -> None:
+    pytest.importorskip("redis", reason="the redis extra: pip install 'a2a-secure[redis]'")
+    from a2a_secure.store.redis import RedisStore
+
+    store = RedisStore("redis://127.0.0.1:1/0", session_cache_ttl=0.0001)  # never connected here
+    record = SessionRecord.from_dict(
+        {
+            "session_id": "s" * 43,
+            "session_commitment": "c" * 43,
+            "client_did": "did:key:z6Mk",
+            "server_did": "did:key:z6Mk",
+            "client_kid": "k",
+            "client_key": "AAAA",
+            "policy": SHORT.to_dict(),
+            "created_at": 0,
+            "expires_at": 10**10,
+        }
+    )
+    for _ in range(10_000):  # a long session whose cache entry lapses and is put again
+        store._cache_put(record)
+    assert len(store._cache) == 1 and len(store._cache_expiry) <= 2 + 64

@@ -149,13 +149,14 @@ class MemoryStore:
         if p is None or p.proven_kid is None:
             return OpenResult.HANDSHAKE_GONE
         if len(self._sessions) >= max_sessions:
-            self.sweep_expired(now, limit=len(self._sessions))
+            self.sweep_expired(now, limit=len(self._by_expiry))
             if len(self._sessions) >= max_sessions:
                 return OpenResult.FULL
         self._drop_pending((agent, nonce_b))
         self._sessions[session.session_id] = session
         self._seq[session.session_id] = _SeqState()
         self._by_expiry.add(session.expires_at, session.session_id)
+        self._compact_index()  # closed sessions' entries, when no sweep runs
         return OpenResult.OPENED
 
     # -- sessions -------------------------------------------------------------------------
@@ -178,9 +179,12 @@ class MemoryStore:
             if record is not None and record.expired(now):
                 self._forget(sid)
                 gone += 1
+        self._compact_index()
+        return gone
+
+    def _compact_index(self) -> None:
         sessions = self._sessions
         self._by_expiry.compact(len(sessions), ((r.expires_at, s) for s, r in sessions.items()))
-        return gone
 
     async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
         """See :meth:`Store.get_session`."""

@@ -31,6 +31,7 @@ class RedisSessionCache(RedisKeys):
         self._cache_expiry.add(session.expires_at, session.session_id)
         while len(self._cache) > self._cache_size:
             self._cache_drop(next(iter(self._cache)))
+        self._compact_index()  # entries put again, or dropped, when no sweep runs
 
     def _cache_get(self, session_id: str) -> SessionRecord | None:
         hit = self._cache.get(session_id)
@@ -74,5 +75,9 @@ class RedisSessionCache(RedisKeys):
             if hit is not None and hit[1].expired(now):
                 self._cache_drop(sid)
                 gone += 1
-        self._cache_expiry.compact(len(cache), ((r.expires_at, s) for s, (_e, r) in cache.items()))
+        self._compact_index()
         return gone
+
+    def _compact_index(self) -> None:
+        cache = self._cache
+        self._cache_expiry.compact(len(cache), ((r.expires_at, s) for s, (_e, r) in cache.items()))
