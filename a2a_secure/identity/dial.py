@@ -43,6 +43,7 @@ Resolve: TypeAlias = Callable[[str, int], Awaitable[list[str]]]
 MAX_ADDRESSES: Final = 16
 _MAX_CONNECT_ATTEMPTS: Final = 4
 _MAX_ANSWER_BYTES: Final = 1 << 20
+_FRAMING: Final = frozenset((b"transfer-encoding", b"content-length", b"connection", b"keep-alive"))
 
 
 class AddressRefused(InvalidParams):
@@ -146,12 +147,15 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         # The URL names the checked address, so nothing resolves the name again; Host keeps
         # the name (httpx set it from the original URL) and "sni_hostname" makes TLS send
         # and verify the name. One connection per request, closed before returning.
+        extensions = dict(request.extensions)
+        if _literal(host) is None:
+            extensions["sni_hostname"] = host
         pinned = httpx.Request(
             request.method,
             request.url.copy_with(host=str(addr)),
             headers=request.headers,
             content=body,
-            extensions={**request.extensions, "sni_hostname": host},
+            extensions=extensions,
         )
         limits = httpx.Limits(max_connections=1, max_keepalive_connections=0)
         async with httpx.AsyncHTTPTransport(verify=self._verify, limits=limits) as inner:
@@ -160,7 +164,9 @@ class PinnedTransport(httpx.AsyncBaseTransport):
                 answer = await _read_capped(response)
             finally:
                 await response.aclose()
-        return httpx.Response(response.status_code, headers=response.headers, content=answer, request=request)
+        # The body is whole now: the framing headers of the connection no longer apply.
+        headers = [(k, v) for k, v in response.headers.raw if k.lower() not in _FRAMING]
+        return httpx.Response(response.status_code, headers=headers, content=answer, request=request)
 
 
 async def _read_capped(response: httpx.Response) -> bytes:
