@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -204,3 +205,33 @@ async def test_every_address_of_the_answer_is_checked_at_the_dial() -> None:
             with pytest.raises(httpx.ConnectError, match="may not be dialled"):
                 await pinned.post(f"http://127.0.0.1:{port}/hook", json={})  # a literal too
         assert got == []
+
+
+async def test_the_pinned_dial_verifies_tls_for_the_name_not_the_address() -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("hooks.example.com").configure_cert(server_ssl)
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    got: list[bytes] = []
+
+    async def app(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        if scope["type"] != "http":
+            return
+        got.append(await read_body(receive))
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async with serve_app(app, ssl_context=server_ssl) as url:
+        port = int(url.rsplit(":", 1)[1])
+        dns = Rebinding(["127.0.0.1"], ["127.0.0.1"])
+        for name, reached in (("hooks.example.com", True), ("other.example.com", False)):
+            policy = PushUrlPolicy(resolve=dns, allow_hosts=[name])
+            async with policy.client(verify=trusting) as pinned:
+                if reached:
+                    assert (await pinned.post(f"https://{name}:{port}/hook", json={})).status_code == 204
+                else:  # the certificate names another host: refused, though the address is the same
+                    with pytest.raises(httpx.ConnectError):
+                        await pinned.post(f"https://{name}:{port}/hook", json={})
+    assert len(got) == 1

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import ssl
 from collections.abc import Callable, Collection
 
 import httpx
@@ -89,7 +90,7 @@ class PushUrlPolicy:
             return False
         return True
 
-    def client(self, *, verify: bool = True, timeout: float = 10.0) -> httpx.AsyncClient:
+    def client(self, *, verify: ssl.SSLContext | bool = True, timeout: float = 10.0) -> httpx.AsyncClient:
         """An HTTP client for the SDK's push sender that dials only addresses this policy allows.
 
         Each request resolves its host once (with this policy's resolver), refuses it unless
