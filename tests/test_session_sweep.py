@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -247,3 +249,33 @@ def test_the_expiry_index_stays_bounded_without_a_sweep() -> None:
     for _ in range(10_000):  # a long session whose cache entry lapses and is put again
         store._cache_put(record)
     assert len(store._cache) == 1 and len(store._cache_expiry) <= 2 + 64
+
+
+async def test_serve_runs_the_sweep_in_its_lifespan(tmp_path: Path) -> None:
+    # `a2a-secure serve` wraps the app's lifespan with its own (closing the store and the
+    # audit log): the sweep still runs inside it.
+    from a2a_secure.server.run import app_from_env
+
+    key_file = tmp_path / "k.key"
+    identity("sweep-serve").save(key_file)
+    fastapi_app = app_from_env({"A2A_SECURE_KEY_FILE": str(key_file)})
+    server = fastapi_app.state.agent_server
+    server.limits = dataclasses.replace(server.limits, session_sweep_seconds=0.05)
+    store = server.store
+    assert isinstance(store, MemoryStore)
+    record = SessionRecord(
+        session_id="e" * 43,
+        session_commitment="c" * 43,
+        client_did="did:key:z",
+        server_did=server.identity.did,
+        client_kid="k",
+        client_key=bytes(32),
+        policy=SHORT,
+        created_at=0,
+        expires_at=int(time.time()) - 1,
+        seal_keys=bytes(64),
+    )
+    store._sessions[record.session_id] = record
+    store._by_expiry.add(record.expires_at, record.session_id)
+    async with fastapi_app.router.lifespan_context(fastapi_app):
+        assert await until(lambda: not store._sessions, seconds=2.0)
