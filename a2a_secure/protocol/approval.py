@@ -512,9 +512,8 @@ class ApprovalEngine:
             approved = require_bool(inputs["approved"], "approved")
             found = await self._find(action_id, approver, now)
             name = found.action
-            if (
-                admit is not None and approved
-            ):  # the goal, as it would be admitted now; a rejection runs nothing
+            # Its goal, admitted now as an intent for it would be (a rejection runs nothing).
+            if admit is not None and approved:
                 admit(found)
             action = self._open(found, sealed, now)
             if not ct_equal(signed_hash, action.action_hash):

@@ -4,12 +4,12 @@ Both are ordinary goals inside a session (its policy must allow them). ``tool.ex
 runs its inner tool admitted exactly as a direct intent for it would be (the session's
 policy, the delegation chain's scope and reserved principals of §12.7, the priority rights,
 a handler: protocol/server/admission.py): without that, a session allowed only
-``tool.execute``, or a chain that grants only ``tool.execute``, could run a goal its
-policy, or its principal, never allowed. It
-never runs a ``tool.*`` goal (the namespace of these built-in goals), so it cannot call
-itself or approve an action on someone's behalf. ``arguments`` reach the handler as they
-are, exactly as the inputs of a direct intent do: the handler checks its own inputs (the
-published ``input_schema`` describes them, it is not a second validator).
+``tool.execute``, or a chain that grants only ``tool.execute``, could run a goal its policy,
+or its principal, never allowed. It never runs a ``tool.*`` goal (the namespace of these
+built-in goals), so it cannot call itself or approve an action on someone's behalf.
+``arguments`` reach the handler as they are, exactly as the inputs of a direct intent do:
+the handler checks its own inputs (the published ``input_schema`` describes them, it is not
+a second validator).
 """
 
 from __future__ import annotations
