@@ -57,7 +57,6 @@ import importlib
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -84,6 +83,7 @@ from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.store.revocation import FileRevocations, Revocations
+from a2a_secure.system import WallClock, wall_clock_of, wall_now
 from a2a_secure.telemetry import tracing
 
 __all__ = [
@@ -250,7 +250,7 @@ def build_server(
     shared_store: bool = False,
     metrics: bool = False,
     log_requests: bool = False,
-    clock: Any = time.time,
+    clock: WallClock = wall_now,
 ) -> AgentServer:
     """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts.
 
@@ -309,14 +309,14 @@ def _wait_from_env(env: Mapping[str, str]) -> dict[str, Any]:
     return options
 
 
-def _test_clock(env: Mapping[str, str]) -> Any:
-    """The wall clock of this worker: ``time.time``, or a :class:`SteppedClock` (testing only)."""
+def _test_clock(env: Mapping[str, str]) -> WallClock:
+    """The wall clock of this worker: ``wall_now``, or a :class:`SteppedClock` (testing only)."""
     directory = env.get(TEST_CLOCK_ENV)
     if not directory:
-        return time.time
+        return wall_now
     from a2a_secure.testing import SteppedClock  # noqa: PLC0415
 
-    return SteppedClock(Path(directory) / str(os.getpid()))
+    return wall_clock_of(SteppedClock(Path(directory) / str(os.getpid())))
 
 
 def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
