@@ -264,3 +264,36 @@ async def test_an_answer_retried_across_a_clock_step_is_kept() -> None:
         assert resp.status_code == 200, resp.text
         assert s1.verify_result(again, resp.json()["result"]).result == {"inputs": {"k": 3}}
     assert store.failures == 0
+
+
+@pytest.mark.parametrize("option", ["exactly_once", "sealed"])
+async def test_a_card_fetch_that_failed_is_a_503_and_the_next_try_sends(
+    option: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The campaign's proxy cut a card fetch: ``A2AClient(exactly_once=True)`` (or
+    ``sealed=True``) answered -32602 "does not declare the extension" about a server that
+    declares it. Now 503 (nothing sent), and the next try fetches the card and goes through."""
+    from a2a_secure.client import extensions
+    from a2a_secure.client.http import A2AClient
+
+    extensions.forget()
+    server, runs = counting_server(MemoryStore(), ServerLimits(sealed_intents=True))
+    fetch = extensions.fetch_card
+    # exactly_once: the handshake's look-up and the one made again before the intent is sent;
+    # sealed: the handshake's (it needs a checked card).
+    cut = {"left": 2 if option == "exactly_once" else 1}
+
+    async def cut_once(*args: Any, **kw: Any) -> Any:
+        if cut["left"]:
+            cut["left"] -= 1
+            raise httpx.ReadError("connection cut")
+        return await fetch(*args, **kw)
+
+    monkeypatch.setattr(extensions, "fetch_card", cut_once)
+    async with serve_app(server.app()) as url, A2AClient(identity("cut-card"), **{option: True}) as client:
+        intent = {"goal": "record", "inputs": {"k": 4}}
+        with pytest.raises(Unavailable, match="could not be checked"):
+            await client.request(server.identity.did, intent, endpoint=url)
+        got = await client.request(server.identity.did, intent, endpoint=url)
+        assert got.result == {"inputs": {"k": 4}, "run": 1}
+    assert sum(runs.values()) == 1

@@ -31,7 +31,15 @@ from a2a_secure.errors import A2AError
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.intent_id import CARD_MEMBER
 
-__all__ = ["card_url", "fetch_card", "forget", "known_extensions", "learn_card", "learn_extensions"]
+__all__ = [
+    "card_checked",
+    "card_url",
+    "fetch_card",
+    "forget",
+    "known_extensions",
+    "learn_card",
+    "learn_extensions",
+]
 
 _log = logging.getLogger("a2a_secure.client.extensions")
 
@@ -65,6 +73,12 @@ def known_extensions(manifest_hash: str, *, verified_only: bool = False) -> froz
         return None
     _cache.move_to_end(manifest_hash)
     return extensions
+
+
+def card_checked(manifest_hash: str) -> bool:
+    """Whether the card whose hash is ``manifest_hash`` was fetched and checked (its
+    extensions are known, not assumed after a failure)."""
+    return known_extensions(manifest_hash, verified_only=True) is not None
 
 
 def _put(manifest_hash: str, extensions: frozenset[str], until: float) -> frozenset[str]:

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from a2a_secure.client.endpoint import check_endpoint
-from a2a_secure.client.extensions import learn_extensions
+from a2a_secure.client.extensions import card_checked, learn_extensions
 from a2a_secure.client.pool import ConnectionPool, StreamReply
 from a2a_secure.delegation import DELEGATION, Chain
 from a2a_secure.errors import (
@@ -568,7 +568,7 @@ class A2AClient:
         declared = await learn_extensions(
             self.http, peer.endpoint, hs.server_manifest_hash, verified_only=self.sealed is True
         )
-        hs.seal = seal(peer.did, self.sealed, declared)
+        hs.seal = seal(peer.did, self.sealed, declared, card_checked=card_checked(hs.server_manifest_hash))
 
     async def _server_extensions(
         self, peer: _Peer, session: ClientSession, *, verified_only: bool = False
@@ -599,7 +599,7 @@ class A2AClient:
             peer.extensions = await self._server_extensions(peer, session, verified_only=True)
         if not peer.declares(INTENT_ID):
             if required:
-                raise undeclared(peer.did, INTENT_ID)
+                raise undeclared(peer.did, INTENT_ID, card_checked=card_checked(session.server_manifest_hash))
             return intent, None
         if chosen is None:
             chosen = new_intent_id(os.urandom)
@@ -637,7 +637,7 @@ class A2AClient:
             return
         peer.extensions = await self._server_extensions(peer, session, verified_only=True)
         if not peer.declares(PRIORITY):
-            raise undeclared(peer.did, PRIORITY)
+            raise undeclared(peer.did, PRIORITY, card_checked=card_checked(session.server_manifest_hash))
 
     async def _with_delegation(
         self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any], chain: Chain | None
@@ -654,7 +654,8 @@ class A2AClient:
         if not peer.declares(DELEGATION):
             peer.extensions = await self._server_extensions(peer, session, verified_only=True)
             if not peer.declares(DELEGATION):
-                raise undeclared(peer.did, DELEGATION)
+                checked = card_checked(session.server_manifest_hash)
+                raise undeclared(peer.did, DELEGATION, card_checked=checked)
         refused = chain.refusal(
             now=self._clock(),
             client_did=self.identity.did,

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from a2a_secure.delegation import CHAIN_UNKNOWN, DELEGATION, Chain
-from a2a_secure.errors import A2AError, InvalidParams
+from a2a_secure.errors import A2AError, InvalidParams, Unavailable
 from a2a_secure.protocol.client import ClientSession
 from a2a_secure.protocol.intent_id import INTENT_ID, is_ids_full
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
@@ -186,16 +186,27 @@ _UNDECLARED: Final[Mapping[str, str]] = {
 }
 
 
-def undeclared(server_did: str, extension: str) -> InvalidParams:
+def undeclared(server_did: str, extension: str, *, card_checked: bool = True) -> A2AError:
     """The refusal (-32602) of a member ``server_did``'s authenticated card does not declare.
 
     A server that implements only the base contract would refuse the unknown member only
     after the request is signed and sent; the card says so before anything leaves.
+    ``card_checked=False``: no card could be had that hashes to the signed manifest (the
+    fetch failed, or another card came): nothing is known, so the refusal is 503 -32048
+    with ``Retry-After`` (try again), not a -32602 that reads as the server's final word.
+    Either way nothing is sent.
     """
+    if not card_checked:
+        return Unavailable(
+            f"{server_did[:128]}: its agent card could not be checked for the {extension} extension",
+            retry_after=1,
+        )
     return InvalidParams(f"{server_did[:128]} {_UNDECLARED[extension]}")
 
 
-def seal(server_did: str, sealed: bool | None, declared: frozenset[str]) -> bool:
+def seal(
+    server_did: str, sealed: bool | None, declared: frozenset[str], *, card_checked: bool = True
+) -> bool:
     """Whether the session is sealed (§12.6), given the extensions its CHALLENGE's card declares.
 
     ``sealed=True`` with a server that does not declare it (or whose card cannot be had:
@@ -205,7 +216,7 @@ def seal(server_did: str, sealed: bool | None, declared: frozenset[str]) -> bool
     if sealed is False:
         return False
     if SEALED not in declared and sealed is True:
-        raise undeclared(server_did, SEALED)
+        raise undeclared(server_did, SEALED, card_checked=card_checked)
     return SEALED in declared
 
 
