@@ -599,8 +599,12 @@ class Clients:
                 with contextlib.suppress(Exception):
                     await h[0].aclose()
 
-    async def reread(self, identities: dict[str, tuple[Identity, bool]]) -> None:
-        """Ask every answered id again, on a new session: the answer must be the same."""
+    async def reread(self, identities: dict[str, tuple[Identity, bool]], deadline: float) -> None:
+        """Ask every answered id again, on a new session: the answer must be the same.
+
+        A transient refusal (the store still recovering: 503) is asked again until
+        ``deadline``; what is recorded is the first answer or final refusal.
+        """
         fresh: dict[str, A2AClient] = {}
         try:
             for out in self.outcomes:
@@ -609,27 +613,35 @@ class Clients:
                 if out.did not in fresh:
                     identity, sealed = identities[out.did]
                     fresh[out.did] = client_for(identity, sealed=sealed)
-                client = fresh[out.did]
-                try:
-                    if out.op == "tally":
-                        stream = client.stream(
-                            self.server_did, out.intent, endpoint=self.endpoint, intent_id=out.iid
-                        )
-                        out.answers.append([item async for item in stream])
-                    else:
-                        got = await client.request(
-                            self.server_did, out.intent, endpoint=self.endpoint, intent_id=out.iid
-                        )
-                        out.answers.append(got.result)
-                except A2AError as exc:
-                    verdict = classify(exc)
-                    out.answers.append(error_answer(exc) if verdict == "answer" else {"refused": exc.code})
-                except Exception as exc:
-                    out.answers.append({"failed": type(exc).__name__})
+                out.answers.append(await self._ask_again(fresh[out.did], out, deadline))
         finally:
             for client in fresh.values():
                 with contextlib.suppress(Exception):
                     await client.aclose()
+
+    async def _ask_again(self, client: A2AClient, out: Outcome, deadline: float) -> Any:
+        last: Any = None
+        while True:
+            try:
+                if out.op == "tally":
+                    stream = client.stream(
+                        self.server_did, out.intent, endpoint=self.endpoint, intent_id=out.iid
+                    )
+                    return [item async for item in stream]
+                got = await client.request(
+                    self.server_did, out.intent, endpoint=self.endpoint, intent_id=out.iid
+                )
+                return got.result
+            except A2AError as exc:
+                verdict = classify(exc)
+                if verdict != "retry":
+                    return error_answer(exc) if verdict == "answer" else {"refused": exc.code}
+                last = {"refused": exc.code, "message": str(exc)[:120]}
+            except Exception as exc:
+                last = {"failed": type(exc).__name__}
+            if time.monotonic() >= deadline:
+                return last
+            await asyncio.sleep(0.2)
 
 
 # -- one run ---------------------------------------------------------------------------------------
@@ -776,7 +788,7 @@ async def one_run(run: int, seed: int, scenario: Scenario, args: argparse.Namesp
                 await t
         background[1].cancel()
         proxy.enabled = False
-        await clients.reread(identities)
+        await clients.reread(identities, time.monotonic() + args.settle)
         result.faults.update(proxy.counts)
         check(result, clients.outcomes, server, deployment)
     except Exception as exc:
