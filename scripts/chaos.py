@@ -429,6 +429,7 @@ class Server:
             args, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.did = identity.did
+        self.public_key = identity.public_key  # checks the audit log's signed checkpoints
 
     def wait_healthy(self, workers: int) -> None:
         deadline = time.monotonic() + 60
@@ -858,7 +859,7 @@ def check(result: RunResult, outcomes: list[Outcome], server: Server, deployment
             problems.append(f"intent_id {o.iid} ({o.op}) still unanswered at the deadline: {dict(o.errors)}")
         elif o.refusal is not None:
             result.refused[str(o.refusal)] += 1
-    verdict = verify_chain(server.audit)
+    verdict = verify_chain(server.audit, public_key=server.public_key)
     if not verdict.ok:
         problems.append(f"audit chain broken: {verdict.message}")
     problems += store_problems(outcomes, server, deployment)
