@@ -1,0 +1,934 @@
+/**
+ * The server's protocol core (PROTOCOL.md §4-§6, §12.3, §12.5-§12.7): a request body in,
+ * a reply out. No sockets here; handlers are awaited, nothing else waits.
+ */
+import { randomBytes } from "node:crypto";
+import type { AuditLog, AuditEvent } from "../audit.js";
+import { Chain, chainUnknown, checkDelegationMember, DelegationRefused, type DelegationRules, parseChain, verifyChainSignatures } from "../delegation.js";
+import { checkPublicKeys, isDid, type ResolvedDID } from "../did.js";
+import { x25519Pair, x25519Shared } from "../ed25519.js";
+import {
+  b64uDecodeOrNull, b64uEncode, cpLen, depthOf, dumps, exactMembers, hashOf, isFresh, isHashString, isInt, isObject,
+  isStr, jsonEqual, loads, nowSeconds, sha256Hex, textHash, type Json, type JsonObject,
+} from "../encoding.js";
+import {
+  A2AError, AuthenticationFailed, DIDResolutionError, HandshakeUnknown, InternalError, IntentTimeout, InvalidParams,
+  InvalidRequest, MethodNotFound, PolicyViolation, SequenceError, SessionUnknown, StaleTimestamp, Unavailable, UnsupportedVersion,
+} from "../errors.js";
+import type { Identity } from "../identity.js";
+import { parseJws, TYP, verifyParsed, type ParsedJws } from "../jws.js";
+import { DEFAULT_POLICY, policyAllows, policyHash, type Policy, type PriorityRights } from "../policy.js";
+import { DIDResolver, type Resolver } from "../resolver.js";
+import { claimIntent, deriveKeys, Sealer, sealedDigest } from "../sealing.js";
+import { StreamRecord, type StreamItem, type WireEvent } from "./stream.js";
+
+export const PROTOCOL = "a2a-secure/1.0";
+export const ENDPOINTS = { handshake: "/a2a/handshake", intent: "/a2a/intent" } as const;
+const HANDSHAKE_TTL = 60;
+const MAX_HANDLER_MS = 30_000;
+const RETRY_WAIT_MS = 5_000;
+const INTENT_ID_RE = /^[A-Za-z0-9_-]{22,64}$/;
+
+export interface IntentContext {
+  clientDid: string;
+  sessionId: string;
+  sequence: number;
+  priority: number;
+  sealed: boolean;
+  principal: string | null;
+  delegation: Chain | null;
+  intentId: string | null;
+}
+export type UnaryHandler = (inputs: JsonObject, ctx: IntentContext) => Promise<Json> | Json;
+export type StreamHandler = (inputs: JsonObject, ctx: IntentContext) => AsyncIterable<Json>;
+
+/** A reply: a JSON body with its status, or a stream of SSE text. */
+export type Reply =
+  | { status: number; headers: Record<string, string>; body: string }
+  | { status: 200; headers: Record<string, string>; stream: AsyncIterable<string> };
+
+export interface ServerOptions {
+  identity: Identity;
+  name?: string;
+  description?: string;
+  version?: string;
+  url?: string;
+  policy?: Policy;
+  /** §12.6, declared by default (coordination item 3); `false` turns it off. */
+  sealed?: boolean;
+  requireSealed?: boolean;
+  intentId?: boolean;
+  priorityRights?: PriorityRights;
+  delegation?: DelegationRules | null;
+  resolver?: Resolver;
+  audit?: AuditLog;
+  /** Seconds, wall clock. */
+  clock?: () => number;
+  revoked?: Set<string>;
+}
+
+interface Pending {
+  nonceB: string;
+  nonceA: string;
+  clientDid: string;
+  resolved: ResolvedDID;
+  helloHash: string;
+  challengeHash: string;
+  clientManifest: string;
+  policy: Policy;
+  policyHash: string;
+  policySignature: string;
+  expires: number;
+  proven: boolean;
+  kid?: string;
+}
+
+interface Stored {
+  sequence: number;
+  requestJws: string;
+  answer: Promise<StoredAnswer>;
+  settled: StoredAnswer | null;
+}
+type StoredAnswer = { kind: "json"; status: number; headers: Record<string, string>; payload: JsonObject } | { kind: "stream"; record: StreamRecord<WireEvent> };
+
+interface Session {
+  id: string;
+  commitment: string;
+  clientDid: string;
+  clientKid: string;
+  clientKey: Buffer;
+  policy: Policy;
+  expiresAt: number;
+  sealer: Sealer | null;
+  nonceA: string;
+  nonceB: string;
+  lastSequence: number;
+  stored: Stored | null;
+  chains: Map<string, Chain>;
+  closed: boolean;
+}
+
+type ClaimAnswer =
+  | { kind: "json"; ok: true; result: Json }
+  | { kind: "json"; ok: false; code: number; message: string; data?: JsonObject; status: number }
+  | { kind: "stream"; record: StreamRecord<StreamItem> };
+interface Claim {
+  hash: string;
+  answer: ClaimAnswer | null;
+  done: Promise<void>;
+  resolve: () => void;
+  expires: number;
+}
+
+/** A signed-error builder bound to one request (§6.2). */
+interface Signing {
+  session: Session;
+  sequence: number;
+  requestHash: string;
+}
+
+export class ServerCore {
+  readonly identity: Identity;
+  readonly policy: Policy;
+  readonly sealed: boolean;
+  readonly requireSealed: boolean;
+  readonly intentIdOn: boolean;
+  readonly rights: PriorityRights;
+  readonly delegation: DelegationRules | null;
+  readonly resolver: Resolver;
+  readonly audit: AuditLog | undefined;
+  readonly clock: () => number;
+  readonly revoked: Set<string>;
+  private readonly meta: { name: string; description: string; version: string; url: string };
+  private readonly unary = new Map<string, UnaryHandler>();
+  private readonly streaming = new Map<string, StreamHandler>();
+  private readonly pending = new Map<string, Pending>();
+  private readonly sessions = new Map<string, Session>();
+  private readonly windows = new Map<string, { start: number; count: number }>();
+  private readonly claims = new Map<string, Claim>();
+  private readonly claimsPerDid = new Map<string, number>();
+  private cardCache: { card: JsonObject; hash: string } | null = null;
+  limits = { pendingPerSource: 256, pendingTotal: 10_000, sessions: 100_000, idsPerDid: 10_000, idsTotal: 100_000, retention: 86_400, streamsPerDid: 32, streamsTotal: 1000 };
+  private streamsOpen = new Map<string, number>();
+
+  constructor(o: ServerOptions) {
+    this.identity = o.identity;
+    this.policy = o.policy ?? DEFAULT_POLICY;
+    this.requireSealed = o.requireSealed ?? false;
+    this.sealed = (o.sealed ?? true) || this.requireSealed;
+    this.intentIdOn = o.intentId ?? true;
+    this.rights = o.priorityRights ?? { default: 3, perDid: new Map() };
+    this.delegation = o.delegation ?? null;
+    this.resolver = o.resolver ?? new DIDResolver();
+    this.audit = o.audit;
+    this.clock = o.clock ?? nowSeconds;
+    this.revoked = o.revoked ?? new Set();
+    const url = (o.url ?? "").replace(/\/$/, "");
+    if (url !== "" && !/^https:\/\/[^/?#]+(\/[^?#]*)?$/.test(url) && !/^http:\/\/(127\.[0-9.]+|localhost|\[::1\])(:[0-9]+)?(\/[^?#]*)?$/.test(url))
+      throw new InvalidParams("the card's url must be an absolute https URL (http only on loopback)");
+    this.meta = { name: o.name ?? o.identity.agentId, description: o.description ?? "", version: o.version ?? "1.0.0", url };
+  }
+
+  add(goal: string, h: UnaryHandler): this {
+    this.unary.set(goal, h);
+    this.cardCache = null;
+    return this;
+  }
+  addStream(goal: string, h: StreamHandler): this {
+    this.streaming.set(goal, h);
+    this.cardCache = null;
+    return this;
+  }
+
+  get extensions(): string[] {
+    const out = ["priority"];
+    if (this.intentIdOn) out.push("intent_id");
+    if (this.sealed) out.push("sealed");
+    if (this.delegation) out.push("delegation");
+    return out.sort();
+  }
+
+  /** The agent card (§4) and its hash, the server's manifest_hash. */
+  card(): { card: JsonObject; hash: string } {
+    if (this.cardCache) return this.cardCache;
+    const intents = [...new Set([...this.unary.keys(), ...this.streaming.keys()])].sort();
+    const card: JsonObject = {
+      name: this.meta.name, description: this.meta.description, version: this.meta.version, url: this.meta.url,
+      did: this.identity.did, protocol: PROTOCOL, endpoints: { ...ENDPOINTS }, intents,
+      public_keys: [this.identity.publicKeyEntry as unknown as JsonObject],
+    };
+    if (this.streaming.size) card.streaming_intents = [...this.streaming.keys()].sort();
+    const ext = this.extensions;
+    if (ext.length) card.a2a_secure_extensions = ext;
+    this.cardCache = { card, hash: hashOf(card) };
+    return this.cardCache;
+  }
+
+  // -- JSON-RPC envelope (§4) -------------------------------------------------------------
+
+  /** Answer one POST body on `endpoint` (a path of ENDPOINTS). */
+  async handle(endpoint: string, body: Uint8Array, source = "unknown"): Promise<Reply> {
+    let id: Json = null;
+    let method: string | null = null;
+    const started = performance.now();
+    try {
+      let msg: Json;
+      msg = loads(body);
+      if (!isObject(msg)) throw new InvalidRequest("a request is one JSON object (batches are not served)");
+      if (!("id" in msg)) throw new InvalidRequest("a request needs an id (notifications are not served)");
+      const rid = msg.id;
+      if (!(typeof rid === "string" && cpLen(rid) <= 128) && !(typeof rid === "number" && Number.isSafeInteger(rid)))
+        throw new InvalidRequest("id must be a string of at most 128 characters or an integer");
+      id = rid;
+      if (msg.jsonrpc !== "2.0") throw new InvalidRequest("jsonrpc must be \"2.0\"");
+      if (typeof msg.method !== "string") throw new InvalidRequest("method must be a string");
+      if (!exactMembers(msg, ["jsonrpc", "method", "id"], ["params"])) throw new InvalidRequest("unexpected member in the request");
+      const served = endpoint === ENDPOINTS.handshake ? ["hello", "proof", "accept_policy"] : ["intent", "close"];
+      if (!served.includes(msg.method)) throw new MethodNotFound(`method '${msg.method.slice(0, 64)}' not found on ${endpoint}`);
+      method = msg.method;
+      if (!isObject(msg.params)) throw new InvalidParams("params must be an object");
+      const params = msg.params;
+      switch (method) {
+        case "hello": return this.json(id, 200, await this.hello(params, source));
+        case "proof": return this.json(id, 200, this.proof(params));
+        case "accept_policy": return this.json(id, 200, this.acceptPolicy(params));
+        case "intent": return await this.intent(id, params, false);
+        default: return await this.intent(id, params, true);
+      }
+    } catch (e) {
+      const err = e instanceof A2AError ? e : new InternalError();
+      if (!(e instanceof A2AError)) console.error("a2a-secure: internal error:", (e as Error)?.message);
+      this.record({
+        event: (method as AuditEvent["event"] | null) ?? "reject", status: "error", error_code: err.code, verified: false,
+        duration_ms: performance.now() - started,
+      });
+      return this.errorReply(id, err);
+    }
+  }
+
+  private json(id: Json, status: number, result: JsonObject, headers: Record<string, string> = {}): Reply {
+    return { status, headers: { "content-type": "application/json", ...headers }, body: dumps({ jsonrpc: "2.0", id, result }) };
+  }
+
+  /** An error answer; `data` as the error carries it (signed errors put response_jws there). */
+  errorReply(id: Json, e: A2AError): Reply {
+    const error: JsonObject = { code: e.code, message: e.message };
+    if (e.data && Object.keys(e.data).length) error.data = e.data as JsonObject;
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    const ra = e.data?.retry_after;
+    if (typeof ra === "number") headers["retry-after"] = String(ra);
+    return { status: e.http, headers, body: dumps({ jsonrpc: "2.0", id, error }) };
+  }
+
+  private record(e: AuditEvent): void {
+    try {
+      this.audit?.record({ server_did: this.identity.did, ...e });
+    } catch (err) {
+      console.error("a2a-secure: audit sink failed:", (err as Error).message);
+    }
+  }
+
+  // -- handshake (§5) ---------------------------------------------------------------------
+
+  private async hello(p: JsonObject, source: string): Promise<JsonObject> {
+    if (typeof p.type !== "string" || typeof p.protocol_version !== "string") throw new InvalidParams("type and protocol_version must be strings");
+    if (p.protocol_version !== "1.0") throw new UnsupportedVersion(`protocol version ${p.protocol_version.slice(0, 16)} is not supported`, { supported: ["1.0"] });
+    if (p.type !== "hello" || !exactMembers(p, ["type", "protocol_version", "agent_did", "agent_id", "manifest_hash", "nonce", "public_keys", "timestamp"]))
+      throw new InvalidParams("hello must have exactly its members");
+    if (typeof p.agent_did !== "string" || p.agent_did.length > 2048) throw new InvalidParams("agent_did must be a string of at most 2048 characters");
+    if (!isStr(p.agent_id, 1, 128)) throw new InvalidParams("agent_id must be 1 to 128 characters");
+    if (!isHashString(p.manifest_hash)) throw new InvalidParams("manifest_hash must be a hash string");
+    const nonce = b64uDecodeOrNull(p.nonce);
+    if (!nonce || nonce.length !== 32) throw new InvalidParams("nonce must be 32 bytes in canonical base64url");
+    if (nonce.every((b) => b === 0)) throw new InvalidParams("nonce of zero bytes: broken random source");
+    if (!Array.isArray(p.public_keys) || p.public_keys.length < 1 || p.public_keys.length > 8) throw new InvalidParams("public_keys must hold 1 to 8 entries");
+    if (!isInt(p.timestamp)) throw new InvalidParams("timestamp must be an integer");
+    const now = this.clock();
+    if (!isFresh(p.timestamp, Math.floor(now))) throw new StaleTimestamp("hello timestamp is not fresh");
+    if (!isDid(p.agent_did)) throw new InvalidParams("agent_did is not a DID");
+    const clientDid = p.agent_did;
+    const resolved = await this.resolver.resolve(clientDid);
+    if (clientDid === this.identity.did) throw new AuthenticationFailed("a HELLO from this server's own DID");
+    if (this.revoked.has(clientDid)) throw new AuthenticationFailed(`DID revoked: ${clientDid}`);
+    checkPublicKeys(p.public_keys, resolved);
+    for (const e of p.public_keys as JsonObject[]) if (this.revoked.has(e.kid as string)) throw new AuthenticationFailed(`key id revoked: ${e.kid}`);
+    this.expirePending(now);
+    const fromSource = [...this.pending.values()].filter((x) => (x as Pending & { source?: string }).source === source).length;
+    if (fromSource >= this.limits.pendingPerSource)
+      throw this.unavailable("too many pending handshakes from this address", 5, "own");
+    if (this.pending.size >= this.limits.pendingTotal) throw this.unavailable("too many pending handshakes", 5, "shared");
+    const nonceB = b64uEncode(randomBytes(32));
+    const ts = Math.floor(now);
+    const helloHash = hashOf(p);
+    const { hash: manifest } = this.card();
+    const ph = policyHash(this.policy);
+    const policySignature = this.identity.sign(TYP.policy, {
+      protocol_version: "1.0", hello_hash: helloHash, client_did: clientDid, server_did: this.identity.did, nonce_a: p.nonce as string,
+      nonce_b: nonceB, client_manifest_hash: p.manifest_hash, server_manifest_hash: manifest, policy_hash: ph, timestamp: ts,
+    });
+    const challenge: JsonObject = {
+      type: "challenge", protocol_version: "1.0", nonce_b: nonceB, server_did: this.identity.did, manifest_hash: manifest,
+      public_keys: [this.identity.publicKeyEntry as unknown as JsonObject], policy_hash: ph, policy_signature: policySignature, timestamp: ts,
+    };
+    const pend: Pending & { source: string } = {
+      nonceB, nonceA: p.nonce as string, clientDid, resolved, helloHash, challengeHash: hashOf(challenge), clientManifest: p.manifest_hash,
+      policy: this.policy, policyHash: ph, policySignature, expires: now + HANDSHAKE_TTL, proven: false, source,
+    };
+    this.pending.set(nonceB, pend);
+    this.record({ event: "hello", status: "success", client_did: clientDid, verified: false });
+    return challenge;
+  }
+
+  private unavailable(message: string, retryAfter: number, pool?: "own" | "shared"): A2AError {
+    const data: Record<string, unknown> = { retry_after: retryAfter };
+    if (pool) data.pool = pool;
+    return new Unavailable(message, data);
+  }
+
+  private expirePending(now: number): void {
+    for (const [k, v] of this.pending) if (v.expires <= now) this.pending.delete(k);
+  }
+
+  private findPending(p: JsonObject, type: string, tokenMember: string): [Pending, ParsedJws] {
+    if (p.type !== type || !exactMembers(p, ["type", "nonce_b", tokenMember])) throw new InvalidParams(`${type} must have exactly its members`);
+    if (b64uDecodeOrNull(p.nonce_b)?.length !== 32) throw new InvalidParams("nonce_b must be 32 bytes in canonical base64url");
+    const jws = parseJws(p[tokenMember]);
+    const pend = this.pending.get(p.nonce_b as string);
+    if (!pend || pend.expires <= this.clock()) throw new HandshakeUnknown("unknown, expired or used handshake");
+    return [pend, jws];
+  }
+
+  private verifyClient(jws: ParsedJws, pend: Pending, typ: string): [JsonObject, string] {
+    const kid = jws.header.kid;
+    const key = typeof kid === "string" ? pend.resolved.keys.get(kid) : undefined;
+    if (!key || (pend.kid !== undefined && kid !== pend.kid)) throw new AuthenticationFailed("JWS kid is not a key of the client's DID");
+    return [verifyParsed(jws, key, typ, kid as string), kid as string];
+  }
+
+  private proof(p: JsonObject): JsonObject {
+    const [pend, jws] = this.findPending(p, "proof", "proof_jws");
+    if (pend.proven) throw new HandshakeUnknown("handshake already proven");
+    const [payload, kid] = this.verifyClient(jws, pend, TYP.proof);
+    const expect: JsonObject = {
+      nonce_a: pend.nonceA, nonce_b: pend.nonceB, client_did: pend.clientDid, server_did: this.identity.did,
+      client_manifest_hash: pend.clientManifest, server_manifest_hash: this.card().hash, challenge_hash: pend.challengeHash,
+    };
+    checkPayload(payload, expect, ["timestamp"]);
+    if (!isInt(payload.timestamp)) throw new AuthenticationFailed("timestamp must be an integer");
+    if (!isFresh(payload.timestamp, Math.floor(this.clock()))) throw new StaleTimestamp("proof timestamp is not fresh");
+    pend.proven = true;
+    pend.kid = kid;
+    this.record({ event: "proof", status: "success", client_did: pend.clientDid, verified: true });
+    return { type: "policy", policy: pend.policy as unknown as JsonObject, policy_hash: pend.policyHash, policy_signature: pend.policySignature };
+  }
+
+  private acceptPolicy(p: JsonObject): JsonObject {
+    const [pend, jws] = this.findPending(p, "accept_policy", "accept_jws");
+    if (!pend.proven) throw new HandshakeUnknown("handshake not proven");
+    const [payload, kid] = this.verifyClient(jws, pend, TYP.accept);
+    const commitment = "sha256:" + sha256Hex(`${pend.nonceA}|${pend.nonceB}|${pend.policyHash}`);
+    const expect: JsonObject = {
+      policy_hash: pend.policyHash, session_commitment: commitment, nonce_a: pend.nonceA, nonce_b: pend.nonceB,
+      client_did: pend.clientDid, server_did: this.identity.did,
+    };
+    checkPayload(payload, expect, ["timestamp"], this.sealed ? ["seal_key"] : []);
+    if (!isInt(payload.timestamp)) throw new AuthenticationFailed("timestamp must be an integer");
+    let peerSeal: Buffer | null = null;
+    if ("seal_key" in payload) {
+      peerSeal = b64uDecodeOrNull(payload.seal_key);
+      if (!peerSeal || peerSeal.length !== 32) throw new AuthenticationFailed("seal_key must be 32 bytes in canonical base64url");
+    }
+    if (!isFresh(payload.timestamp, Math.floor(this.clock()))) throw new StaleTimestamp("accept_policy timestamp is not fresh");
+    if (this.requireSealed && !peerSeal)
+      throw new PolicyViolation("this agent requires sealed intents (require_sealed): send a seal_key");
+    let sealer: Sealer | null = null;
+    const sessionId = b64uEncode(randomBytes(32));
+    let ourSeal: string | null = null;
+    if (peerSeal) {
+      const pair = x25519Pair();
+      const shared = x25519Shared(pair.priv, peerSeal);
+      if (!shared) throw new AuthenticationFailed("seal_key gives an all-zero shared secret");
+      ourSeal = b64uEncode(pair.pub);
+      sealer = new Sealer(deriveKeys(shared, {
+        client_did: pend.clientDid, server_did: this.identity.did, nonce_a: pend.nonceA, nonce_b: pend.nonceB, session_id: sessionId,
+        session_commitment: commitment, client_seal_key: payload.seal_key as string, server_seal_key: ourSeal,
+      }), sessionId);
+    }
+    for (const [k, s] of this.sessions) if (s.expiresAt <= this.clock()) this.sessions.delete(k);
+    if (this.sessions.size >= this.limits.sessions) throw this.unavailable("too many open sessions", 30, "shared");
+    const created = Math.floor(this.clock());
+    const expires = created + pend.policy.session_timeout;
+    const sp: JsonObject = { session_id: sessionId, session_commitment: commitment, client_did: pend.clientDid, server_did: this.identity.did, created_at: created, expires_at: expires };
+    if (ourSeal) sp.seal_key = ourSeal;
+    const sessionJws = this.identity.sign(TYP.session, sp);
+    this.pending.delete(pend.nonceB);
+    this.sessions.set(sessionId, {
+      id: sessionId, commitment, clientDid: pend.clientDid, clientKid: kid, clientKey: pend.resolved.keys.get(kid)!, policy: pend.policy,
+      expiresAt: expires, sealer, nonceA: pend.nonceA, nonceB: pend.nonceB, lastSequence: 0, stored: null, chains: new Map(), closed: false,
+    });
+    this.record({ event: "accept_policy", status: "success", client_did: pend.clientDid, session_id: sessionId, verified: true });
+    return {
+      type: "session", session_id: sessionId, server_did: this.identity.did, client_did: pend.clientDid, session_commitment: commitment,
+      created_at: created, expires_at: expires, public_keys: [this.identity.publicKeyEntry as unknown as JsonObject], session_jws: sessionJws,
+    };
+  }
+
+  // -- intents and close (§6) -------------------------------------------------------------
+
+  private checkIntentShape(intent: Json): JsonObject {
+    if (!isObject(intent)) throw new InvalidParams("intent must be an object");
+    const ext = this.extensions;
+    const optional = ["domain", "constraints"];
+    if (ext.includes("priority")) optional.push("priority");
+    if (ext.includes("intent_id")) optional.push("intent_id");
+    if (ext.includes("sealed")) optional.push("sealed", "sealed_key");
+    if (ext.includes("delegation")) optional.push("delegation");
+    if (ext.includes("sealed") && ext.includes("delegation")) optional.push("sealed_delegation");
+    if (!exactMembers(intent, ["goal", "inputs"], optional)) {
+      const extra = Object.keys(intent).filter((k) => k !== "goal" && k !== "inputs" && !optional.includes(k));
+      throw new InvalidParams(extra.length ? `unknown intent member '${extra[0]!.slice(0, 64)}'` : "intent needs goal and inputs");
+    }
+    if (!isStr(intent.goal, 1, 128)) throw new InvalidParams("goal must be 1 to 128 characters");
+    if (!isObject(intent.inputs)) throw new InvalidParams("inputs must be an object");
+    if ("domain" in intent && !isStr(intent.domain, 0, 128)) throw new InvalidParams("domain must be a string of at most 128 characters");
+    if ("constraints" in intent) {
+      const c = intent.constraints;
+      if (!isObject(c) || !exactMembers(c, [], ["timeout_ms", "max_tokens", "stream"])) throw new InvalidParams("constraints may hold timeout_ms, max_tokens and stream");
+      for (const k of ["timeout_ms", "max_tokens"]) if (k in c && !isInt(c[k], 1)) throw new InvalidParams(`constraints.${k} must be a positive integer`);
+      if ("stream" in c && typeof c.stream !== "boolean") throw new InvalidParams("constraints.stream must be a boolean");
+    }
+    if ("priority" in intent && !isInt(intent.priority, 1, 5)) throw new InvalidParams("priority must be an integer from 1 to 5");
+    if ("intent_id" in intent && !(typeof intent.intent_id === "string" && INTENT_ID_RE.test(intent.intent_id)))
+      throw new InvalidParams("intent_id must be 22 to 64 base64url characters");
+    if ("sealed" in intent) {
+      if ((b64uDecodeOrNull(intent.sealed)?.length ?? 0) < 18) throw new InvalidParams("sealed must be canonical base64url of at least 18 bytes");
+      if (Object.keys(intent.inputs).length) throw new InvalidParams("inputs must be {} next to sealed");
+    }
+    if ("sealed_key" in intent && (b64uDecodeOrNull(intent.sealed_key)?.length !== 48 || !("sealed" in intent)))
+      throw new InvalidParams("sealed_key must be canonical base64url of 48 bytes, next to sealed");
+    if ("delegation" in intent) checkDelegationMember(intent.delegation);
+    if ("sealed_delegation" in intent && (b64uDecodeOrNull(intent.sealed_delegation)?.length ?? 0) < 18)
+      throw new InvalidParams("sealed_delegation must be canonical base64url of at least 18 bytes");
+    return intent;
+  }
+
+  private async intent(id: Json, params: JsonObject, isClose: boolean): Promise<Reply> {
+    const started = performance.now();
+    const method = isClose ? "close" : "intent";
+    // Step 1: the shape of params, the token's form.
+    const members = isClose ? ["session_id", "session_commitment", "sequence", "request_jws"] : ["session_id", "session_commitment", "sequence", "intent", "request_jws"];
+    if (!exactMembers(params, members)) throw new InvalidParams(`${method} params must have exactly ${members.join(", ")}`);
+    if (b64uDecodeOrNull(params.session_id)?.length !== 32) throw new InvalidParams("session_id must be 32 bytes in canonical base64url");
+    if (!isHashString(params.session_commitment)) throw new InvalidParams("session_commitment must be a hash string");
+    if (!isInt(params.sequence, 1)) throw new InvalidParams("sequence must be an integer from 1 to 2^53-1");
+    const intent = isClose ? null : this.checkIntentShape(params.intent ?? null);
+    const jws = parseJws(params.request_jws);
+    const requestJws = params.request_jws as string;
+    // Step 2: the session.
+    const now = this.clock();
+    const session = this.sessions.get(params.session_id as string);
+    if (!session || session.closed || now >= session.expiresAt) {
+      if (session) this.sessions.delete(session.id);
+      throw new SessionUnknown();
+    }
+    if (this.revoked.has(session.clientDid) || this.revoked.has(session.clientKid)) {
+      this.sessions.delete(session.id);
+      throw new SessionUnknown("session ended: the client's DID or key was revoked");
+    }
+    // Step 3, 4.
+    if (params.session_commitment !== session.commitment) throw new AuthenticationFailed("session_commitment does not match the session");
+    const payload = verifyParsed(jws, session.clientKey, isClose ? TYP.close : TYP.request, session.clientKid);
+    const sign: Signing = { session, sequence: params.sequence as number, requestHash: textHash(requestJws) };
+    const audit = (status: "success" | "error", code: number | null, extra: Partial<AuditEvent> = {}): void =>
+      this.record({
+        event: method, status, error_code: code, verified: true, session_id: session.id, client_did: session.clientDid,
+        intent_goal: intent ? (intent.goal as string) : null, sequence: sign.sequence, duration_ms: performance.now() - started, ...extra,
+      });
+    const fail = (e: A2AError): Reply => {
+      audit("error", e.code);
+      return this.signedError(id, e, sign);
+    };
+    // Step 5: the payload, exactly, equal to params (sealed values by digest).
+    const signedIntent = intent ? digestForm(intent) : null;
+    const expect: JsonObject = { session_id: session.id, session_commitment: session.commitment, sequence: sign.sequence };
+    if (isClose) expect.close = true;
+    else expect.intent = signedIntent!;
+    try {
+      checkPayload(payload, expect, ["timestamp"]);
+      if (!isInt(payload.timestamp)) throw new AuthenticationFailed("timestamp must be an integer");
+    } catch (e) {
+      return fail(e as A2AError);
+    }
+    // Sealed members (§12.6, and the sealed chain of the sealed-session agreement): signed, not consuming.
+    let inputs: JsonObject = intent ? (intent.inputs as JsonObject) : {};
+    let answerKey: Buffer | null = null;
+    let delegationValue: Json | undefined = intent?.delegation;
+    if (intent) {
+      try {
+        const s = session.sealer;
+        if (s && !("sealed" in intent)) throw new InvalidParams("this session is sealed: the inputs must be sealed");
+        if (!s && "sealed" in intent) throw new InvalidParams("this session agreed no sealing keys");
+        if (s && ("sealed_key" in intent) !== ("intent_id" in intent)) throw new InvalidParams("on a sealed session sealed_key and intent_id go together");
+        if (s && "delegation" in intent) throw new InvalidParams("on a sealed session the chain travels sealed (sealed_delegation)");
+        if (!s && "sealed_delegation" in intent) throw new InvalidParams("this session agreed no sealing keys");
+        if (s) {
+          const opened = s.openJson("inputs", sign.sequence, 0, intent.goal as string, intent.sealed);
+          if (!isObject(opened)) throw new AuthenticationFailed("sealed inputs do not open to an object");
+          inputs = opened;
+          if ("sealed_key" in intent) {
+            const k = s.openRaw("answer_key", sign.sequence, 0, `${intent.goal}|${intent.intent_id}`, intent.sealed_key);
+            if (!k || k.length !== 32) throw new AuthenticationFailed("sealed_key does not open to 32 bytes");
+            answerKey = k;
+          }
+          if ("sealed_delegation" in intent) {
+            const d = s.openJson("delegation", sign.sequence, 0, intent.goal as string, intent.sealed_delegation);
+            try {
+              checkDelegationMember(d);
+            } catch {
+              throw new AuthenticationFailed("sealed_delegation does not open to a delegation value");
+            }
+            delegationValue = d;
+          }
+        }
+      } catch (e) {
+        return fail(e as A2AError);
+      }
+    }
+    // Step 6.
+    if (!isFresh(payload.timestamp as number, Math.floor(now))) return fail(new StaleTimestamp("request timestamp is not fresh"));
+    // Steps 9 and 10 are decided now (an intent_id is claimed only when they pass) and given after step 8.
+    let verdict: A2AError | null = null;
+    let chain: Chain | null = null;
+    let priority = 3;
+    const goal = intent ? (intent.goal as string) : "";
+    const stream = intent ? (intent.constraints as JsonObject | undefined)?.stream === true : false;
+    if (intent) {
+      const highest = this.rights.perDid.get(session.clientDid) ?? this.rights.default;
+      priority = "priority" in intent ? (intent.priority as number) : Math.min(3, highest);
+      if (delegationValue !== undefined) {
+        try {
+          chain = await this.chainOf(session, delegationValue);
+        } catch (e) {
+          if (!(e instanceof A2AError)) throw e;
+          verdict = e;
+        }
+      }
+      if (!verdict) {
+        if (!policyAllows(session.policy, goal)) verdict = new PolicyViolation(`intent '${goal.slice(0, 64)}' is not allowed by the session policy`);
+        else if (priority > highest) verdict = new PolicyViolation(`priority ${priority} is above this caller's highest (${highest})`);
+        else if (chain) verdict = chain.refusal({ clientDid: session.clientDid, serverDid: this.identity.did, goal, priority, now });
+        if (!verdict && chain) for (const l of chain.links) if (this.revoked.has(`delegation:${l.jti}`) || this.revoked.has(l.iss) || this.revoked.has(l.kid)) verdict = new DelegationRefused("delegation refused: a link is revoked");
+        if (!verdict && this.delegation) verdict = this.delegation.refusal(goal, chain);
+        if (!verdict && !this.unary.has(goal) && !this.streaming.has(goal)) verdict = new MethodNotFound(`no handler for intent '${goal.slice(0, 64)}'`);
+      }
+      if (stream && !verdict) {
+        const open = this.streamsOpen.get(session.clientDid) ?? 0;
+        let total = 0;
+        for (const v of this.streamsOpen.values()) total += v;
+        if (open >= this.limits.streamsPerDid) return fail(this.unavailable("too many concurrent streams for this DID", 1, "own"));
+        if (total >= this.limits.streamsTotal) return fail(this.unavailable("too many concurrent streams", 1, "shared"));
+      }
+    }
+    // Step 7: the sequence.
+    const seq = sign.sequence;
+    if (seq === session.lastSequence && session.stored && session.stored.requestJws === requestJws) {
+      const stored = session.stored;
+      const answer = stored.settled ?? (await Promise.race([stored.answer, sleep(RETRY_WAIT_MS).then(() => null)]));
+      if (!answer) return fail(this.unavailable("the first request with this sequence is still running", 1));
+      audit("success", null);
+      return this.replay(id, answer);
+    }
+    if (seq <= session.lastSequence) return fail(new SequenceError(`sequence ${seq} is not greater than ${session.lastSequence}`));
+    // intent_id claim look-up (atomic with steps 7 and 8: nothing awaits from here to the claim).
+    const intentId = intent && typeof intent.intent_id === "string" ? intent.intent_id : null;
+    let claimKey: string | null = null;
+    let claimHash = "";
+    if (intentId && !verdict) {
+      let form: JsonObject = claimFormOf(intent!, chain);
+      if (answerKey) form = claimIntent(form, inputs, answerKey);
+      claimHash = hashOf(form);
+      claimKey = `${session.clientDid}|${intentId}`;
+      this.expireClaims(now);
+      if (!this.claims.has(claimKey)) {
+        if ((this.claimsPerDid.get(session.clientDid) ?? 0) >= this.limits.idsPerDid)
+          return fail(this.unavailable(`this DID already has ${this.limits.idsPerDid} intent_ids remembered`, 60, "own"));
+        if (this.claims.size >= this.limits.idsTotal)
+          return fail(this.unavailable(`this server already has ${this.limits.idsTotal} intent_ids remembered`, 60, "shared"));
+      }
+    }
+    // Step 8: the rate limit (close is not limited).
+    if (!isClose) {
+      const w = this.windows.get(session.clientDid);
+      const period = session.policy.rate_period;
+      if (!w || now >= w.start + period) this.windows.set(session.clientDid, { start: now, count: 0 });
+      const win = this.windows.get(session.clientDid)!;
+      if (win.count >= session.policy.rate_limit) {
+        const ra = Math.max(1, Math.ceil(win.start + period - now));
+        return fail(this.unavailable("rate limit reached", ra, "own"));
+      }
+      win.count++;
+    }
+    session.lastSequence = seq;
+    let settle!: (a: StoredAnswer) => void;
+    const stored: Stored = { sequence: seq, requestJws, answer: new Promise((r) => (settle = r)), settled: null };
+    session.stored = stored;
+    const finish = (a: StoredAnswer): Reply => {
+      stored.settled = a;
+      settle(a);
+      return this.replay(id, a);
+    };
+    const jsonAnswer = (e: A2AError): StoredAnswer => {
+      const r = this.signedError(null, e, sign);
+      return { kind: "json", status: r.status, headers: r.headers, payload: loads((r as { body: string }).body) as JsonObject };
+    };
+    if (isClose) {
+      session.closed = true;
+      this.sessions.delete(session.id);
+      const result = { type: "closed", session_id: session.id };
+      const jwsText = this.signResponse(sign, { status: "success", result });
+      audit("success", null);
+      return finish({ kind: "json", status: 200, headers: {}, payload: { jsonrpc: "2.0", id: null, result: { ...result, response_jws: jwsText } } });
+    }
+    const auditExtra: Partial<AuditEvent> = chain ? { principal: chain.principal, delegation: chain.name } : {};
+    // Step 9, 10.
+    if (verdict) {
+      audit("error", verdict.code, auditExtra);
+      return finish(jsonAnswer(verdict));
+    }
+    // The intent_id claim.
+    let claim: Claim | null = null;
+    if (claimKey) {
+      const held = this.claims.get(claimKey);
+      if (held) {
+        if (held.hash !== claimHash) {
+          const e = new SequenceError("intent_id already used for a different intent");
+          audit("error", e.code, auditExtra);
+          return finish(jsonAnswer(e));
+        }
+        let answer = held.answer;
+        if (!answer) {
+          await Promise.race([held.done, sleep(RETRY_WAIT_MS)]);
+          answer = held.answer;
+        }
+        if (!answer) {
+          const e = this.unavailable("an earlier request with this intent_id is still running", 1);
+          audit("error", e.code, auditExtra);
+          return finish(jsonAnswer(e));
+        }
+        audit("success", null, auditExtra);
+        return finish(this.resend(answer, sign, stream));
+      }
+      let resolve!: () => void;
+      claim = { hash: claimHash, answer: null, done: new Promise((r) => (resolve = r)), resolve, expires: now + this.limits.retention };
+      this.claims.set(claimKey, claim);
+      this.claimsPerDid.set(session.clientDid, (this.claimsPerDid.get(session.clientDid) ?? 0) + 1);
+    }
+    // Step 11.
+    const ctx: IntentContext = {
+      clientDid: session.clientDid, sessionId: session.id, sequence: seq, priority, sealed: session.sealer !== null,
+      principal: chain?.principal ?? null, delegation: chain, intentId,
+    };
+    const c = intent!.constraints as JsonObject | undefined;
+    const timeoutMs = Math.min(isInt(c?.timeout_ms) ? (c!.timeout_ms as number) : MAX_HANDLER_MS, MAX_HANDLER_MS);
+    const done = (a: ClaimAnswer): void => {
+      if (claim) {
+        claim.answer = a;
+        claim.resolve();
+      }
+    };
+    if (stream || this.streaming.has(goal)) {
+      const source = this.streaming.has(goal) ? this.streaming.get(goal)!(inputs, ctx) : oneShot(this.unary.get(goal)!, inputs, ctx);
+      if (!stream) {
+        // A streaming goal asked without stream: true: one result, the array of its partial results.
+        try {
+          const all: Json[] = [];
+          const it = source[Symbol.asyncIterator]();
+          for (;;) {
+            const n = await withTimeout(it.next(), timeoutMs);
+            if (n.done) break;
+            all.push(n.value);
+          }
+          checkResult(all);
+          done({ kind: "json", ok: true, result: all });
+          audit("success", null, auditExtra);
+          return finish(this.successAnswer(sign, all));
+        } catch (e) {
+          const err = handlerError(e);
+          done({ kind: "json", ok: false, code: err.code, message: err.message, status: err.http });
+          audit("error", err.code, auditExtra);
+          return finish(jsonAnswer(err));
+        }
+      }
+      const record = new StreamRecord<StreamItem>();
+      const first = await this.pump(source, record, session, timeoutMs, !this.streaming.has(goal));
+      if (first) {
+        done({ kind: "json", ok: false, code: first.code, message: first.message, status: first.http });
+        audit("error", first.code, auditExtra);
+        return finish(jsonAnswer(first));
+      }
+      this.streamsOpen.set(session.clientDid, (this.streamsOpen.get(session.clientDid) ?? 0) + 1);
+      void record.finished.then(() => {
+        this.streamsOpen.set(session.clientDid, (this.streamsOpen.get(session.clientDid) ?? 1) - 1);
+        const last = record.items[record.items.length - 1];
+        audit(last?.status === "error" ? "error" : "success", last?.status === "error" ? (last.code ?? null) : null, auditExtra);
+      });
+      if (claim) done({ kind: "stream", record });
+      return finish({ kind: "stream", record: this.signedStream(record, sign) });
+    }
+    try {
+      const result = await withTimeout(Promise.resolve(this.unary.get(goal)!(inputs, ctx)), timeoutMs);
+      checkResult(result);
+      done({ kind: "json", ok: true, result });
+      audit("success", null, auditExtra);
+      return finish(this.successAnswer(sign, result));
+    } catch (e) {
+      const err = handlerError(e);
+      done({ kind: "json", ok: false, code: err.code, message: err.message, status: err.http });
+      audit("error", err.code, auditExtra);
+      return finish(jsonAnswer(err));
+    }
+  }
+
+  private expireClaims(now: number): void {
+    if (this.claims.size < 1024) return;
+    for (const [k, c] of this.claims) {
+      if (c.expires <= now && c.answer) {
+        this.claims.delete(k);
+        const did = k.slice(0, k.lastIndexOf("|"));
+        this.claimsPerDid.set(did, (this.claimsPerDid.get(did) ?? 1) - 1);
+      }
+    }
+  }
+
+  /** The chain an intent acts under: verified now, or found by name on this session. */
+  private async chainOf(session: Session, value: Json): Promise<Chain> {
+    const form = checkDelegationMember(value);
+    if (typeof form === "string") {
+      const hit = session.chains.get(form);
+      if (!hit) throw chainUnknown(form);
+      return hit;
+    }
+    const chain = parseChain(form);
+    const hit = session.chains.get(chain.name);
+    if (hit) return hit;
+    await verifyChainSignatures(chain, async (did, kid) => {
+      let r;
+      try {
+        r = await this.resolver.resolve(did);
+      } catch (e) {
+        throw e instanceof DIDResolutionError ? e : new DIDResolutionError("issuer cannot be resolved");
+      }
+      return r.keys.get(kid);
+    });
+    if (session.chains.size >= 8) session.chains.delete(session.chains.keys().next().value!);
+    session.chains.set(chain.name, chain);
+    return chain;
+  }
+
+  private signResponse(sign: Signing, body: JsonObject, typ: string = TYP.response, extra: JsonObject = {}): string {
+    return this.identity.sign(typ, {
+      session_id: sign.session.id, sequence: sign.sequence, request_hash: sign.requestHash, ...extra, ...body, timestamp: Math.floor(this.clock()),
+    });
+  }
+
+  private successAnswer(sign: Signing, result: Json): StoredAnswer {
+    const s = sign.session.sealer;
+    const outer = s ? s.sealJson("result", sign.sequence, 0, sign.requestHash, result) : result;
+    const jwsText = this.signResponse(sign, { status: "success", result: s ? sealedDigest(outer as string) : result });
+    return { kind: "json", status: 200, headers: {}, payload: { jsonrpc: "2.0", id: null, result: { status: "success", sequence: sign.sequence, result: outer, response_jws: jwsText } } };
+  }
+
+  /** A signed error (§6.2): data other than response_jws and retry_after sealed on a sealed session. */
+  private signedError(id: Json, e: A2AError, sign: Signing): Reply {
+    const jwsText = this.signResponse(sign, { status: "error", error: { code: e.code, message: e.message } });
+    const data: Record<string, unknown> = { response_jws: jwsText };
+    const rest: JsonObject = {};
+    for (const [k, v] of Object.entries(e.data ?? {})) {
+      if (k === "retry_after") data[k] = v;
+      else rest[k] = v as Json;
+    }
+    if (Object.keys(rest).length) {
+      const s = sign.session.sealer;
+      if (s) data.sealed = s.sealJson("error_data", sign.sequence, 0, sign.requestHash, rest);
+      else Object.assign(data, rest);
+    }
+    const err = new A2AError(e.message, data);
+    err.code = e.code;
+    err.http = e.http;
+    return this.errorReply(id, err);
+  }
+
+  /** A claim's answer, signed (and sealed) again for this request (§12.5). */
+  private resend(a: ClaimAnswer, sign: Signing, _stream: boolean): StoredAnswer {
+    if (a.kind === "stream") return { kind: "stream", record: this.signedStream(a.record, sign) };
+    if (a.ok) return this.successAnswer(sign, a.result);
+    const e = new A2AError(a.message, a.data);
+    e.code = a.code;
+    e.http = a.status;
+    const r = this.signedError(null, e, sign);
+    return { kind: "json", status: r.status, headers: r.headers, payload: loads((r as { body: string }).body) as JsonObject };
+  }
+
+  private replay(id: Json, a: StoredAnswer): Reply {
+    if (a.kind === "json") {
+      return { status: a.status, headers: { "content-type": "application/json", ...a.headers }, body: dumps({ ...a.payload, id }) };
+    }
+    return { status: 200, headers: { "content-type": "text/event-stream", "cache-control": "no-store" }, stream: a.record.sse(id) };
+  }
+
+  /** Run a stream's source into `record` in the background; resolve with the error to
+   * answer as JSON when it fails before its first event, else null once it has one. */
+  private pump(source: AsyncIterable<Json>, record: StreamRecord<StreamItem>, session: Session, timeoutMs: number, single: boolean): Promise<A2AError | null> {
+    const it = source[Symbol.asyncIterator]();
+    return new Promise((resolveFirst) => {
+      let first = true;
+      const put = (item: StreamItem): void => {
+        record.push(item);
+        if (first) {
+          first = false;
+          resolveFirst(null);
+        }
+      };
+      void (async () => {
+        for (;;) {
+          let n: IteratorResult<Json>;
+          try {
+            n = await withTimeout(it.next(), timeoutMs);
+            if (!n.done) checkResult(n.value);
+          } catch (e) {
+            const err = handlerError(e);
+            if (first) return resolveFirst(err);
+            put({ final: true, status: "error", code: err.code, message: err.message });
+            return;
+          }
+          if (!this.sessions.has(session.id) || this.clock() >= session.expiresAt) {
+            if (first) return resolveFirst(new SessionUnknown());
+            put({ final: true, status: "error", code: -32043, message: "unknown, expired or closed session" });
+            return;
+          }
+          if (n.done) return put({ final: true, status: "success", result: null });
+          if (single) return put({ final: true, status: "success", result: n.value });
+          put({ final: false, status: "success", result: n.value });
+        }
+      })();
+    });
+  }
+
+  /** The record's items as this request's signed events (sealed on a sealed session). */
+  private signedStream(src: StreamRecord<StreamItem>, sign: Signing): StreamRecord<WireEvent> {
+    return src.map((item, index) => {
+      const s = sign.session.sealer;
+      const body: JsonObject = { index, final: item.final, status: item.status };
+      let outer: Json = null;
+      if (item.status === "error") body.error = { code: item.code!, message: item.message! };
+      else {
+        outer = s && item.result !== null ? s.sealJson("event", sign.sequence, index, `${sign.requestHash}|${item.final ? "final" : "partial"}`, item.result!) : item.result!;
+        body.result = s && item.result !== null ? sealedDigest(outer as string) : item.result!;
+      }
+      const jwsText = this.identity.sign(TYP.event, {
+        session_id: sign.session.id, sequence: sign.sequence, request_hash: sign.requestHash, ...body, timestamp: Math.floor(this.clock()),
+      });
+      const result: JsonObject = { status: item.status, sequence: sign.sequence, index, final: item.final };
+      if (item.status === "error") result.error = body.error!;
+      else result.result = outer;
+      result.response_jws = jwsText;
+      return result as WireEvent;
+    });
+  }
+}
+
+async function* oneShot(h: UnaryHandler, inputs: JsonObject, ctx: IntentContext): AsyncIterable<Json> {
+  yield await h(inputs, ctx);
+}
+
+/** The signed form of an intent: sealed values by their digest (§12.6). */
+function digestForm(intent: JsonObject): JsonObject {
+  const out: JsonObject = { ...intent };
+  for (const k of ["sealed", "sealed_delegation"]) if (typeof out[k] === "string") out[k] = sealedDigest(out[k] as string);
+  return out;
+}
+
+/** The intent as an intent_id claim hashes it: a chain by its name, sealed or not. */
+function claimFormOf(intent: JsonObject, chain: Chain | null): JsonObject {
+  const out: JsonObject = { ...intent };
+  delete out.sealed_delegation;
+  if (chain) out.delegation = chain.name;
+  return out;
+}
+
+/** Exact members and equal values; `free` members must be present, compared by the caller. */
+function checkPayload(payload: JsonObject, expect: JsonObject, free: string[], optional: string[] = []): void {
+  const required = [...Object.keys(expect), ...free];
+  if (!exactMembers(payload, required, optional)) throw new AuthenticationFailed("signed payload has other members than expected");
+  for (const [k, v] of Object.entries(expect)) if (!jsonEqual(payload[k], v)) throw new AuthenticationFailed(`signed ${k} does not match`);
+}
+
+function checkResult(v: unknown): void {
+  try {
+    loads(dumps(v));
+  } catch {
+    throw new InternalError("handler result is not I-JSON");
+  }
+  if (depthOf(v) > 30) throw new InternalError("handler result nests too deep");
+}
+
+function handlerError(e: unknown): A2AError {
+  if (e instanceof A2AError && [-32602, -32049, -32603, -32042, -32048].includes(e.code)) return e;
+  if (e instanceof A2AError && e.code <= -32001 && e.code >= -32009) return e;
+  if (e instanceof A2AError && e.code === -32601) return e;
+  return new InternalError("internal error");
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms).unref?.());
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let t: NodeJS.Timeout;
+  return Promise.race([
+    p.finally(() => clearTimeout(t)),
+    new Promise<T>((_, rej) => {
+      t = setTimeout(() => rej(new IntentTimeout("the handler did not finish in time")), ms);
+    }),
+  ]);
+}
