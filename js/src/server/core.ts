@@ -65,6 +65,8 @@ export interface ServerOptions {
   /** Seconds, wall clock. */
   clock?: () => number;
   revoked?: Set<string>;
+  /** A CSPRNG (default node:crypto randomBytes); nonces and session ids are drawn from it. */
+  random?: (n: number) => Buffer;
 }
 
 interface Pending {
@@ -139,6 +141,7 @@ export class ServerCore {
   readonly audit: AuditLog | undefined;
   readonly clock: () => number;
   readonly revoked: Set<string>;
+  private readonly random: (n: number) => Buffer;
   private readonly meta: { name: string; description: string; version: string; url: string };
   private readonly unary = new Map<string, UnaryHandler>();
   private readonly streaming = new Map<string, StreamHandler>();
@@ -163,6 +166,7 @@ export class ServerCore {
     this.audit = o.audit;
     this.clock = o.clock ?? nowSeconds;
     this.revoked = o.revoked ?? new Set();
+    this.random = o.random ?? randomBytes;
     const url = (o.url ?? "").replace(/\/$/, "");
     if (url !== "" && !/^https:\/\/[^/?#]+(\/[^?#]*)?$/.test(url) && !/^http:\/\/(127\.[0-9.]+|localhost|\[::1\])(:[0-9]+)?(\/[^?#]*)?$/.test(url))
       throw new InvalidParams("the card's url must be an absolute https URL (http only on loopback)");
@@ -297,7 +301,7 @@ export class ServerCore {
     if (fromSource >= this.limits.pendingPerSource)
       throw this.unavailable("too many pending handshakes from this address", 5, "own");
     if (this.pending.size >= this.limits.pendingTotal) throw this.unavailable("too many pending handshakes", 5, "shared");
-    const nonceB = b64uEncode(randomBytes(32));
+    const nonceB = b64uEncode(this.random(32));
     const ts = Math.floor(now);
     const helloHash = hashOf(p);
     const { hash: manifest } = this.card();
@@ -382,7 +386,7 @@ export class ServerCore {
     if (this.requireSealed && !peerSeal)
       throw new PolicyViolation("this agent requires sealed intents (require_sealed): send a seal_key");
     let sealer: Sealer | null = null;
-    const sessionId = b64uEncode(randomBytes(32));
+    const sessionId = b64uEncode(this.random(32));
     let ourSeal: string | null = null;
     if (peerSeal) {
       const pair = x25519Pair();
