@@ -104,7 +104,7 @@ async function proxy(target, alter) {
     res.end(text);
   });
   await new Promise((r) => server.listen(0, "127.0.0.1", r));
-  after(() => server.close());
+  procs.push({ kill: () => server.close() });
   return `http://127.0.0.1:${server.address().port}`;
 }
 

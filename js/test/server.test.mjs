@@ -1,0 +1,215 @@
+// The TypeScript server and client end to end over 127.0.0.1: §4's envelope table through
+// both adapters (Node http and the Fetch handler decide alike), §6.1's steps, refusals.
+import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import { after, before, describe, test } from "node:test";
+import * as a2a from "../dist/index.js";
+
+const servers = [];
+after(() => servers.forEach((s) => s.closeAllConnections?.() ?? s.close()));
+
+async function listen(handler) {
+  const srv = createServer(handler);
+  servers.push(srv);
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  return `http://127.0.0.1:${srv.address().port}`;
+}
+
+/** The Fetch handler behind Node http, so the same requests reach both adapters. */
+function viaFetch(handle) {
+  return async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const r = await handle(new Request(`http://x${req.url}`, { method: req.method, headers: req.headers, body: req.method === "POST" ? Buffer.concat(chunks) : undefined }));
+    res.writeHead(r.status, Object.fromEntries(r.headers));
+    res.end(Buffer.from(await r.arrayBuffer()));
+  };
+}
+
+function makeServer(opts = {}) {
+  const core = new a2a.ServerCore({ identity: a2a.Identity.generate("srv"), ...opts });
+  a2a.registerTestAgent(core);
+  return core;
+}
+
+const post = (url, body, ct = "application/json") => fetch(url, { method: "POST", headers: { "content-type": ct }, body });
+
+describe("the envelope table of §4, through both adapters", () => {
+  const core = makeServer();
+  const urls = {};
+  before(async () => {
+    urls.node = await listen(a2a.nodeHandler(core));
+    urls.fetch = await listen(viaFetch(a2a.fetchHandler(core)));
+  });
+  const table = [
+    ["not JSON", "/a2a/handshake", "{", "application/json", 400, -32700, null],
+    ["duplicate names", "/a2a/handshake", '{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"hello","params":{}}', "application/json", 400, -32700, null],
+    ["batch", "/a2a/handshake", "[]", "application/json", 400, -32600, null],
+    ["notification", "/a2a/handshake", '{"jsonrpc":"2.0","method":"hello","params":{}}', "application/json", 400, -32600, null],
+    ["bad jsonrpc", "/a2a/handshake", '{"jsonrpc":"1.0","method":"hello","params":{},"id":7}', "application/json", 400, -32600, 7],
+    ["extra member", "/a2a/handshake", '{"jsonrpc":"2.0","method":"hello","params":{},"id":7,"x":1}', "application/json", 400, -32600, 7],
+    ["wrong endpoint", "/a2a/intent", '{"jsonrpc":"2.0","method":"hello","params":{},"id":"a"}', "application/json", 404, -32601, "a"],
+    ["no params", "/a2a/handshake", '{"jsonrpc":"2.0","method":"hello","id":1}', "application/json", 400, -32602, 1],
+    ["content type", "/a2a/handshake", "{}", "text/plain", 415, -32600, null],
+    ["charset quoted, any case", "/a2a/handshake", '{"jsonrpc":"2.0","method":"hello","id":1}', 'Application/JSON; Charset="UTF-8"', 400, -32602, 1],
+    ["other parameter", "/a2a/handshake", "{}", "application/json; profile=x", 415, -32600, null],
+    ["unknown path", "/a2a/other", "{}", "application/json", 404, -32601, null],
+    ["session_id not canonical", "/a2a/intent", JSON.stringify({ jsonrpc: "2.0", method: "close", id: 1, params: { session_id: "A".repeat(42) + "B", session_commitment: "sha256:" + "0".repeat(64), sequence: 1, request_jws: "a.b.c" } }), "application/json", 400, -32602, 1],
+    ["unknown session", "/a2a/intent", JSON.stringify({ jsonrpc: "2.0", method: "close", id: 1, params: { session_id: "A".repeat(43), session_commitment: "sha256:" + "0".repeat(64), sequence: 1, request_jws: "e30.e30.AA" } }), "application/json", 401, -32043, 1],
+  ];
+  for (const [name, path, body, ct, status, code, id] of table) {
+    test(name, async () => {
+      for (const which of ["node", "fetch"]) {
+        const r = await post(urls[which] + path, body, ct);
+        assert.equal(r.status, status, `${which}: ${name}`);
+        const j = await r.json();
+        assert.equal(j.error.code, code, `${which}: ${name}`);
+        assert.equal(j.id, id, `${which}: ${name}`);
+      }
+    });
+  }
+  test("405 with Allow, 413 over 1 MiB, the card by GET", async () => {
+    for (const which of ["node", "fetch"]) {
+      const g = await fetch(urls[which] + "/a2a/intent");
+      assert.equal(g.status, 405);
+      assert.equal(g.headers.get("allow"), "POST");
+      const big = await post(urls[which] + "/a2a/intent", "x".repeat((1 << 20) + 1));
+      assert.equal(big.status, 413);
+      const card = await (await fetch(urls[which] + "/.well-known/agent-card.json")).json();
+      assert.equal(a2a.hashOf(card), core.card().hash);
+    }
+  });
+});
+
+describe("client and server: sessions, sequences, refusals", () => {
+  let url, core, client, s;
+  before(async () => {
+    core = makeServer({ policy: { ...a2a.DEFAULT_POLICY, rate_limit: 30 } });
+    url = await listen(a2a.nodeHandler(core));
+    client = new a2a.Client(a2a.Identity.generate("cli"));
+    s = await client.connect(core.identity.did, url);
+  });
+
+  test("a sealed session by default; echo and a stream verified and opened", async () => {
+    assert.equal(s.sealed, true);
+    assert.deepEqual((await client.request(s, "echo", { a: "b" })).result, { a: "b" });
+    const got = [];
+    for await (const ev of client.stream(s, "count", { n: 3 })) got.push(ev);
+    assert.deepEqual(got, [{ i: 0 }, { i: 1 }, { i: 2 }]);
+  });
+
+  test("a byte-identical retry gets the stored answer; another request at a used sequence -32044", async () => {
+    const c2 = new a2a.Client(a2a.Identity.generate("raw"), { sealed: false });
+    const s2 = await c2.connect(core.identity.did, url);
+    const ts = a2a.nowSeconds();
+    const intent = { goal: "echo", inputs: { n: 1 } };
+    const jws = c2.identity.sign("a2a-request+jws", { session_id: s2.id, session_commitment: s2.commitment, sequence: 1, timestamp: ts, intent });
+    const body = (id, j = jws, i = intent) => JSON.stringify({ jsonrpc: "2.0", method: "intent", id, params: { session_id: s2.id, session_commitment: s2.commitment, sequence: 1, intent: i, request_jws: j } });
+    const a = await (await post(url + "/a2a/intent", body("one"))).json();
+    const b = await (await post(url + "/a2a/intent", body("two"))).json();
+    assert.equal(b.id, "two");
+    assert.equal(b.result.response_jws, a.result.response_jws);
+    const other = c2.identity.sign("a2a-request+jws", { session_id: s2.id, session_commitment: s2.commitment, sequence: 1, timestamp: ts, intent: { goal: "echo", inputs: { n: 2 } } });
+    const c = await (await post(url + "/a2a/intent", body("three", other, { goal: "echo", inputs: { n: 2 } }))).json();
+    assert.equal(c.error.code, -32044);
+    assert.ok(c.error.data.response_jws, "signed");
+    // A payload that differs from params: -32040, signed with the params' sequence.
+    const d = await (await post(url + "/a2a/intent", body("four", jws, { goal: "echo", inputs: { n: 3 } }))).json();
+    assert.equal(d.error.code, -32040);
+    // Wrong typ: a close token on an intent.
+    const closeTok = c2.identity.sign("a2a-close+jws", { session_id: s2.id, session_commitment: s2.commitment, sequence: 2, timestamp: ts, intent });
+    const e = await post(url + "/a2a/intent", body("five", closeTok).replace('"sequence":1', '"sequence":2'));
+    assert.equal(e.status, 401);
+    assert.equal((await e.json()).error.code, -32040);
+  });
+
+  test("stale timestamps are -32045, signed", async () => {
+    const c2 = new a2a.Client(a2a.Identity.generate("stale"), { sealed: false });
+    const s2 = await c2.connect(core.identity.did, url);
+    const intent = { goal: "echo", inputs: {} };
+    const jws = c2.identity.sign("a2a-request+jws", { session_id: s2.id, session_commitment: s2.commitment, sequence: 1, timestamp: a2a.nowSeconds() - 301, intent });
+    const r = await post(url + "/a2a/intent", JSON.stringify({ jsonrpc: "2.0", method: "intent", id: 1, params: { session_id: s2.id, session_commitment: s2.commitment, sequence: 1, intent, request_jws: jws } }));
+    assert.equal(r.status, 401);
+    const j = await r.json();
+    assert.equal(j.error.code, -32045);
+    assert.ok(j.error.data.response_jws);
+  });
+
+  test("a tampered result is refused by the client (-32040); an unsigned error stays unsigned", async () => {
+    const evil = new a2a.Client(client.identity, { tamper: (b) => b.replace(/"status":"success","sequence":(\d+)/, '"status":"success","sequence":$1') .replace(/"result":"[A-Za-z0-9_-]{10}/, '"result":"AAAAAAAAAA') });
+    const s3 = await evil.connect(core.identity.did, url);
+    await assert.rejects(evil.request(s3, "echo", { v: 1 }), (e) => e.code === -32040);
+    const forged = new a2a.Client(client.identity, { tamper: (b) => (b.includes('"error"') || b.includes("challenge") || b.includes('"policy"') || b.includes('"session"') ? b : '{"jsonrpc":"2.0","id":1,"error":{"code":-32043,"message":"unknown session"}}') });
+    const s4 = await forged.connect(core.identity.did, url);
+    await assert.rejects(forged.request(s4, "echo", {}), (e) => e.code === -32043 && e.signed === false);
+  });
+
+  test("close: the session is then unknown (-32043)", async () => {
+    const c2 = new a2a.Client(a2a.Identity.generate("closer"));
+    const s2 = await c2.connect(core.identity.did, url);
+    await c2.close(s2);
+    s2.closed = false;
+    await assert.rejects(c2.request(s2, "echo", {}), (e) => e.code === -32043 && !e.signed);
+  });
+
+  test("the client refuses before sending what the server does not declare or the chain does not cover", async () => {
+    const plain = makeServer({ sealed: false, intentId: false });
+    const purl = await listen(a2a.nodeHandler(plain));
+    await assert.rejects(new a2a.Client(client.identity, { sealed: true }).connect(plain.identity.did, purl), (e) => e.code === -32602);
+    const s2 = await client.connect(plain.identity.did, purl);
+    assert.equal(s2.sealed, false);
+    await assert.rejects(client.request(s2, "echo", {}, { intentId: "A".repeat(22) }), (e) => e.code === -32602);
+    await assert.rejects(client.request(s2, "echo", {}, { priority: 6 }), (e) => e.code === -32602);
+    const person = a2a.Identity.generate("person");
+    const chain = a2a.issue(person, { to: client.identity.did, goals: ["echo"], ttl: 60 });
+    await assert.rejects(client.request(s2, "echo", {}, { onBehalfOf: chain }), (e) => e.code === -32602, "no delegation declared");
+  });
+
+  test("rate limit: 503 with Retry-After, data.retry_after and data.pool, nothing consumed", async () => {
+    const tight = makeServer({ policy: { ...a2a.DEFAULT_POLICY, rate_limit: 1 } });
+    const turl = await listen(a2a.nodeHandler(tight));
+    const c2 = new a2a.Client(a2a.Identity.generate("busy"));
+    const s2 = await c2.connect(tight.identity.did, turl);
+    await c2.request(s2, "echo", {});
+    await assert.rejects(c2.request(s2, "echo", {}), (e) => e.code === -32048 && e.signed && e.pool === "own" && e.retryAfter >= 1);
+  });
+});
+
+describe("delegation and sealing on the TypeScript server", () => {
+  test("a chain is sent in full, then by name; a server that forgot it says chain_unknown and the client resends it", async () => {
+    const person = a2a.Identity.generate("person");
+    const core = makeServer({ delegation: new a2a.DelegationRules(new Map([["calendar", new Set([person.did])]])) });
+    core.add("calendar", (i) => i);
+    const url = await listen(a2a.nodeHandler(core));
+    const me = a2a.Identity.generate("assistant");
+    let sent = [];
+    const client = new a2a.Client(me);
+    const s = await client.connect(core.identity.did, url);
+    assert.equal(s.sealed, true, "sealed with delegation: the chain travels as sealed_delegation");
+    const chain = a2a.issue(person, { to: me.did, goals: ["calendar"], ttl: 600, targets: [core.identity.did] });
+    assert.deepEqual((await client.request(s, "calendar", { a: 1 }, { onBehalfOf: chain })).result, { a: 1 });
+    assert.ok(s.chainsSent.has(chain.name));
+    // The server forgets the session's chains: the name alone is refused with data.chain_unknown, the client resends in full.
+    core["sessions"].get(s.id).chains.clear();
+    assert.deepEqual((await client.request(s, "calendar", { a: 2 }, { onBehalfOf: chain })).result, { a: 2 });
+    // Without a chain the reserved goal is refused, signed.
+    await assert.rejects(client.request(s, "calendar", {}), (e) => e.code === -32042 && e.signed && /runs only on behalf/.test(e.message));
+    void sent;
+  });
+
+  test("require_sealed refuses a session without seal keys at ACCEPT_POLICY", async () => {
+    const core = makeServer({ requireSealed: true });
+    const url = await listen(a2a.nodeHandler(core));
+    await assert.rejects(new a2a.Client(a2a.Identity.generate("c"), { sealed: false }).connect(core.identity.did, url), (e) => e.code === -32042 && /require_sealed/.test(e.message));
+    const ok = await new a2a.Client(a2a.Identity.generate("c")).connect(core.identity.did, url);
+    assert.equal(ok.sealed, true);
+  });
+
+  test("policy files: sealed by default, off by sealed_intents false, delegation declares the extension", () => {
+    assert.equal(a2a.settingsFromObject({}).sealed, true);
+    assert.equal(a2a.settingsFromObject({ sealed_intents: false }).sealed, false);
+    assert.ok(a2a.settingsFromObject({ delegation: {} }).delegation);
+    assert.throws(() => a2a.settingsFromObject({ rate_limit: "x" }), (e) => e.code === -32602);
+    assert.throws(() => a2a.settingsFromObject({ nonsense: 1 }), (e) => e.code === -32602);
+  });
+});
