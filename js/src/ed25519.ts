@@ -118,6 +118,7 @@ function inPrimeOrderSubgroup(enc: Uint8Array): boolean {
 }
 
 const checkedKeys = new Map<string, KeyObject>();
+const verifyKeys = new Map<string, KeyObject>();
 
 /** A usable Ed25519 public key (32 bytes, canonical, on the curve, prime order), as a
  * KeyObject; DIDResolutionError otherwise. Results are cached. */
@@ -142,7 +143,13 @@ export function verifySignature(pub: Uint8Array, message: Uint8Array, sig: Uint8
     if (!canonicalNotSmall(pub)) return false;
     if (!canonicalNotSmall(sig.subarray(0, 32))) return false;
     if (leToBig(sig.subarray(32)) >= L) return false;
-    const key = createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x: Buffer.from(pub).toString("base64url") }, format: "jwk" });
+    const x = Buffer.from(pub).toString("base64url");
+    let key = verifyKeys.get(x);
+    if (!key) {
+      key = createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x }, format: "jwk" });
+      if (verifyKeys.size >= 4096) verifyKeys.clear();
+      verifyKeys.set(x, key);
+    }
     return nodeVerify(null, message, key, sig);
   } catch {
     return false;
