@@ -10,7 +10,9 @@ import { Agent } from "./client/client.js";
 import { loadChain, MAX_TTL } from "./delegation.js";
 import { isObject, loads, type JsonObject } from "./encoding.js";
 import { A2AError } from "./errors.js";
+import { didWebResolver } from "./didweb.js";
 import { Identity } from "./identity.js";
+import { DIDResolver } from "./resolver.js";
 import { loadSettings } from "./policy.js";
 import { ServerCore } from "./server/core.js";
 import { nodeHandler } from "./server/http.js";
@@ -112,6 +114,7 @@ async function call(argv: string[]): Promise<number> {
     "key-file": { type: "string" }, to: { type: "string" }, endpoint: { type: "string" }, goal: { type: "string" },
     domain: { type: "string" }, inputs: { type: "string" }, sealed: { type: "boolean" }, "on-behalf-of": { type: "string" },
     priority: { type: "string" }, "intent-id": { type: "string" }, stream: { type: "boolean" },
+    "allow-loopback-dev": { type: "boolean" }, "allow-address": { type: "string", multiple: true }, "allow-host": { type: "string", multiple: true },
   }, ["key-file", "to", "goal"]);
   if (!values.endpoint) throw new Usage("--endpoint is required (a registry is not read by this command)");
   let priority: number | undefined;
@@ -126,7 +129,10 @@ async function call(argv: string[]): Promise<number> {
     return 1;
   }
   const chain = values["on-behalf-of"] ? loadChain(readFileSync(values["on-behalf-of"])) : undefined;
-  const agent = new Agent(identity, { sealed: values.sealed ? true : null, peers: { [values.to!]: values.endpoint }, onBehalfOf: chain });
+  const resolver = new DIDResolver({
+    web: didWebResolver({ devAllowLoopback: values["allow-loopback-dev"] === true, allowAddresses: values["allow-address"], allowHosts: values["allow-host"] }),
+  });
+  const agent = new Agent(identity, { sealed: values.sealed ? true : null, peers: { [values.to!]: values.endpoint }, onBehalfOf: chain, resolver });
   try {
     const o = { domain: values.domain, priority, intentId: values["intent-id"] };
     if (values.stream) {

@@ -15,3 +15,4 @@ export { registerTestAgent } from "./server/testAgent.js";
 export { Client, ClientSession, Agent, type ClientOptions, type RequestOptions, type IntentResult } from "./client/client.js";
 export * as checks from "./client/checks.js";
 export { checkPublicKey, verifySignature } from "./ed25519.js";
+export { didWebResolver, didWebToUrl, didWebHostPort, keysOfDocument, isPublicAddress, hostNameBlocked, type AddressPolicy } from "./didweb.js";

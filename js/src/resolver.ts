@@ -1,5 +1,6 @@
 /** DID resolution: did:key here, did:web through ./didweb.js (PROTOCOL.md §2). */
 import { checkDidSyntax, resolveDidKey, type ResolvedDID } from "./did.js";
+import { didWebResolver } from "./didweb.js";
 import { DIDResolutionError } from "./errors.js";
 
 export interface Resolver {
@@ -12,6 +13,7 @@ export class DIDResolver implements Resolver {
   private readonly methods = new Map<string, MethodResolver>();
   constructor(methods: Record<string, MethodResolver> = {}) {
     this.methods.set("key", async (did) => resolveDidKey(did));
+    this.methods.set("web", didWebResolver());
     for (const [m, r] of Object.entries(methods)) this.methods.set(m, r);
   }
   async resolve(did: string): Promise<ResolvedDID> {
