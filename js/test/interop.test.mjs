@@ -120,7 +120,7 @@ describe("TypeScript client -> Python `a2a-secure serve`", { skip }, () => {
     me = await keygen("ts-client");
     pyKey = await keygen("py-server");
     [srv, plain] = await Promise.all([
-      serve("py", pyKey.file, { sealed_intents: true }),
+      serve("py", pyKey.file, { sealed_intents: true }, ["--audit-log", join(dir, "py-audit.jsonl")]),
       serve("py", pyKey.file, { sealed_intents: false, allowed_intents: ["echo"] }),
     ]);
   });
@@ -218,6 +218,17 @@ describe("TypeScript client -> Python `a2a-secure serve`", { skip }, () => {
     assert.match(r.stderr, /-32040/);
   });
 
+  test("audit: the Python server's log verifies with the TypeScript verifier; a changed line does not", async () => {
+    assert.equal((await call(srv, "--goal", "echo", "--inputs", "{}")).code, 0);
+    const log = join(dir, "py-audit.jsonl");
+    const r = await ts("audit", "verify", log);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    assert.ok(json(r).lines >= 4);
+    const copy = join(dir, "py-audit-changed.jsonl");
+    writeFileSync(copy, readFileSync(log, "utf8").replace('"event":"hello"', '"event":"proof"'));
+    assert.equal((await ts("audit", "verify", copy)).code, 1);
+  });
+
   async function delegationCase(del, tag) {
     const person = await keygen(`person-${tag}`);
     const chainFile = join(dir, `chain-ts-${tag}.json`);
@@ -274,7 +285,7 @@ describe("Python client -> TypeScript `a2a-secure-js serve`", { skip }, () => {
     tsKey = await keygen("ts-server");
     person = await keygen("principal");
     [srv, plain, del, sealedDel] = await Promise.all([
-      serve("ts", tsKey.file),
+      serve("ts", tsKey.file, undefined, ["--audit-log", join(dir, "ts-audit.jsonl")]),
       serve("ts", tsKey.file, { sealed_intents: false, allowed_intents: ["echo"] }),
       serve("ts", tsKey.file, { sealed_intents: false, delegation: { calendar: [person.did] } }),
       serve("ts", tsKey.file, { delegation: { calendar: [person.did] } }),
@@ -369,6 +380,16 @@ describe("Python client -> TypeScript `a2a-secure-js serve`", { skip }, () => {
     assert.equal(r.code, 1);
     const honest = await proxy(plain.url, (b) => b);
     assert.equal((await py("call", "--key-file", me.file, "--to", plain.did, "--endpoint", honest, "--goal", "echo", "--inputs", '{"amount":10}')).code, 0);
+  });
+
+  test("audit: the TypeScript server's log verifies with the Python verifier; a changed line does not", async () => {
+    assert.equal((await call(srv, "--goal", "echo", "--inputs", "{}")).code, 0);
+    const log = join(dir, "ts-audit.jsonl");
+    const r = await py("audit", "verify", log);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    const copy = join(dir, "ts-audit-changed.jsonl");
+    writeFileSync(copy, readFileSync(log, "utf8").replace('"event":"hello"', '"event":"proof"'));
+    assert.notEqual((await py("audit", "verify", copy)).code, 0);
   });
 
   test("the key file and chain file formats are shared: a Python key file serves the TypeScript CLI", async () => {

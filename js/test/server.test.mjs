@@ -213,3 +213,29 @@ describe("delegation and sealing on the TypeScript server", () => {
     assert.throws(() => a2a.settingsFromObject({ nonsense: 1 }), (e) => e.code === -32602);
   });
 });
+
+test("an agent resends after an unsigned -32043 once, on a new session, with the same intent_id: the intent runs once", async () => {
+  const core = makeServer();
+  let runs = 0;
+  core.add("book", (i) => ({ run: ++runs, ...i }));
+  const url = await listen(a2a.nodeHandler(core));
+  const agent = new a2a.Agent(a2a.Identity.generate("resender"), { peers: { [core.identity.did]: url } });
+  // An attacker lets the request through and forges the unsigned "unknown session" answer.
+  let forged = false;
+  const real = globalThis.fetch;
+  globalThis.fetch = async (u, init) => {
+    const r = await real(u, init);
+    if (!forged && String(u).endsWith("/a2a/intent") && init?.body?.includes('"method":"intent"')) {
+      forged = true;
+      return new Response(JSON.stringify({ jsonrpc: "2.0", id: 1, error: { code: -32043, message: "unknown session" } }), { status: 401, headers: { "content-type": "application/json" } });
+    }
+    return r;
+  };
+  try {
+    const out = await agent.request(core.identity.did, "book", { room: 4 });
+    assert.deepEqual(out, { run: 1, room: 4 }, "the first run's answer, signed again for the new session");
+    assert.equal(runs, 1);
+  } finally {
+    globalThis.fetch = real;
+  }
+});

@@ -250,6 +250,7 @@ export class Client {
       const v = await this.readJson(res);
       if ("error" in v) {
         const e = readError(v.error ?? null, sent, nowSeconds());
+        this.opts.audit?.record({ event: "intent", status: "error", verified: e.signed, error_code: e.code, session_id: s.id, client_did: this.identity.did, server_did: s.serverDid, intent_goal: goal, sequence: sent.sequence });
         if (chain && attempt === 0 && isChainUnknown(e)) {
           s.chainsSent.delete(chain.name);
           full = true;
@@ -257,7 +258,9 @@ export class Client {
         }
         throw e;
       }
-      return { result: checkResult(v.result ?? null, sent, nowSeconds()), intentId, sealed: s.sealed };
+      const result = checkResult(v.result ?? null, sent, nowSeconds());
+      this.opts.audit?.record({ event: "intent", status: "success", verified: true, session_id: s.id, client_did: this.identity.did, server_did: s.serverDid, intent_goal: goal, sequence: sent.sequence });
+      return { result, intentId, sealed: s.sealed };
     }
   }
 
@@ -389,6 +392,9 @@ export class Agent {
   async requestVerified(did: string, goal: string, inputs: JsonObject = {}, o: RequestOptions = {}): Promise<IntentResult> {
     const opts = { onBehalfOf: this.onBehalfOf, ...o };
     const s = await this.session(did);
+    // The id is chosen here, so that the resend after a re-handshake carries the same one (§12.5).
+    if (opts.intentId === undefined && this.client.opts.exactlyOnce !== false && s.extensions.includes("intent_id"))
+      opts.intentId = b64uEncode(randomBytes(16));
     try {
       return await this.client.request(s, goal, inputs, opts);
     } catch (e) {
