@@ -8,7 +8,7 @@ import { parseArgs } from "node:util";
 import { AuditLog, verifyAuditLog } from "./audit.js";
 import { Agent } from "./client/client.js";
 import { loadChain, MAX_TTL } from "./delegation.js";
-import { isObject, loads, type JsonObject } from "./encoding.js";
+import { isObject, JsonFloat, loads, type JsonObject } from "./encoding.js";
 import { A2AError } from "./errors.js";
 import { didWebResolver } from "./didweb.js";
 import { Identity } from "./identity.js";
@@ -27,7 +27,7 @@ function fail(msg: string): void {
 }
 
 function printJson(v: unknown): void {
-  process.stdout.write(JSON.stringify(v, (_k, x) => (x && typeof x === "object" && "raw" in x && "value" in x ? x.value : x), 2) + "\n");
+  process.stdout.write(JSON.stringify(v, (_k, x: unknown) => (x instanceof JsonFloat ? x.value : x), 2) + "\n");
 }
 
 function parse(args: string[], options: Record<string, { type: "string" | "boolean"; multiple?: boolean }>, required: string[] = []) {

@@ -61,6 +61,7 @@ export function checkChallenge(c: Json, h: HelloState, server: ResolvedDID, now:
     fail(`challenge public_keys: ${(e as Error).message}`);
   }
   const [p, kid] = verifyBy(c.policy_signature, server, TYP.policy);
+  if (!(c.public_keys as JsonObject[]).some((e) => e.kid === kid)) fail("challenge public_keys lack the signing key");
   exactPayload(p, {
     protocol_version: "1.0", hello_hash: hashOf(h.hello), client_did: h.clientDid, server_did: h.serverDid, nonce_a: h.nonceA,
     nonce_b: c.nonce_b as string, client_manifest_hash: h.manifest, server_manifest_hash: c.manifest_hash as string,
