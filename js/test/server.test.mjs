@@ -171,7 +171,22 @@ describe("client and server: sessions, sequences, refusals", () => {
     const c2 = new a2a.Client(a2a.Identity.generate("busy"));
     const s2 = await c2.connect(tight.identity.did, turl);
     await c2.request(s2, "echo", {});
-    await assert.rejects(c2.request(s2, "echo", {}), (e) => e.code === -32048 && e.signed && e.pool === "own" && e.retryAfter >= 1);
+    await assert.rejects(c2.request(s2, "echo", {}), (e) => e.code === -32048 && e.signed && e.retryAfter >= 1);
+  });
+
+  test("a full shared bound says whose pool is full (data.pool): the DID's own intent_ids, then the server's", async () => {
+    const core = makeServer();
+    core.limits.idsPerDid = 1;
+    const url = await listen(a2a.nodeHandler(core));
+    const c2 = new a2a.Client(a2a.Identity.generate("ids"));
+    const s2 = await c2.connect(core.identity.did, url);
+    await c2.request(s2, "echo", {});
+    await assert.rejects(c2.request(s2, "echo", {}), (e) => e.code === -32048 && e.signed && e.pool === "own" && /this DID already has 1 intent_ids/.test(e.message));
+    core.limits.idsPerDid = 10;
+    core.limits.idsTotal = 1;
+    const c3 = new a2a.Client(a2a.Identity.generate("ids2"));
+    const s3 = await c3.connect(core.identity.did, url);
+    await assert.rejects(c3.request(s3, "echo", {}), (e) => e.code === -32048 && e.pool === "shared");
   });
 });
 

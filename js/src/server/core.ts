@@ -608,7 +608,7 @@ export class ServerCore {
       const win = this.windows.get(session.clientDid)!;
       if (win.count >= session.policy.rate_limit) {
         const ra = Math.max(1, Math.ceil(win.start + period - now));
-        return fail(this.unavailable("rate limit reached", ra, "own"));
+        return fail(this.unavailable("rate limit reached", ra));
       }
       win.count++;
     }
