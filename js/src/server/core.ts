@@ -680,6 +680,17 @@ export class ServerCore {
         claim.resolve();
       }
     };
+    // The one answer of a run (kept with its intent_id claim, audited, stored for retries).
+    const succeed = (result: Json): Reply => {
+      done({ kind: "json", ok: true, result });
+      audit("success", null, auditExtra);
+      return finish(this.successAnswer(sign, result));
+    };
+    const failed = (err: A2AError): Reply => {
+      done({ kind: "json", ok: false, code: err.code, message: err.message, status: err.http });
+      audit("error", err.code, auditExtra);
+      return finish(jsonAnswer(err));
+    };
     if (stream || this.streaming.has(goal)) {
       const source = this.streaming.has(goal) ? this.streaming.get(goal)!(inputs, ctx) : oneShot(this.unary.get(goal)!, inputs, ctx);
       if (!stream) {
@@ -693,23 +704,14 @@ export class ServerCore {
             all.push(n.value);
           }
           checkResult(all);
-          done({ kind: "json", ok: true, result: all });
-          audit("success", null, auditExtra);
-          return finish(this.successAnswer(sign, all));
+          return succeed(all);
         } catch (e) {
-          const err = handlerError(e);
-          done({ kind: "json", ok: false, code: err.code, message: err.message, status: err.http });
-          audit("error", err.code, auditExtra);
-          return finish(jsonAnswer(err));
+          return failed(handlerError(e));
         }
       }
       const record = new StreamRecord<StreamItem>();
       const first = await this.pump(source, record, session, timeoutMs, !this.streaming.has(goal));
-      if (first) {
-        done({ kind: "json", ok: false, code: first.code, message: first.message, status: first.http });
-        audit("error", first.code, auditExtra);
-        return finish(jsonAnswer(first));
-      }
+      if (first) return failed(first);
       this.streamsOpen.set(session.clientDid, (this.streamsOpen.get(session.clientDid) ?? 0) + 1);
       void record.finished.then(() => {
         this.streamsOpen.set(session.clientDid, (this.streamsOpen.get(session.clientDid) ?? 1) - 1);
@@ -722,14 +724,9 @@ export class ServerCore {
     try {
       const result = await withTimeout(Promise.resolve(this.unary.get(goal)!(inputs, ctx)), timeoutMs);
       checkResult(result);
-      done({ kind: "json", ok: true, result });
-      audit("success", null, auditExtra);
-      return finish(this.successAnswer(sign, result));
+      return succeed(result);
     } catch (e) {
-      const err = handlerError(e);
-      done({ kind: "json", ok: false, code: err.code, message: err.message, status: err.http });
-      audit("error", err.code, auditExtra);
-      return finish(jsonAnswer(err));
+      return failed(handlerError(e));
     }
   }
 
