@@ -5,129 +5,28 @@
 import { randomBytes } from "node:crypto";
 import type { AuditLog, AuditEvent } from "../audit.js";
 import { Chain, chainUnknown, checkDelegationMember, DelegationRefused, type DelegationRules, parseChain, verifyChainSignatures } from "../delegation.js";
-import { checkPublicKeys, isDid, type ResolvedDID } from "../did.js";
-import { x25519Pair, x25519Shared } from "../ed25519.js";
 import {
-  b64uDecodeOrNull, b64uEncode, cpLen, depthOf, dumps, exactMembers, hashOf, isFresh, isHashString, isInt, isObject,
-  isStr, jsonEqual, loads, nowSeconds, sha256Hex, textHash, type Json, type JsonObject,
+  b64uDecodeOrNull, cpLen, dumps, exactMembers, hashOf, isFresh, isHashString, isInt, isObject, loads, nowSeconds, textHash,
+  type Json, type JsonObject,
 } from "../encoding.js";
 import {
-  A2AError, AuthenticationFailed, DIDResolutionError, HandshakeUnknown, InternalError, IntentTimeout, InvalidParams,
-  InvalidRequest, MethodNotFound, PolicyViolation, SequenceError, SessionUnknown, StaleTimestamp, Unavailable, UnsupportedVersion,
+  A2AError, AuthenticationFailed, DIDResolutionError, InternalError, InvalidParams, InvalidRequest, MethodNotFound, PolicyViolation,
+  SequenceError, SessionUnknown, StaleTimestamp,
 } from "../errors.js";
 import type { Identity } from "../identity.js";
-import { parseJws, TYP, verifyParsed, type ParsedJws } from "../jws.js";
-import { DEFAULT_POLICY, policyAllows, policyHash, type Policy, type PriorityRights } from "../policy.js";
+import { parseJws, TYP, verifyParsed } from "../jws.js";
+import { DEFAULT_POLICY, policyAllows, type Policy, type PriorityRights } from "../policy.js";
 import { DIDResolver, type Resolver } from "../resolver.js";
-import { claimIntent, deriveKeys, Sealer, sealedDigest } from "../sealing.js";
+import { claimIntent, sealedDigest } from "../sealing.js";
+import {
+  checkIntentShape, checkPayload, checkResult, claimFormOf, digestForm, ENDPOINTS, handlerError, MAX_HANDLER_MS, oneShot, PROTOCOL,
+  RETRY_WAIT_MS, sleep, unavailable, withTimeout, type Claim, type ClaimAnswer, type IntentContext, type Reply, type ServerOptions,
+  type Session, type Signing, type Stored, type StoredAnswer, type StreamHandler, type UnaryHandler,
+} from "./common.js";
+import { Handshakes } from "./handshake.js";
 import { StreamRecord, type StreamItem, type WireEvent } from "./stream.js";
 
-export const PROTOCOL = "a2a-secure/1.0";
-export const ENDPOINTS = { handshake: "/a2a/handshake", intent: "/a2a/intent" } as const;
-const HANDSHAKE_TTL = 60;
-const MAX_HANDLER_MS = 30_000;
-const RETRY_WAIT_MS = 5_000;
-const INTENT_ID_RE = /^[A-Za-z0-9_-]{22,64}$/;
-
-export interface IntentContext {
-  clientDid: string;
-  sessionId: string;
-  sequence: number;
-  priority: number;
-  sealed: boolean;
-  principal: string | null;
-  delegation: Chain | null;
-  intentId: string | null;
-}
-export type UnaryHandler = (inputs: JsonObject, ctx: IntentContext) => Promise<Json> | Json;
-export type StreamHandler = (inputs: JsonObject, ctx: IntentContext) => AsyncIterable<Json>;
-
-/** A reply: a JSON body with its status, or a stream of SSE text. */
-export type Reply =
-  | { status: number; headers: Record<string, string>; body: string }
-  | { status: 200; headers: Record<string, string>; stream: AsyncIterable<string> };
-
-export interface ServerOptions {
-  identity: Identity;
-  name?: string;
-  description?: string;
-  version?: string;
-  url?: string;
-  policy?: Policy;
-  /** §12.6, declared by default (coordination item 3); `false` turns it off. */
-  sealed?: boolean;
-  requireSealed?: boolean;
-  intentId?: boolean;
-  priorityRights?: PriorityRights;
-  delegation?: DelegationRules | null;
-  resolver?: Resolver;
-  audit?: AuditLog;
-  /** Seconds, wall clock. */
-  clock?: () => number;
-  revoked?: Set<string>;
-  /** A CSPRNG (default node:crypto randomBytes); nonces and session ids are drawn from it. */
-  random?: (n: number) => Buffer;
-}
-
-interface Pending {
-  nonceB: string;
-  nonceA: string;
-  clientDid: string;
-  resolved: ResolvedDID;
-  helloHash: string;
-  challengeHash: string;
-  clientManifest: string;
-  policy: Policy;
-  policyHash: string;
-  policySignature: string;
-  expires: number;
-  proven: boolean;
-  kid?: string;
-}
-
-interface Stored {
-  sequence: number;
-  requestJws: string;
-  answer: Promise<StoredAnswer>;
-  settled: StoredAnswer | null;
-}
-type StoredAnswer = { kind: "json"; status: number; headers: Record<string, string>; payload: JsonObject } | { kind: "stream"; record: StreamRecord<WireEvent> };
-
-interface Session {
-  id: string;
-  commitment: string;
-  clientDid: string;
-  clientKid: string;
-  clientKey: Buffer;
-  policy: Policy;
-  expiresAt: number;
-  sealer: Sealer | null;
-  nonceA: string;
-  nonceB: string;
-  lastSequence: number;
-  stored: Stored | null;
-  chains: Map<string, Chain>;
-  closed: boolean;
-}
-
-type ClaimAnswer =
-  | { kind: "json"; ok: true; result: Json }
-  | { kind: "json"; ok: false; code: number; message: string; data?: JsonObject; status: number }
-  | { kind: "stream"; record: StreamRecord<StreamItem> };
-interface Claim {
-  hash: string;
-  answer: ClaimAnswer | null;
-  done: Promise<void>;
-  resolve: () => void;
-  expires: number;
-}
-
-/** A signed-error builder bound to one request (§6.2). */
-interface Signing {
-  session: Session;
-  sequence: number;
-  requestHash: string;
-}
+export { ENDPOINTS, PROTOCOL, sleep, type IntentContext, type Reply, type ServerOptions, type StreamHandler, type UnaryHandler } from "./common.js";
 
 export class ServerCore {
   readonly identity: Identity;
@@ -141,12 +40,13 @@ export class ServerCore {
   readonly audit: AuditLog | undefined;
   readonly clock: () => number;
   readonly revoked: Set<string>;
-  private readonly random: (n: number) => Buffer;
+  readonly random: (n: number) => Buffer;
   private readonly meta: { name: string; description: string; version: string; url: string };
   private readonly unary = new Map<string, UnaryHandler>();
   private readonly streaming = new Map<string, StreamHandler>();
-  private readonly pending = new Map<string, Pending>();
-  private readonly sessions = new Map<string, Session>();
+  private readonly handshakes = new Handshakes(this);
+  /** Open sessions by id (the handshake adds them). */
+  readonly sessions = new Map<string, Session>();
   private readonly windows = new Map<string, { start: number; count: number }>();
   private readonly claims = new Map<string, Claim>();
   private readonly claimsPerDid = new Map<string, number>();
@@ -233,9 +133,9 @@ export class ServerCore {
       if (!isObject(msg.params)) throw new InvalidParams("params must be an object");
       const params = msg.params;
       switch (method) {
-        case "hello": return this.json(id, 200, await this.hello(params, source));
-        case "proof": return this.json(id, 200, this.proof(params));
-        case "accept_policy": return this.json(id, 200, this.acceptPolicy(params));
+        case "hello": return this.json(id, 200, await this.handshakes.hello(params, source));
+        case "proof": return this.json(id, 200, this.handshakes.proof(params));
+        case "accept_policy": return this.json(id, 200, this.handshakes.acceptPolicy(params));
         case "intent": return await this.intent(id, params, false);
         default: return await this.intent(id, params, true);
       }
@@ -264,7 +164,7 @@ export class ServerCore {
     return { status: e.http, headers, body: dumps({ jsonrpc: "2.0", id, error }) };
   }
 
-  private record(e: AuditEvent): void {
+  record(e: AuditEvent): void {
     try {
       this.audit?.record({ server_did: this.identity.did, ...e });
     } catch (err) {
@@ -273,188 +173,6 @@ export class ServerCore {
   }
 
   // -- handshake (§5) ---------------------------------------------------------------------
-
-  private async hello(p: JsonObject, source: string): Promise<JsonObject> {
-    if (typeof p.type !== "string" || typeof p.protocol_version !== "string") throw new InvalidParams("type and protocol_version must be strings");
-    if (p.protocol_version !== "1.0") throw new UnsupportedVersion(`protocol version ${p.protocol_version.slice(0, 16)} is not supported`, { supported: ["1.0"] });
-    if (p.type !== "hello" || !exactMembers(p, ["type", "protocol_version", "agent_did", "agent_id", "manifest_hash", "nonce", "public_keys", "timestamp"]))
-      throw new InvalidParams("hello must have exactly its members");
-    if (typeof p.agent_did !== "string" || p.agent_did.length > 2048) throw new InvalidParams("agent_did must be a string of at most 2048 characters");
-    if (!isStr(p.agent_id, 1, 128)) throw new InvalidParams("agent_id must be 1 to 128 characters");
-    if (!isHashString(p.manifest_hash)) throw new InvalidParams("manifest_hash must be a hash string");
-    const nonce = b64uDecodeOrNull(p.nonce);
-    if (!nonce || nonce.length !== 32) throw new InvalidParams("nonce must be 32 bytes in canonical base64url");
-    if (nonce.every((b) => b === 0)) throw new InvalidParams("nonce of zero bytes: broken random source");
-    if (!Array.isArray(p.public_keys) || p.public_keys.length < 1 || p.public_keys.length > 8) throw new InvalidParams("public_keys must hold 1 to 8 entries");
-    if (!isInt(p.timestamp)) throw new InvalidParams("timestamp must be an integer");
-    const now = this.clock();
-    if (!isFresh(p.timestamp, Math.floor(now))) throw new StaleTimestamp("hello timestamp is not fresh");
-    if (!isDid(p.agent_did)) throw new InvalidParams("agent_did is not a DID");
-    const clientDid = p.agent_did;
-    const resolved = await this.resolver.resolve(clientDid);
-    if (clientDid === this.identity.did) throw new AuthenticationFailed("a HELLO from this server's own DID");
-    if (this.revoked.has(clientDid)) throw new AuthenticationFailed(`DID revoked: ${clientDid}`);
-    checkPublicKeys(p.public_keys, resolved);
-    for (const e of p.public_keys as JsonObject[]) if (this.revoked.has(e.kid as string)) throw new AuthenticationFailed(`key id revoked: ${e.kid}`);
-    this.expirePending(now);
-    const fromSource = [...this.pending.values()].filter((x) => (x as Pending & { source?: string }).source === source).length;
-    if (fromSource >= this.limits.pendingPerSource)
-      throw this.unavailable("too many pending handshakes from this address", 5, "own");
-    if (this.pending.size >= this.limits.pendingTotal) throw this.unavailable("too many pending handshakes", 5, "shared");
-    const nonceB = b64uEncode(this.random(32));
-    const ts = Math.floor(now);
-    const helloHash = hashOf(p);
-    const { hash: manifest } = this.card();
-    const ph = policyHash(this.policy);
-    const policySignature = this.identity.sign(TYP.policy, {
-      protocol_version: "1.0", hello_hash: helloHash, client_did: clientDid, server_did: this.identity.did, nonce_a: p.nonce as string,
-      nonce_b: nonceB, client_manifest_hash: p.manifest_hash, server_manifest_hash: manifest, policy_hash: ph, timestamp: ts,
-    });
-    const challenge: JsonObject = {
-      type: "challenge", protocol_version: "1.0", nonce_b: nonceB, server_did: this.identity.did, manifest_hash: manifest,
-      public_keys: [this.identity.publicKeyEntry as unknown as JsonObject], policy_hash: ph, policy_signature: policySignature, timestamp: ts,
-    };
-    const pend: Pending & { source: string } = {
-      nonceB, nonceA: p.nonce as string, clientDid, resolved, helloHash, challengeHash: hashOf(challenge), clientManifest: p.manifest_hash,
-      policy: this.policy, policyHash: ph, policySignature, expires: now + HANDSHAKE_TTL, proven: false, source,
-    };
-    this.pending.set(nonceB, pend);
-    this.record({ event: "hello", status: "success", client_did: clientDid, verified: false });
-    return challenge;
-  }
-
-  private unavailable(message: string, retryAfter: number, pool?: "own" | "shared"): A2AError {
-    const data: Record<string, unknown> = { retry_after: retryAfter };
-    if (pool) data.pool = pool;
-    return new Unavailable(message, data);
-  }
-
-  private expirePending(now: number): void {
-    for (const [k, v] of this.pending) if (v.expires <= now) this.pending.delete(k);
-  }
-
-  private findPending(p: JsonObject, type: string, tokenMember: string): [Pending, ParsedJws] {
-    if (p.type !== type || !exactMembers(p, ["type", "nonce_b", tokenMember])) throw new InvalidParams(`${type} must have exactly its members`);
-    if (b64uDecodeOrNull(p.nonce_b)?.length !== 32) throw new InvalidParams("nonce_b must be 32 bytes in canonical base64url");
-    const jws = parseJws(p[tokenMember]);
-    const pend = this.pending.get(p.nonce_b as string);
-    if (!pend || pend.expires <= this.clock()) throw new HandshakeUnknown("unknown, expired or used handshake");
-    return [pend, jws];
-  }
-
-  private verifyClient(jws: ParsedJws, pend: Pending, typ: string): [JsonObject, string] {
-    const kid = jws.header.kid;
-    const key = typeof kid === "string" ? pend.resolved.keys.get(kid) : undefined;
-    if (!key || (pend.kid !== undefined && kid !== pend.kid)) throw new AuthenticationFailed("JWS kid is not a key of the client's DID");
-    return [verifyParsed(jws, key, typ, kid as string), kid as string];
-  }
-
-  private proof(p: JsonObject): JsonObject {
-    const [pend, jws] = this.findPending(p, "proof", "proof_jws");
-    if (pend.proven) throw new HandshakeUnknown("handshake already proven");
-    const [payload, kid] = this.verifyClient(jws, pend, TYP.proof);
-    const expect: JsonObject = {
-      nonce_a: pend.nonceA, nonce_b: pend.nonceB, client_did: pend.clientDid, server_did: this.identity.did,
-      client_manifest_hash: pend.clientManifest, server_manifest_hash: this.card().hash, challenge_hash: pend.challengeHash,
-    };
-    checkPayload(payload, expect, ["timestamp"]);
-    if (!isInt(payload.timestamp)) throw new AuthenticationFailed("timestamp must be an integer");
-    if (!isFresh(payload.timestamp, Math.floor(this.clock()))) throw new StaleTimestamp("proof timestamp is not fresh");
-    pend.proven = true;
-    pend.kid = kid;
-    this.record({ event: "proof", status: "success", client_did: pend.clientDid, verified: true });
-    return { type: "policy", policy: pend.policy as unknown as JsonObject, policy_hash: pend.policyHash, policy_signature: pend.policySignature };
-  }
-
-  private acceptPolicy(p: JsonObject): JsonObject {
-    const [pend, jws] = this.findPending(p, "accept_policy", "accept_jws");
-    if (!pend.proven) throw new HandshakeUnknown("handshake not proven");
-    const [payload, kid] = this.verifyClient(jws, pend, TYP.accept);
-    const commitment = "sha256:" + sha256Hex(`${pend.nonceA}|${pend.nonceB}|${pend.policyHash}`);
-    const expect: JsonObject = {
-      policy_hash: pend.policyHash, session_commitment: commitment, nonce_a: pend.nonceA, nonce_b: pend.nonceB,
-      client_did: pend.clientDid, server_did: this.identity.did,
-    };
-    checkPayload(payload, expect, ["timestamp"], this.sealed ? ["seal_key"] : []);
-    if (!isInt(payload.timestamp)) throw new AuthenticationFailed("timestamp must be an integer");
-    let peerSeal: Buffer | null = null;
-    if ("seal_key" in payload) {
-      peerSeal = b64uDecodeOrNull(payload.seal_key);
-      if (!peerSeal || peerSeal.length !== 32) throw new AuthenticationFailed("seal_key must be 32 bytes in canonical base64url");
-    }
-    if (!isFresh(payload.timestamp, Math.floor(this.clock()))) throw new StaleTimestamp("accept_policy timestamp is not fresh");
-    if (this.requireSealed && !peerSeal)
-      throw new PolicyViolation("this agent requires sealed intents (require_sealed): send a seal_key");
-    let sealer: Sealer | null = null;
-    const sessionId = b64uEncode(this.random(32));
-    let ourSeal: string | null = null;
-    if (peerSeal) {
-      const pair = x25519Pair();
-      const shared = x25519Shared(pair.priv, peerSeal);
-      if (!shared) throw new AuthenticationFailed("seal_key gives an all-zero shared secret");
-      ourSeal = b64uEncode(pair.pub);
-      sealer = new Sealer(deriveKeys(shared, {
-        client_did: pend.clientDid, server_did: this.identity.did, nonce_a: pend.nonceA, nonce_b: pend.nonceB, session_id: sessionId,
-        session_commitment: commitment, client_seal_key: payload.seal_key as string, server_seal_key: ourSeal,
-      }), sessionId);
-    }
-    for (const [k, s] of this.sessions) if (s.expiresAt <= this.clock()) this.sessions.delete(k);
-    if (this.sessions.size >= this.limits.sessions) throw this.unavailable("too many open sessions", 30, "shared");
-    const created = Math.floor(this.clock());
-    const expires = created + pend.policy.session_timeout;
-    const sp: JsonObject = { session_id: sessionId, session_commitment: commitment, client_did: pend.clientDid, server_did: this.identity.did, created_at: created, expires_at: expires };
-    if (ourSeal) sp.seal_key = ourSeal;
-    const sessionJws = this.identity.sign(TYP.session, sp);
-    this.pending.delete(pend.nonceB);
-    this.sessions.set(sessionId, {
-      id: sessionId, commitment, clientDid: pend.clientDid, clientKid: kid, clientKey: pend.resolved.keys.get(kid)!, policy: pend.policy,
-      expiresAt: expires, sealer, nonceA: pend.nonceA, nonceB: pend.nonceB, lastSequence: 0, stored: null, chains: new Map(), closed: false,
-    });
-    this.record({ event: "accept_policy", status: "success", client_did: pend.clientDid, session_id: sessionId, verified: true });
-    return {
-      type: "session", session_id: sessionId, server_did: this.identity.did, client_did: pend.clientDid, session_commitment: commitment,
-      created_at: created, expires_at: expires, public_keys: [this.identity.publicKeyEntry as unknown as JsonObject], session_jws: sessionJws,
-    };
-  }
-
-  // -- intents and close (§6) -------------------------------------------------------------
-
-  private checkIntentShape(intent: Json): JsonObject {
-    if (!isObject(intent)) throw new InvalidParams("intent must be an object");
-    const ext = this.extensions;
-    const optional = ["domain", "constraints"];
-    if (ext.includes("priority")) optional.push("priority");
-    if (ext.includes("intent_id")) optional.push("intent_id");
-    if (ext.includes("sealed")) optional.push("sealed", "sealed_key");
-    if (ext.includes("delegation")) optional.push("delegation");
-    if (ext.includes("sealed") && ext.includes("delegation")) optional.push("sealed_delegation");
-    if (!exactMembers(intent, ["goal", "inputs"], optional)) {
-      const extra = Object.keys(intent).filter((k) => k !== "goal" && k !== "inputs" && !optional.includes(k));
-      throw new InvalidParams(extra.length ? `unknown intent member '${extra[0]!.slice(0, 64)}'` : "intent needs goal and inputs");
-    }
-    if (!isStr(intent.goal, 1, 128)) throw new InvalidParams("goal must be 1 to 128 characters");
-    if (!isObject(intent.inputs)) throw new InvalidParams("inputs must be an object");
-    if ("domain" in intent && !isStr(intent.domain, 0, 128)) throw new InvalidParams("domain must be a string of at most 128 characters");
-    if ("constraints" in intent) {
-      const c = intent.constraints;
-      if (!isObject(c) || !exactMembers(c, [], ["timeout_ms", "max_tokens", "stream"])) throw new InvalidParams("constraints may hold timeout_ms, max_tokens and stream");
-      for (const k of ["timeout_ms", "max_tokens"]) if (k in c && !isInt(c[k], 1)) throw new InvalidParams(`constraints.${k} must be a positive integer`);
-      if ("stream" in c && typeof c.stream !== "boolean") throw new InvalidParams("constraints.stream must be a boolean");
-    }
-    if ("priority" in intent && !isInt(intent.priority, 1, 5)) throw new InvalidParams("priority must be an integer from 1 to 5");
-    if ("intent_id" in intent && !(typeof intent.intent_id === "string" && INTENT_ID_RE.test(intent.intent_id)))
-      throw new InvalidParams("intent_id must be 22 to 64 base64url characters");
-    if ("sealed" in intent) {
-      if ((b64uDecodeOrNull(intent.sealed)?.length ?? 0) < 18) throw new InvalidParams("sealed must be canonical base64url of at least 18 bytes");
-      if (Object.keys(intent.inputs).length) throw new InvalidParams("inputs must be {} next to sealed");
-    }
-    if ("sealed_key" in intent && (b64uDecodeOrNull(intent.sealed_key)?.length !== 48 || !("sealed" in intent)))
-      throw new InvalidParams("sealed_key must be canonical base64url of 48 bytes, next to sealed");
-    if ("delegation" in intent) checkDelegationMember(intent.delegation);
-    if ("sealed_delegation" in intent && (b64uDecodeOrNull(intent.sealed_delegation)?.length ?? 0) < 18)
-      throw new InvalidParams("sealed_delegation must be canonical base64url of at least 18 bytes");
-    return intent;
-  }
 
   private async intent(id: Json, params: JsonObject, isClose: boolean): Promise<Reply> {
     const started = performance.now();
@@ -465,7 +183,7 @@ export class ServerCore {
     if (b64uDecodeOrNull(params.session_id)?.length !== 32) throw new InvalidParams("session_id must be 32 bytes in canonical base64url");
     if (!isHashString(params.session_commitment)) throw new InvalidParams("session_commitment must be a hash string");
     if (!isInt(params.sequence, 1)) throw new InvalidParams("sequence must be an integer from 1 to 2^53-1");
-    const intent = isClose ? null : this.checkIntentShape(params.intent ?? null);
+    const intent = isClose ? null : checkIntentShape(params.intent ?? null, this.extensions);
     const jws = parseJws(params.request_jws);
     const requestJws = params.request_jws as string;
     // Step 2: the session.
@@ -569,8 +287,8 @@ export class ServerCore {
         const open = this.streamsOpen.get(session.clientDid) ?? 0;
         let total = 0;
         for (const v of this.streamsOpen.values()) total += v;
-        if (open >= this.limits.streamsPerDid) return fail(this.unavailable("too many concurrent streams for this DID", 1, "own"));
-        if (total >= this.limits.streamsTotal) return fail(this.unavailable("too many concurrent streams", 1, "shared"));
+        if (open >= this.limits.streamsPerDid) return fail(unavailable("too many concurrent streams for this DID", 1, "own"));
+        if (total >= this.limits.streamsTotal) return fail(unavailable("too many concurrent streams", 1, "shared"));
       }
     }
     // Step 7: the sequence.
@@ -578,7 +296,7 @@ export class ServerCore {
     if (seq === session.lastSequence && session.stored && session.stored.requestJws === requestJws) {
       const stored = session.stored;
       const answer = stored.settled ?? (await Promise.race([stored.answer, sleep(RETRY_WAIT_MS).then(() => null)]));
-      if (!answer) return fail(this.unavailable("the first request with this sequence is still running", 1));
+      if (!answer) return fail(unavailable("the first request with this sequence is still running", 1));
       audit("success", null);
       return this.replay(id, answer);
     }
@@ -595,9 +313,9 @@ export class ServerCore {
       this.expireClaims(now);
       if (!this.claims.has(claimKey)) {
         if ((this.claimsPerDid.get(session.clientDid) ?? 0) >= this.limits.idsPerDid)
-          return fail(this.unavailable(`this DID already has ${this.limits.idsPerDid} intent_ids remembered`, 60, "own"));
+          return fail(unavailable(`this DID already has ${this.limits.idsPerDid} intent_ids remembered`, 60, "own"));
         if (this.claims.size >= this.limits.idsTotal)
-          return fail(this.unavailable(`this server already has ${this.limits.idsTotal} intent_ids remembered`, 60, "shared"));
+          return fail(unavailable(`this server already has ${this.limits.idsTotal} intent_ids remembered`, 60, "shared"));
       }
     }
     // Step 8: the rate limit (close is not limited).
@@ -608,7 +326,7 @@ export class ServerCore {
       const win = this.windows.get(session.clientDid)!;
       if (win.count >= session.policy.rate_limit) {
         const ra = Math.max(1, Math.ceil(win.start + period - now));
-        return fail(this.unavailable("rate limit reached", ra));
+        return fail(unavailable("rate limit reached", ra));
       }
       win.count++;
     }
@@ -655,7 +373,7 @@ export class ServerCore {
           answer = held.answer;
         }
         if (!answer) {
-          const e = this.unavailable("an earlier request with this intent_id is still running", 1);
+          const e = unavailable("an earlier request with this intent_id is still running", 1);
           audit("error", e.code, auditExtra);
           return finish(jsonAnswer(e));
         }
@@ -876,60 +594,4 @@ export class ServerCore {
       return result as WireEvent;
     });
   }
-}
-
-async function* oneShot(h: UnaryHandler, inputs: JsonObject, ctx: IntentContext): AsyncIterable<Json> {
-  yield await h(inputs, ctx);
-}
-
-/** The signed form of an intent: sealed values by their digest (§12.6). */
-function digestForm(intent: JsonObject): JsonObject {
-  const out: JsonObject = { ...intent };
-  for (const k of ["sealed", "sealed_delegation"]) if (typeof out[k] === "string") out[k] = sealedDigest(out[k] as string);
-  return out;
-}
-
-/** The intent as an intent_id claim hashes it: a chain by its name, sealed or not. */
-function claimFormOf(intent: JsonObject, chain: Chain | null): JsonObject {
-  const out: JsonObject = { ...intent };
-  delete out.sealed_delegation;
-  if (chain) out.delegation = chain.name;
-  return out;
-}
-
-/** Exact members and equal values; `free` members must be present, compared by the caller. */
-function checkPayload(payload: JsonObject, expect: JsonObject, free: string[], optional: string[] = []): void {
-  const required = [...Object.keys(expect), ...free];
-  if (!exactMembers(payload, required, optional)) throw new AuthenticationFailed("signed payload has other members than expected");
-  for (const [k, v] of Object.entries(expect)) if (!jsonEqual(payload[k], v)) throw new AuthenticationFailed(`signed ${k} does not match`);
-}
-
-function checkResult(v: unknown): void {
-  try {
-    loads(dumps(v));
-  } catch {
-    throw new InternalError("handler result is not I-JSON");
-  }
-  if (depthOf(v) > 30) throw new InternalError("handler result nests too deep");
-}
-
-function handlerError(e: unknown): A2AError {
-  if (e instanceof A2AError && [-32602, -32049, -32603, -32042, -32048].includes(e.code)) return e;
-  if (e instanceof A2AError && e.code <= -32001 && e.code >= -32009) return e;
-  if (e instanceof A2AError && e.code === -32601) return e;
-  return new InternalError("internal error");
-}
-
-export function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms).unref?.());
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  let t: NodeJS.Timeout;
-  return Promise.race([
-    p.finally(() => clearTimeout(t)),
-    new Promise<T>((_, rej) => {
-      t = setTimeout(() => rej(new IntentTimeout("the handler did not finish in time")), ms);
-    }),
-  ]);
 }
