@@ -15,6 +15,7 @@ export const TYP = {
   event: "a2a-event+jws",
   audit: "a2a-audit+jws",
   delegation: "a2a-delegation+jws",
+  refusal: "a2a-refusal+jws",
 } as const;
 
 export function signJws(priv: KeyObject, kid: string, typ: string, payload: unknown): string {

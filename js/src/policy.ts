@@ -85,6 +85,7 @@ export function settingsFromObject(data: JsonObject, where = "policy"): ServeSet
     }
   }
   const requireSealed = data.require_sealed === true;
+  if (requireSealed && data.sealed_intents === false) throw new InvalidParams(`${where}: require_sealed needs sealed intents (not "sealed_intents": false)`);
   return {
     policy,
     sealed: data.sealed_intents !== false || requireSealed,

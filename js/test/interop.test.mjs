@@ -12,7 +12,9 @@ import { after, before, describe, test } from "node:test";
 import { JS_ROOT, REPO } from "./helpers.mjs";
 
 const PY = process.env.A2A_SECURE_PYTHON || "python3";
-const PY_ENV = { ...process.env, PYTHONPATH: REPO + (process.env.PYTHONPATH ? `:${process.env.PYTHONPATH}` : "") };
+// The Python SDK's sources: this repository's, unless A2A_SECURE_PYTHON_SOURCE names another checkout.
+const PY_SOURCE = process.env.A2A_SECURE_PYTHON_SOURCE || REPO;
+const PY_ENV = { ...process.env, PYTHONPATH: PY_SOURCE + (process.env.PYTHONPATH ? `:${process.env.PYTHONPATH}` : "") };
 const BIN = join(JS_ROOT, "bin", "a2a-secure.js");
 
 function pythonReason() {
@@ -27,7 +29,7 @@ const skip = reason ? `the Python SDK is needed: ${reason}` : false;
 
 /** Whether the Python package holds `text` in its sources (a feature not yet landed there). */
 function pythonHas(text) {
-  const r = spawnSync("grep", ["-rqF", text, join(REPO, "a2a_secure")]);
+  const r = spawnSync("grep", ["-rqF", text, join(PY_SOURCE, "a2a_secure")]);
   return r.status === 0;
 }
 

@@ -207,15 +207,28 @@ describe("delegation and sealing on the TypeScript server", () => {
     // The server forgets the session's chains: the name alone is refused with data.chain_unknown, the client resends in full.
     core["sessions"].get(s.id).chains.clear();
     assert.deepEqual((await client.request(s, "calendar", { a: 2 }, { onBehalfOf: chain })).result, { a: 2 });
-    // Without a chain the reserved goal is refused, signed.
-    await assert.rejects(client.request(s, "calendar", {}), (e) => e.code === -32042 && e.signed && /runs only on behalf/.test(e.message));
+    // Without a chain the reserved goal is refused, signed; on a sealed session the message
+    // names nothing of the chain and the reason travels sealed in data.
+    await assert.rejects(client.request(s, "calendar", {}), (e) => e.code === -32042 && e.signed && e.message === "delegation refused" && /runs only on behalf/.test(e.data.reason));
+    const stranger = a2a.Identity.generate("stranger");
+    const foreign = a2a.issue(stranger, { to: me.did, goals: ["calendar"], ttl: 600 });
+    await assert.rejects(client.request(s, "calendar", {}, { onBehalfOf: foreign }), (e) => e.message === "delegation refused" && /may not run on behalf of did:key/.test(e.data.reason));
+    // Unsealed, the same refusal says it in the message.
+    const plainClient = new a2a.Client(me, { sealed: false });
+    const ps = await plainClient.connect(core.identity.did, url);
+    await assert.rejects(plainClient.request(ps, "calendar", {}, { onBehalfOf: foreign }), (e) => e.code === -32042 && /may not run on behalf of/.test(e.message));
     void sent;
   });
 
   test("require_sealed refuses a session without seal keys at ACCEPT_POLICY", async () => {
     const core = makeServer({ requireSealed: true });
     const url = await listen(a2a.nodeHandler(core));
-    await assert.rejects(new a2a.Client(a2a.Identity.generate("c"), { sealed: false }).connect(core.identity.did, url), (e) => e.code === -32042 && /require_sealed/.test(e.message));
+    await assert.rejects(new a2a.Client(a2a.Identity.generate("c"), { sealed: false }).connect(core.identity.did, url),
+      (e) => e.code === -32042 && e.message === "sealed intents required: accept_policy carries no seal_key" && e.signed === true);
+    // A refusal whose token was altered on the way is not signed.
+    const forged = new a2a.Client(a2a.Identity.generate("c"), { sealed: false, tamper: (b) => b.replace(/"refusal_jws":"([^"]+)"/, (_m, t) => `"refusal_jws":"${t.slice(0, -2)}AA"`) });
+    await assert.rejects(forged.connect(core.identity.did, url), (e) => e.code === -32042 && e.signed === false);
+    assert.throws(() => a2a.settingsFromObject({ require_sealed: true, sealed_intents: false }), (e) => e.code === -32602);
     const ok = await new a2a.Client(a2a.Identity.generate("c")).connect(core.identity.did, url);
     assert.equal(ok.sealed, true);
   });

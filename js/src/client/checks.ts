@@ -3,7 +3,7 @@
  * and what the client holds, and returns the verified value or throws. No I/O.
  */
 import { checkPublicKeys, type ResolvedDID } from "../did.js";
-import { b64uDecodeOrNull, exactMembers, hashOf, isFresh, isInt, isObject, jsonEqual, sha256Hex, type Json, type JsonObject } from "../encoding.js";
+import { b64uDecodeOrNull, exactMembers, hashOf, isFresh, isInt, isObject, jsonEqual, sha256Hex, textHash, type Json, type JsonObject } from "../encoding.js";
 import { A2AError, AuthenticationFailed, errorFromWire, InvalidParams, StaleTimestamp, UnsupportedVersion } from "../errors.js";
 import { parseJws, TYP, verifyParsed } from "../jws.js";
 import { policyFromWire, type Policy } from "../policy.js";
@@ -177,10 +177,13 @@ export function readError(err: Json, sent: Sent | null, now: number): A2AError {
     return out;
   }
   out.signed = true;
-  if (sent.sealer && "sealed" in data) {
-    const opened = sent.sealer.openJson("error_data", sent.sequence, 0, sent.requestHash, data.sealed);
-    delete out.data!.sealed;
-    if (isObject(opened)) Object.assign(out.data!, opened);
+  if (sent.sealer) {
+    // On a sealed session the data's members come only from what data.sealed opens to (a
+    // member beside it is unsigned); one that does not open leaves the signed error as it is.
+    const opened = "sealed" in data ? sent.sealer.openJson("error_data", sent.sequence, 0, sent.requestHash, data.sealed) : undefined;
+    const kept: Record<string, unknown> = {};
+    if (typeof data.retry_after === "number") kept.retry_after = data.retry_after;
+    out.data = isObject(opened) ? { ...opened, ...kept } : kept;
   }
   if (typeof out.data?.pool === "string") out.pool = out.data.pool;
   return out;
@@ -226,4 +229,22 @@ export function checkEvent(msg: Json, sent: Sent, index: number, now: number): E
     value = opened;
   }
   return { index, final: r.final, status: "success", result: value };
+}
+
+/** A refusal at ACCEPT_POLICY carrying `data.refusal_jws` (§12.6, "Sealing required"):
+ * marked signed when it verifies, else left unsigned. */
+export function checkRefusal(err: A2AError, acceptJws: string, server: ResolvedDID, h: { nonceA: string; nonceB: string; clientDid: string; serverDid: string }, now: number): A2AError {
+  const tok = err.data?.refusal_jws;
+  if (typeof tok !== "string") return err;
+  try {
+    const [p] = verifyBy(tok, server, TYP.refusal);
+    exactPayload(p, {
+      nonce_a: h.nonceA, nonce_b: h.nonceB, client_did: h.clientDid, server_did: h.serverDid, accept_hash: textHash(acceptJws),
+      error: { code: err.code, message: err.message },
+    }, ["timestamp"], "refusal");
+    if (isInt(p.timestamp) && isFresh(p.timestamp, now)) err.signed = true;
+  } catch {
+    /* unsigned */
+  }
+  return err;
 }

@@ -11,7 +11,7 @@ import { TYP } from "../jws.js";
 import { policyAllows, type Policy } from "../policy.js";
 import { DIDResolver, type Resolver } from "../resolver.js";
 import { deriveAnswerKey, deriveKeys, Sealer, sealedDigest } from "../sealing.js";
-import { checkChallenge, checkClosed, checkEvent, checkPolicy, checkResult, checkSession, commitmentOf, readError, type Sent } from "./checks.js";
+import { checkChallenge, checkClosed, checkRefusal, checkEvent, checkPolicy, checkResult, checkSession, commitmentOf, readError, type Sent } from "./checks.js";
 import type { ResolvedDID } from "../did.js";
 
 const MAX_REPLY = 4 << 20;
@@ -162,7 +162,14 @@ export class Client {
       server_did: serverDid, timestamp: nowSeconds(),
     };
     if (pair) accept.seal_key = b64uEncode(pair.pub);
-    const sess = await this.rpc(hs, "accept_policy", { type: "accept_policy", nonce_b: ch.nonceB, accept_jws: this.identity.sign(TYP.accept, accept) }, 3);
+    const acceptJws = this.identity.sign(TYP.accept, accept);
+    let sess: JsonObject;
+    try {
+      sess = await this.rpc(hs, "accept_policy", { type: "accept_policy", nonce_b: ch.nonceB, accept_jws: acceptJws }, 3);
+    } catch (e) {
+      if (!(e instanceof A2AError)) throw e;
+      throw checkRefusal(e, acceptJws, server, { nonceA, nonceB: ch.nonceB, clientDid: this.identity.did, serverDid }, nowSeconds());
+    }
     const info = checkSession(sess, server, { clientDid: this.identity.did, serverDid, commitment, policy, sentSealKey: pair !== null, now: nowSeconds() });
     let sealer: Sealer | null = null;
     if (pair) {

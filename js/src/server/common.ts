@@ -213,7 +213,8 @@ export function checkIntentShape(intent: Json, ext: string[]): JsonObject {
   if ("sealed_key" in intent && (b64uDecodeOrNull(intent.sealed_key)?.length !== 48 || !("sealed" in intent)))
     throw new InvalidParams("sealed_key must be canonical base64url of 48 bytes, next to sealed");
   if ("delegation" in intent) checkDelegationMember(intent.delegation);
-  if ("sealed_delegation" in intent && (b64uDecodeOrNull(intent.sealed_delegation)?.length ?? 0) < 18)
-    throw new InvalidParams("sealed_delegation must be canonical base64url of at least 18 bytes");
+  if ("sealed_delegation" in intent && ((b64uDecodeOrNull(intent.sealed_delegation)?.length ?? 0) < 18 || !("sealed" in intent)))
+    throw new InvalidParams("sealed_delegation must be canonical base64url of at least 18 bytes, next to sealed");
+  if ("sealed_delegation" in intent && "delegation" in intent) throw new InvalidParams("an intent has delegation or sealed_delegation, not both");
   return intent;
 }

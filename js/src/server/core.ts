@@ -4,7 +4,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { AuditLog, AuditEvent } from "../audit.js";
-import { Chain, chainUnknown, checkDelegationMember, DelegationRefused, type DelegationRules, parseChain, verifyChainSignatures } from "../delegation.js";
+import { Chain, CHAIN_UNKNOWN, chainUnknown, checkDelegationMember, DelegationRefused, type DelegationRules, parseChain, verifyChainSignatures } from "../delegation.js";
 import {
   b64uDecodeOrNull, cpLen, dumps, exactMembers, hashOf, isFresh, isHashString, isInt, isObject, loads, nowSeconds, textHash,
   type Json, type JsonObject,
@@ -229,10 +229,9 @@ export class ServerCore {
       try {
         const s = session.sealer;
         if (s && !("sealed" in intent)) throw new InvalidParams("this session is sealed: the inputs must be sealed");
-        if (!s && "sealed" in intent) throw new InvalidParams("this session agreed no sealing keys");
-        if (s && ("sealed_key" in intent) !== ("intent_id" in intent)) throw new InvalidParams("on a sealed session sealed_key and intent_id go together");
+        if (!s && ("sealed" in intent || "sealed_key" in intent || "sealed_delegation" in intent)) throw new InvalidParams("this session agreed no sealing keys");
         if (s && "delegation" in intent) throw new InvalidParams("on a sealed session the chain travels sealed (sealed_delegation)");
-        if (!s && "sealed_delegation" in intent) throw new InvalidParams("this session agreed no sealing keys");
+        if (s && ("sealed_key" in intent) !== ("intent_id" in intent)) throw new InvalidParams("on a sealed session sealed_key and intent_id go together");
         if (s) {
           const opened = s.openJson("inputs", sign.sequence, 0, intent.goal as string, intent.sealed);
           if (!isObject(opened)) throw new AuthenticationFailed("sealed inputs do not open to an object");
@@ -267,7 +266,10 @@ export class ServerCore {
     if (intent) {
       const highest = this.rights.perDid.get(session.clientDid) ?? this.rights.default;
       priority = "priority" in intent ? (intent.priority as number) : Math.min(3, highest);
-      if (delegationValue !== undefined) {
+      // Step 9's refusals in their order: the session's policy, the chain (checks 1 to 9, a
+      // name not held, a goal reserved to principals), the priority rights; then step 10.
+      if (!policyAllows(session.policy, goal)) verdict = new PolicyViolation(`intent '${goal.slice(0, 64)}' is not allowed by the session policy`);
+      if (!verdict && delegationValue !== undefined) {
         try {
           chain = await this.chainOf(session, delegationValue);
         } catch (e) {
@@ -275,14 +277,14 @@ export class ServerCore {
           verdict = e;
         }
       }
-      if (!verdict) {
-        if (!policyAllows(session.policy, goal)) verdict = new PolicyViolation(`intent '${goal.slice(0, 64)}' is not allowed by the session policy`);
-        else if (priority > highest) verdict = new PolicyViolation(`priority ${priority} is above this caller's highest (${highest})`);
-        else if (chain) verdict = chain.refusal({ clientDid: session.clientDid, serverDid: this.identity.did, goal, priority, now });
-        if (!verdict && chain) for (const l of chain.links) if (this.revoked.has(`delegation:${l.jti}`) || this.revoked.has(l.iss) || this.revoked.has(l.kid)) verdict = new DelegationRefused("delegation refused: a link is revoked");
-        if (!verdict && this.delegation) verdict = this.delegation.refusal(goal, chain);
-        if (!verdict && !this.unary.has(goal) && !this.streaming.has(goal)) verdict = new MethodNotFound(`no handler for intent '${goal.slice(0, 64)}'`);
-      }
+      if (!verdict && chain) verdict = chain.refusal({ clientDid: session.clientDid, serverDid: this.identity.did, goal, priority, now });
+      if (!verdict && chain && chain.links.some((l) => this.revoked.has(`delegation:${l.jti}`) || this.revoked.has(l.iss) || this.revoked.has(l.kid)))
+        verdict = new DelegationRefused("delegation refused: a link is revoked");
+      if (!verdict && this.delegation) verdict = this.delegation.refusal(goal, chain);
+      if (!verdict && priority > highest) verdict = new PolicyViolation(`priority ${priority} is above this caller's highest (${highest})`);
+      if (!verdict && !this.unary.has(goal) && !this.streaming.has(goal)) verdict = new MethodNotFound(`no handler for intent '${goal.slice(0, 64)}'`);
+      // On a sealed session a refusal of the chain names nothing of it in the clear (§12.7).
+      if (verdict instanceof DelegationRefused && session.sealer) verdict = sealedRefusal(verdict);
       if (stream && !verdict) {
         const open = this.streamsOpen.get(session.clientDid) ?? 0;
         let total = 0;
@@ -594,4 +596,12 @@ export class ServerCore {
       return result as WireEvent;
     });
   }
+}
+
+/** A chain's refusal on a sealed session: a message that names nothing of the chain, the
+ * full one as `data.reason` (sealed with the rest of the data, beside `chain_unknown`). */
+function sealedRefusal(e: DelegationRefused): DelegationRefused {
+  const unknown = typeof e.data?.chain_unknown === "string";
+  const out = new DelegationRefused(unknown ? `delegation refused: chain ${CHAIN_UNKNOWN}` : "delegation refused", { ...(e.data ?? {}), reason: e.message });
+  return out;
 }

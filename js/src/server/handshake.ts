@@ -1,13 +1,15 @@
 /** The server's side of the handshake (PROTOCOL.md §5): HELLO, PROOF, ACCEPT_POLICY. */
 import { checkPublicKeys, isDid } from "../did.js";
 import { x25519Pair, x25519Shared } from "../ed25519.js";
-import { b64uDecodeOrNull, b64uEncode, exactMembers, hashOf, isFresh, isHashString, isInt, isStr, sha256Hex, type JsonObject } from "../encoding.js";
+import { b64uDecodeOrNull, b64uEncode, exactMembers, hashOf, isFresh, isHashString, isInt, isStr, sha256Hex, textHash, type JsonObject } from "../encoding.js";
 import { AuthenticationFailed, HandshakeUnknown, InvalidParams, PolicyViolation, StaleTimestamp, UnsupportedVersion } from "../errors.js";
 import { parseJws, TYP, verifyParsed, type ParsedJws } from "../jws.js";
 import { policyHash } from "../policy.js";
 import { deriveKeys, Sealer } from "../sealing.js";
 import { checkPayload, HANDSHAKE_TTL, unavailable, type Pending } from "./common.js";
 import type { ServerCore } from "./core.js";
+
+export const REQUIRE_SEALED = "sealed intents required: accept_policy carries no seal_key";
 
 export class Handshakes {
   private readonly pending = new Map<string, Pending>();
@@ -117,8 +119,16 @@ export class Handshakes {
       if (!peerSeal || peerSeal.length !== 32) throw new AuthenticationFailed("seal_key must be 32 bytes in canonical base64url");
     }
     if (!isFresh(payload.timestamp, Math.floor(this.core.clock()))) throw new StaleTimestamp("accept_policy timestamp is not fresh");
-    if (this.core.requireSealed && !peerSeal)
-      throw new PolicyViolation("this agent requires sealed intents (require_sealed): send a seal_key");
+    if (this.core.requireSealed && !peerSeal) {
+      // The signed refusal of a session without seal keys (§12.6, "Sealing required"); the
+      // pending handshake is not used up.
+      const error = { code: PolicyViolation.code, message: REQUIRE_SEALED };
+      const refusal = this.core.identity.sign(TYP.refusal, {
+        nonce_a: pend.nonceA, nonce_b: pend.nonceB, client_did: pend.clientDid, server_did: this.core.identity.did,
+        accept_hash: textHash(p.accept_jws as string), error, timestamp: Math.floor(this.core.clock()),
+      });
+      throw new PolicyViolation(REQUIRE_SEALED, { refusal_jws: refusal });
+    }
     let sealer: Sealer | null = null;
     const sessionId = b64uEncode(this.core.random(32));
     let ourSeal: string | null = null;
