@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { JS_ROOT, REPO } from "./helpers.mjs";
+import * as a2a from "../dist/index.js";
 
 const PY = process.env.A2A_SECURE_PYTHON || "python3";
 // The Python SDK's sources: this repository's, unless A2A_SECURE_PYTHON_SOURCE names another checkout.
@@ -181,6 +182,16 @@ describe("TypeScript client -> Python `a2a-secure serve`", { skip }, () => {
     assert.match(refused.stderr, /does not declare sealed intents/);
   });
 
+  test("require_sealed: a session without seal keys gets the Python server's signed refusal, verified here; a sealed one opens", async (t) => {
+    if (!pythonHas("require_sealed")) return t.skip("the Python server has no `require_sealed` yet (cross-branch agreement 3)");
+    const strict = await serve("py", pyKey.file, { require_sealed: true });
+    const id = a2a.Identity.load(me.file);
+    await assert.rejects(new a2a.Client(id, { sealed: false }).connect(strict.did, strict.url),
+      (e) => e.code === -32042 && e.signed === true && /sealed intents required/.test(e.message));
+    const s = await new a2a.Client(id).connect(strict.did, strict.url);
+    assert.equal(s.sealed, true);
+  });
+
   test("sealed: the inputs never cross the wire in the clear", async () => {
     let seen = "";
     const spy = createServer(async (req, res) => {
@@ -346,6 +357,18 @@ describe("Python client -> TypeScript `a2a-secure-js serve`", { skip }, () => {
     assert.ok(!plain.card.a2a_secure_extensions.includes("sealed"));
     const refused = await call(plain, "--goal", "echo", "--inputs", "{}", "--sealed");
     assert.equal(refused.code, 1);
+  });
+
+  test("require_sealed: the Python client without seal keys is refused, with seal keys served", async () => {
+    const strict = await serve("ts", tsKey.file, { require_sealed: true });
+    const refused = await pyClient({ key_file: me.file, to: strict.did, endpoint: strict.url, goal: "echo", inputs: {}, sealed: false });
+    assert.equal(refused.code, 1);
+    const err = JSON.parse(refused.stderr);
+    assert.equal(err.code, -32042);
+    assert.match(err.message, /sealed intents required/);
+    if (pythonHas("refusal_jws")) assert.equal(err.signed, true, "the Python client verifies the refusal's signature");
+    const ok = await pyClient({ key_file: me.file, to: strict.did, endpoint: strict.url, goal: "echo", inputs: { a: 1 } });
+    assert.equal(ok.code, 0, ok.stderr);
   });
 
   test("delegation: a Python chain for a reserved goal runs; without it, or from another principal, signed -32042", async () => {
