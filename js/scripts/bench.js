@@ -103,6 +103,30 @@ if (role === "plain" || role === "secure") {
     const per = t.cpu / t.n;
     console.log(`  ${name.padEnd(22)} ${per.toFixed(1).padStart(8)} µs   ${(per / base).toFixed(2)}x the plain echo`);
   }
+  // The core alone, in this process (no HTTP): ServerCore.handle on prepared signed requests,
+  // the client's signing outside the timed part (Python's bench_sealed.py "core" figure).
+  const core = new a2a.ServerCore({ identity: a2a.Identity.generate("bench-core"), sealed: false, intentId: false, policy: { ...a2a.DEFAULT_POLICY, rate_limit: 10_000_000 } });
+  a2a.registerTestAgent(core);
+  const realFetch = globalThis.fetch;
+  globalThis.fetch = async (u, init) => {
+    const path = new URL(u).pathname;
+    if (path.endsWith("agent-card.json")) return new Response(JSON.stringify(core.card().card));
+    const r = await core.handle(path, Buffer.from(init.body));
+    return new Response(r.body, { status: r.status, headers: r.headers });
+  };
+  const cs = await new a2a.Client(me, { sealed: false }).connect(core.identity.did, "http://core");
+  globalThis.fetch = realFetch;
+  const n = rounds * batch;
+  const bodies = [];
+  for (let i = 1; i <= n; i++) {
+    const intent = { goal: "echo", inputs };
+    const jws = me.sign("a2a-request+jws", { session_id: cs.id, session_commitment: cs.commitment, sequence: i, timestamp: a2a.nowSeconds(), intent });
+    bodies.push(Buffer.from(JSON.stringify({ jsonrpc: "2.0", method: "intent", id: i, params: { session_id: cs.id, session_commitment: cs.commitment, sequence: i, intent, request_jws: jws } })));
+  }
+  const t0 = process.cpuUsage();
+  for (const b of bodies) await core.handle("/a2a/intent", b);
+  const t1 = process.cpuUsage(t0);
+  console.log(`  ${"core alone (no HTTP)".padEnd(22)} ${((t1.user + t1.system) / n).toFixed(1).padStart(8)} µs   per signed intent`);
   plain.child.send("exit");
   secure.child.send("exit");
   keepAlive.destroy();
