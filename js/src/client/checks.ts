@@ -166,15 +166,19 @@ export function readError(err: Json, sent: Sent | null, now: number): A2AError {
   const data = isObject(err.data) ? err.data : undefined;
   const out = errorFromWire(err.code, err.message, data ? { ...data } : undefined);
   if (data && typeof data.retry_after === "number") out.retryAfter = data.retry_after;
+  const poolOf = (e: A2AError): A2AError => {
+    if (e.code === -32048 && (e.data?.pool === "own" || e.data?.pool === "shared")) e.pool = e.data.pool;
+    return e;
+  };
   if (!sent || !data || typeof data.response_jws !== "string") {
     if (out.data) delete out.data.sealed;
-    return out;
+    return poolOf(out);
   }
   try {
     checkResponseJws(data.response_jws, sent, TYP.response, { status: "error", error: { code: err.code, message: err.message } }, now);
   } catch {
     if (out.data) delete out.data.sealed;
-    return out;
+    return poolOf(out);
   }
   out.signed = true;
   if (sent.sealer) {
@@ -185,8 +189,7 @@ export function readError(err: Json, sent: Sent | null, now: number): A2AError {
     if (typeof data.retry_after === "number") kept.retry_after = data.retry_after;
     out.data = isObject(opened) ? { ...opened, ...kept } : kept;
   }
-  if (typeof out.data?.pool === "string") out.pool = out.data.pool;
-  return out;
+  return poolOf(out);
 }
 
 export interface Event {

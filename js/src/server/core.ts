@@ -289,8 +289,8 @@ export class ServerCore {
         const open = this.streamsOpen.get(session.clientDid) ?? 0;
         let total = 0;
         for (const v of this.streamsOpen.values()) total += v;
-        if (open >= this.limits.streamsPerDid) return fail(unavailable("too many concurrent streams for this DID", 1, "own"));
-        if (total >= this.limits.streamsTotal) return fail(unavailable("too many concurrent streams", 1, "shared"));
+        if (open >= this.limits.streamsPerDid) return fail(unavailable("too many concurrent streams for this DID", 1));
+        if (total >= this.limits.streamsTotal) return fail(unavailable("too many concurrent streams", 1));
       }
     }
     // Step 7: the sequence.
