@@ -231,6 +231,17 @@ describe("TypeScript client -> Python `a2a-secure serve`", { skip }, () => {
     assert.match(r.stderr, /-32040/);
   });
 
+  test("tampered stream events are refused (-32040)", async () => {
+    const open = await serve("py", pyKey.file, { sealed_intents: false });
+    const evil2 = await proxy(open.url, (b) => b.replace('"result":{"i":1}', '"result":{"i":7}'));
+    const r = await ts("call", "--key-file", me.file, "--to", open.did, "--endpoint", evil2, "--goal", "count", "--inputs", '{"n":3}', "--stream");
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /-32040/);
+    const honest = await proxy(open.url, (b) => b);
+    const ok = await ts("call", "--key-file", me.file, "--to", open.did, "--endpoint", honest, "--goal", "count", "--inputs", '{"n":3}', "--stream");
+    assert.equal(ok.code, 0, ok.stderr);
+  });
+
   test("audit: the Python server's log verifies with the TypeScript verifier; a changed line does not", async () => {
     assert.equal((await call(srv, "--goal", "echo", "--inputs", "{}")).code, 0);
     const log = join(dir, "py-audit.jsonl");
@@ -405,6 +416,17 @@ describe("Python client -> TypeScript `a2a-secure-js serve`", { skip }, () => {
     assert.equal(r.code, 1);
     const honest = await proxy(plain.url, (b) => b);
     assert.equal((await py("call", "--key-file", me.file, "--to", plain.did, "--endpoint", honest, "--goal", "echo", "--inputs", '{"amount":10}')).code, 0);
+  });
+
+  test("tampered stream events from the TypeScript server are refused by the Python client", async () => {
+    const open = await serve("ts", tsKey.file, { sealed_intents: false });
+    const evil = await proxy(open.url, (b) => b.replace('"result":{"i":1}', '"result":{"i":7}'));
+    const r = await pyClient({ key_file: me.file, to: open.did, endpoint: evil, goal: "count", inputs: { n: 3 }, stream: true });
+    assert.equal(r.code, 1);
+    assert.equal(JSON.parse(r.stderr).code, -32040);
+    const honest = await proxy(open.url, (b) => b);
+    const ok = await pyClient({ key_file: me.file, to: open.did, endpoint: honest, goal: "count", inputs: { n: 3 }, stream: true });
+    assert.equal(ok.code, 0, ok.stderr);
   });
 
   test("audit: the TypeScript server's log verifies with the Python verifier; a changed line does not", async () => {
