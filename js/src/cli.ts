@@ -4,6 +4,7 @@
  */
 import { existsSync, openSync, readFileSync, writeSync, closeSync, constants } from "node:fs";
 import { createServer } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import { parseArgs } from "node:util";
 import { AuditLog, verifyAuditLog } from "./audit.js";
 import { Agent } from "./client/client.js";
@@ -74,8 +75,10 @@ function did(argv: string[]): number {
 async function serve(argv: string[]): Promise<number> {
   const { values } = parse(argv, {
     "key-file": { type: "string" }, host: { type: "string" }, port: { type: "string" }, policy: { type: "string" },
-    url: { type: "string" }, "audit-log": { type: "string" },
+    url: { type: "string" }, "audit-log": { type: "string" }, "tls-cert": { type: "string" }, "tls-key": { type: "string" },
   }, ["key-file"]);
+  if (Boolean(values["tls-cert"]) !== Boolean(values["tls-key"])) throw new Usage("--tls-cert and --tls-key go together");
+  const tls = values["tls-cert"] ? { cert: readFileSync(values["tls-cert"]), key: readFileSync(values["tls-key"]) } : null;
   const identity = Identity.load(values["key-file"]!);
   const settings = loadSettings(values.policy);
   const host = values.host ?? "127.0.0.1";
@@ -86,17 +89,17 @@ async function serve(argv: string[]): Promise<number> {
   const server = new ServerCore({
     identity, name: identity.agentId, description: "The test agent of section 11", policy: settings.policy, sealed: settings.sealed,
     requireSealed: settings.requireSealed, priorityRights: settings.priorityRights, delegation: settings.delegation, audit,
-    url: values.url ?? (wildcard ? "" : `http://${host.includes(":") ? `[${host}]` : host}:${port}`),
+    url: values.url ?? (wildcard ? "" : `${tls ? "https" : "http"}://${host.includes(":") ? `[${host}]` : host}:${port}`),
   });
   registerTestAgent(server);
-  const http = createServer(nodeHandler(server));
+  const http = tls ? createHttpsServer(tls, nodeHandler(server)) : createServer(nodeHandler(server));
   await new Promise<void>((resolve, reject) => {
     http.once("error", reject);
     http.listen(port, host, () => resolve());
   });
   const addr = http.address();
   const bound = typeof addr === "object" && addr ? addr.port : port;
-  process.stderr.write(`${PROG}: serving ${identity.did} on http://${host}:${bound}\n`);
+  process.stderr.write(`${PROG}: serving ${identity.did} on ${tls ? "https" : "http"}://${host}:${bound}\n`);
   await new Promise<void>((resolve) => {
     const stop = (): void => {
       http.close();
