@@ -267,3 +267,29 @@ test("an agent resends after an unsigned -32043 once, on a new session, with the
     globalThis.fetch = real;
   }
 });
+
+test("a replayed stream resends its first 256 events, then a newly signed final -32048 (§6.4)", async () => {
+  const core = makeServer();
+  core.addStream("many", async function* () {
+    for (let i = 0; i < 300; i++) yield { i };
+  });
+  const url = await listen(a2a.nodeHandler(core));
+  const c = new a2a.Client(a2a.Identity.generate("replayer"), { sealed: false, exactlyOnce: false });
+  const s = await c.connect(core.identity.did, url);
+  const intent = { goal: "many", inputs: {}, constraints: { stream: true } };
+  const jws = c.identity.sign("a2a-request+jws", { session_id: s.id, session_commitment: s.commitment, sequence: 1, timestamp: a2a.nowSeconds(), intent });
+  const body = (id) => JSON.stringify({ jsonrpc: "2.0", method: "intent", id, params: { session_id: s.id, session_commitment: s.commitment, sequence: 1, intent, request_jws: jws } });
+  const events = async (id) => (await (await post(url + "/a2a/intent", body(id))).text()).split("\n\n").filter((b) => b.startsWith("id: ")).map((b) => JSON.parse(b.split("\ndata: ")[1]));
+  const first = await events("a");
+  assert.equal(first.length, 301);
+  assert.equal(first[300].result.final, true);
+  const again = await events("b");
+  assert.equal(again.length, 257);
+  assert.deepEqual(again.slice(0, 256).map((e) => e.result), first.slice(0, 256).map((e) => e.result), "the kept events byte for byte");
+  assert.equal(again[0].id, "b");
+  assert.deepEqual([again[256].result.index, again[256].result.final, again[256].result.error.code], [256, true, -32048]);
+  const sent = { sessionId: s.id, sequence: 1, requestHash: a2a.textHash(jws), timestamp: a2a.nowSeconds(), server: await new a2a.DIDResolver().resolve(core.identity.did), sealer: null };
+  const last = a2a.checks.checkEvent(again[256], sent, 256, a2a.nowSeconds());
+  assert.equal(last.error.code, -32048);
+  assert.equal(last.error.signed, true);
+});

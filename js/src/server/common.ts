@@ -81,7 +81,7 @@ export interface Stored {
   answer: Promise<StoredAnswer>;
   settled: StoredAnswer | null;
 }
-export type StoredAnswer = { kind: "json"; status: number; headers: Record<string, string>; payload: JsonObject } | { kind: "stream"; record: StreamRecord<WireEvent> };
+export type StoredAnswer = { kind: "json"; status: number; headers: Record<string, string>; payload: JsonObject } | { kind: "stream"; record: StreamRecord<WireEvent>; source: StreamRecord<StreamItem>; sign: Signing };
 
 export interface Session {
   id: string;

@@ -24,7 +24,7 @@ import {
   type Session, type Signing, type Stored, type StoredAnswer, type StreamHandler, type UnaryHandler,
 } from "./common.js";
 import { Handshakes } from "./handshake.js";
-import { StreamRecord, type StreamItem, type WireEvent } from "./stream.js";
+import { resultBytes, StreamRecord, type StreamItem, type WireEvent } from "./stream.js";
 
 export { ENDPOINTS, PROTOCOL, sleep, type IntentContext, type Reply, type ServerOptions, type StreamHandler, type UnaryHandler } from "./common.js";
 
@@ -300,7 +300,7 @@ export class ServerCore {
       const answer = stored.settled ?? (await Promise.race([stored.answer, sleep(RETRY_WAIT_MS).then(() => null)]));
       if (!answer) return fail(unavailable("the first request with this sequence is still running", 1));
       audit("success", null);
-      return this.replay(id, answer);
+      return this.replay(id, answer.kind === "stream" ? { ...answer, record: this.boundedReplay(answer.record, answer.source, answer.sign) } : answer);
     }
     if (seq <= session.lastSequence) return fail(new SequenceError(`sequence ${seq} is not greater than ${session.lastSequence}`));
     // intent_id claim look-up (atomic with steps 7 and 8: nothing awaits from here to the claim).
@@ -429,7 +429,7 @@ export class ServerCore {
           return failed(handlerError(e));
         }
       }
-      const record = new StreamRecord<StreamItem>();
+      const record = new StreamRecord<StreamItem>(resultBytes);
       const first = await this.pump(source, record, session, timeoutMs, !this.streaming.has(goal));
       if (first) return failed(first);
       this.streamsOpen.set(session.clientDid, (this.streamsOpen.get(session.clientDid) ?? 0) + 1);
@@ -439,7 +439,7 @@ export class ServerCore {
         audit(last?.status === "error" ? "error" : "success", last?.status === "error" ? (last.code ?? null) : null, auditExtra);
       });
       if (claim) done({ kind: "stream", record });
-      return finish({ kind: "stream", record: this.signedStream(record, sign) });
+      return finish({ kind: "stream", record: this.signedStream(record, sign), source: record, sign });
     }
     try {
       const result = await withTimeout(Promise.resolve(this.unary.get(goal)!(inputs, ctx)), timeoutMs);
@@ -521,7 +521,10 @@ export class ServerCore {
 
   /** A claim's answer, signed (and sealed) again for this request (§12.5). */
   private resend(a: ClaimAnswer, sign: Signing, _stream: boolean): StoredAnswer {
-    if (a.kind === "stream") return { kind: "stream", record: this.signedStream(a.record, sign) };
+    if (a.kind === "stream") {
+      const signed = this.signedStream(a.record, sign);
+      return { kind: "stream", record: this.boundedReplay(signed, a.record, sign), source: a.record, sign };
+    }
     if (a.ok) return this.successAnswer(sign, a.result);
     const e = new A2AError(a.message, a.data);
     e.code = a.code;
@@ -577,25 +580,43 @@ export class ServerCore {
 
   /** The record's items as this request's signed events (sealed on a sealed session). */
   private signedStream(src: StreamRecord<StreamItem>, sign: Signing): StreamRecord<WireEvent> {
-    return src.map((item, index) => {
-      const s = sign.session.sealer;
-      const body: JsonObject = { index, final: item.final, status: item.status };
-      let outer: Json = null;
-      if (item.status === "error") body.error = { code: item.code!, message: item.message! };
-      else {
-        outer = s && item.result !== null ? s.sealJson("event", sign.sequence, index, `${sign.requestHash}|${item.final ? "final" : "partial"}`, item.result!) : item.result!;
-        body.result = s && item.result !== null ? sealedDigest(outer as string) : item.result!;
-      }
-      const jwsText = this.identity.sign(TYP.event, {
-        session_id: sign.session.id, sequence: sign.sequence, request_hash: sign.requestHash, ...body, timestamp: Math.floor(this.clock()),
-      });
-      const result: JsonObject = { status: item.status, sequence: sign.sequence, index, final: item.final };
-      if (item.status === "error") result.error = body.error!;
-      else result.result = outer;
-      result.response_jws = jwsText;
-      return result as WireEvent;
-    });
+    return src.map((item, index) => this.signedEvent(sign, index, item));
   }
+
+  private signedEvent(sign: Signing, index: number, item: StreamItem): WireEvent {
+    const s = sign.session.sealer;
+    const body: JsonObject = { index, final: item.final, status: item.status };
+    let outer: Json = null;
+    if (item.status === "error") body.error = { code: item.code!, message: item.message! };
+    else {
+      outer = s && item.result !== null ? s.sealJson("event", sign.sequence, index, `${sign.requestHash}|${item.final ? "final" : "partial"}`, item.result!) : item.result!;
+      body.result = s && item.result !== null ? sealedDigest(outer as string) : item.result!;
+    }
+    const jwsText = this.identity.sign(TYP.event, {
+      session_id: sign.session.id, sequence: sign.sequence, request_hash: sign.requestHash, ...body, timestamp: Math.floor(this.clock()),
+    });
+    const result: JsonObject = { status: item.status, sequence: sign.sequence, index, final: item.final };
+    if (item.status === "error") result.error = body.error!;
+    else result.result = outer;
+    result.response_jws = jwsText;
+    return result as WireEvent;
+  }
+
+  /** A replay of a stream (§6.4): the kept events of `signed` (those of `source` within the
+   * bound of 256 events and 1 MiB of results), then, when the stream went past the bound, one
+   * newly signed final -32048 at the next index. */
+  private boundedReplay(signed: StreamRecord<WireEvent>, source: StreamRecord<StreamItem>, sign: Signing): StreamRecord<WireEvent> {
+    const out = new StreamRecord<WireEvent>();
+    const take = (item: WireEvent, index: number): void => {
+      if (out.done) return;
+      if (index < source.kept) out.push(item);
+      else out.push(this.signedEvent(sign, index, { final: true, status: "error", code: -32048, message: "this stream's later events are not kept for a replay" }));
+    };
+    signed.items.forEach(take);
+    signed.listen(take);
+    return out;
+  }
+
 }
 
 /** A chain's refusal on a sealed session: a message that names nothing of the chain, the

@@ -13,6 +13,11 @@ export interface StreamItem {
 export type WireEvent = JsonObject & { final: boolean };
 
 export const KEEPALIVE_MS = 15_000;
+export const MAX_KEPT = 256;
+export const MAX_KEPT_BYTES = 1 << 20;
+
+/** The weight of an item for the replay bound: the UTF-8 length of its result's JSON. */
+export const resultBytes = (item: StreamItem): number => (item.status === "success" ? Buffer.byteLength(dumps(item.result ?? null)) : 0);
 
 export class StreamRecord<T extends { final: boolean }> {
   readonly items: T[] = [];
@@ -20,6 +25,13 @@ export class StreamRecord<T extends { final: boolean }> {
   private listeners: ((item: T, index: number) => void)[] = [];
   private resolveFinished!: () => void;
   readonly finished = new Promise<void>((r) => (this.resolveFinished = r));
+  /** How many leading items a replay may send again (§6.4): at most MAX_KEPT, whose results'
+   * JSON adds up to at most MAX_KEPT_BYTES; the first item that does not fit stops the count. */
+  kept = 0;
+  private keptBytes = 0;
+  private cut = false;
+
+  constructor(private readonly weigh?: (item: T) => number) {}
 
   get done(): boolean {
     return this.items.length > 0 && this.items[this.items.length - 1]!.final;
@@ -28,11 +40,23 @@ export class StreamRecord<T extends { final: boolean }> {
   push(item: T): void {
     if (this.done) return;
     this.items.push(item);
+    if (!this.cut) {
+      const w = this.weigh ? this.weigh(item) : 0;
+      if (this.kept < MAX_KEPT && this.keptBytes + w <= MAX_KEPT_BYTES) {
+        this.kept++;
+        this.keptBytes += w;
+      } else this.cut = true;
+    }
     for (const l of this.listeners) l(item, this.items.length - 1);
     const w = this.waiters;
     this.waiters = [];
     for (const f of w) f();
     if (item.final) this.resolveFinished();
+  }
+
+  /** Call `fn` with each item pushed from now on. */
+  listen(fn: (item: T, index: number) => void): void {
+    this.listeners.push(fn);
   }
 
   /** A record that follows this one, each item mapped once, in order. */
