@@ -24,7 +24,7 @@ import {
   type Session, type Signing, type Stored, type StoredAnswer, type StreamHandler, type UnaryHandler,
 } from "./common.js";
 import { Handshakes } from "./handshake.js";
-import { resultBytes, StreamRecord, type StreamItem, type WireEvent } from "./stream.js";
+import { pump, resultBytes, StreamRecord, type StreamItem, type WireEvent } from "./stream.js";
 
 export { ENDPOINTS, PROTOCOL, sleep, type IntentContext, type Reply, type ServerOptions, type StreamHandler, type UnaryHandler } from "./common.js";
 
@@ -430,7 +430,7 @@ export class ServerCore {
         }
       }
       const record = new StreamRecord<StreamItem>(resultBytes);
-      const first = await this.pump(source, record, session, timeoutMs, !this.streaming.has(goal));
+      const first = await pump(source, record, timeoutMs, !this.streaming.has(goal), () => this.sessions.has(session.id) && this.clock() < session.expiresAt);
       if (first) return failed(first);
       this.streamsOpen.set(session.clientDid, (this.streamsOpen.get(session.clientDid) ?? 0) + 1);
       void record.finished.then(() => {
@@ -538,44 +538,6 @@ export class ServerCore {
       return { status: a.status, headers: { "content-type": "application/json", ...a.headers }, body: dumps({ ...a.payload, id }) };
     }
     return { status: 200, headers: { "content-type": "text/event-stream", "cache-control": "no-store" }, stream: a.record.sse(id) };
-  }
-
-  /** Run a stream's source into `record` in the background; resolve with the error to
-   * answer as JSON when it fails before its first event, else null once it has one. */
-  private pump(source: AsyncIterable<Json>, record: StreamRecord<StreamItem>, session: Session, timeoutMs: number, single: boolean): Promise<A2AError | null> {
-    const it = source[Symbol.asyncIterator]();
-    return new Promise((resolveFirst) => {
-      let first = true;
-      const put = (item: StreamItem): void => {
-        record.push(item);
-        if (first) {
-          first = false;
-          resolveFirst(null);
-        }
-      };
-      void (async () => {
-        for (;;) {
-          let n: IteratorResult<Json>;
-          try {
-            n = await withTimeout(it.next(), timeoutMs);
-            if (!n.done) checkResult(n.value);
-          } catch (e) {
-            const err = handlerError(e);
-            if (first) return resolveFirst(err);
-            put({ final: true, status: "error", code: err.code, message: err.message });
-            return;
-          }
-          if (!this.sessions.has(session.id) || this.clock() >= session.expiresAt) {
-            if (first) return resolveFirst(new SessionUnknown());
-            put({ final: true, status: "error", code: -32043, message: "unknown, expired or closed session" });
-            return;
-          }
-          if (n.done) return put({ final: true, status: "success", result: null });
-          if (single) return put({ final: true, status: "success", result: n.value });
-          put({ final: false, status: "success", result: n.value });
-        }
-      })();
-    });
   }
 
   /** The record's items as this request's signed events (sealed on a sealed session). */

@@ -1,6 +1,8 @@
 /** A stream's events as they come (§6.4): kept for the listeners and for a byte-identical
  * retry, which gets the recorded events again and then the live ones. */
 import { dumps, type Json, type JsonObject } from "../encoding.js";
+import { SessionUnknown, type A2AError } from "../errors.js";
+import { checkResult, handlerError, withTimeout } from "./common.js";
 
 export interface StreamItem {
   final: boolean;
@@ -90,4 +92,42 @@ export class StreamRecord<T extends { final: boolean }> {
       if (!(await this.next())) yield ": keep-alive\n\n";
     }
   }
+}
+
+/** Run a stream's source into `record` in the background; resolve with the error to
+ * answer as JSON when it fails before its first event, else null once it has one. */
+export function pump(source: AsyncIterable<Json>, record: StreamRecord<StreamItem>, timeoutMs: number, single: boolean, sessionAlive: () => boolean): Promise<A2AError | null> {
+  const it = source[Symbol.asyncIterator]();
+  return new Promise((resolveFirst) => {
+    let first = true;
+    const put = (item: StreamItem): void => {
+      record.push(item);
+      if (first) {
+        first = false;
+        resolveFirst(null);
+      }
+    };
+    void (async () => {
+      for (;;) {
+        let n: IteratorResult<Json>;
+        try {
+          n = await withTimeout(it.next(), timeoutMs);
+          if (!n.done) checkResult(n.value);
+        } catch (e) {
+          const err = handlerError(e);
+          if (first) return resolveFirst(err);
+          put({ final: true, status: "error", code: err.code, message: err.message });
+          return;
+        }
+        if (!sessionAlive()) {
+          if (first) return resolveFirst(new SessionUnknown());
+          put({ final: true, status: "error", code: -32043, message: "unknown, expired or closed session" });
+          return;
+        }
+        if (n.done) return put({ final: true, status: "success", result: null });
+        if (single) return put({ final: true, status: "success", result: n.value });
+        put({ final: false, status: "success", result: n.value });
+      }
+    })();
+  });
 }
