@@ -99,11 +99,19 @@ export class Client {
   }
 
   private async readJson(res: Response): Promise<JsonObject> {
-    const buf = Buffer.from(await res.arrayBuffer());
-    if (buf.length > MAX_REPLY) throw new InvalidParams("reply too large");
-    let text = buf.toString("utf8");
-    if (this.opts.tamper) text = this.opts.tamper(text);
-    const v = loads(text, { error: AuthenticationFailed });
+    // Read whole up to 4 MiB, counted while read (§9), whatever Content-Length says.
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    for await (const c of (res.body ?? []) as AsyncIterable<Uint8Array>) {
+      size += c.length;
+      if (size > MAX_REPLY) {
+        await res.body?.cancel().catch(() => undefined);
+        throw new Unavailable("the reply is larger than 4 MiB");
+      }
+      chunks.push(c);
+    }
+    const body = Buffer.concat(chunks);
+    const v = loads(this.opts.tamper ? this.opts.tamper(body.toString("utf8")) : body, { error: AuthenticationFailed });
     if (!isObject(v) || v.jsonrpc !== "2.0") throw new AuthenticationFailed("not a JSON-RPC response");
     return v;
   }
