@@ -293,3 +293,30 @@ test("a replayed stream resends its first 256 events, then a newly signed final 
   assert.equal(last.error.code, -32048);
   assert.equal(last.error.signed, true);
 });
+
+test("a source address that spent its failed PROOF steps gets 503 before any signature check; a wrong kid costs nothing", async () => {
+  let mono = 1000;
+  const core = makeServer({ monotonic: () => mono });
+  const me = a2a.Identity.generate("prover");
+  const other = a2a.Identity.generate("forger");
+  const rpc = async (method, params, source) => JSON.parse((await core.handle("/a2a/handshake", Buffer.from(JSON.stringify({ jsonrpc: "2.0", method, id: 1, params })), source)).body);
+  const hello = { type: "hello", protocol_version: "1.0", agent_did: me.did, agent_id: "prover", manifest_hash: a2a.hashOf({ agent_id: "prover", did: me.did }),
+    nonce: Buffer.alloc(32, 7).toString("base64url"), public_keys: [me.publicKeyEntry], timestamp: a2a.nowSeconds() };
+  const ch = (await rpc("hello", hello, "10.0.0.9")).result;
+  const forged = (kid) => {
+    const h = Buffer.from(JSON.stringify({ alg: "EdDSA", typ: "a2a-proof+jws", kid })).toString("base64url");
+    const p = Buffer.from(JSON.stringify({ x: 1 })).toString("base64url");
+    const sig = other.sign("a2a-proof+jws", { x: 1 }).split(".")[2];
+    return `${h}.${p}.${sig}`;
+  };
+  for (let i = 0; i < 3; i++) assert.equal((await rpc("proof", { type: "proof", nonce_b: ch.nonce_b, proof_jws: forged(other.kid) }, "10.0.0.9")).error.code, -32040, "wrong kid, free");
+  let codes = [];
+  for (let i = 0; i < 101; i++) codes.push((await rpc("proof", { type: "proof", nonce_b: ch.nonce_b, proof_jws: forged(me.kid) }, "10.0.0.9")).error.code);
+  assert.deepEqual([...new Set(codes.slice(0, 100))], [-32040]);
+  assert.equal(codes[100], -32048);
+  mono += 0.021; // 50 per second: one more try after 20 ms
+  assert.equal((await rpc("proof", { type: "proof", nonce_b: ch.nonce_b, proof_jws: forged(me.kid) }, "10.0.0.9")).error.code, -32040);
+  assert.equal((await rpc("proof", { type: "proof", nonce_b: ch.nonce_b, proof_jws: forged(me.kid) }, "10.0.0.9")).error.code, -32048);
+  // Another address is not affected.
+  assert.equal((await rpc("proof", { type: "proof", nonce_b: ch.nonce_b, proof_jws: forged(me.kid) }, "10.0.0.10")).error.code, -32040);
+});

@@ -55,6 +55,8 @@ export interface ServerOptions {
   /** Seconds, wall clock. */
   clock?: () => number;
   revoked?: Set<string>;
+  /** Monotonic seconds (the failed-step budget refills on it); never compared with `clock`. */
+  monotonic?: () => number;
   /** A CSPRNG (default node:crypto randomBytes); nonces and session ids are drawn from it. */
   random?: (n: number) => Buffer;
 }

@@ -41,6 +41,7 @@ export class ServerCore {
   readonly clock: () => number;
   readonly revoked: Set<string>;
   readonly random: (n: number) => Buffer;
+  readonly monotonic: () => number;
   private readonly meta: { name: string; description: string; version: string; url: string };
   private readonly unary = new Map<string, UnaryHandler>();
   private readonly streaming = new Map<string, StreamHandler>();
@@ -67,6 +68,7 @@ export class ServerCore {
     this.clock = o.clock ?? nowSeconds;
     this.revoked = o.revoked ?? new Set();
     this.random = o.random ?? randomBytes;
+    this.monotonic = o.monotonic ?? (() => performance.now() / 1000);
     const url = (o.url ?? "").replace(/\/$/, "");
     if (url !== "" && !/^https:\/\/[^/?#]+(\/[^?#]*)?$/.test(url) && !/^http:\/\/(127\.[0-9.]+|localhost|\[::1\])(:[0-9]+)?(\/[^?#]*)?$/.test(url))
       throw new InvalidParams("the card's url must be an absolute https URL (http only on loopback)");
@@ -134,8 +136,8 @@ export class ServerCore {
       const params = msg.params;
       switch (method) {
         case "hello": return this.json(id, 200, await this.handshakes.hello(params, source));
-        case "proof": return this.json(id, 200, this.handshakes.proof(params));
-        case "accept_policy": return this.json(id, 200, this.handshakes.acceptPolicy(params));
+        case "proof": return this.json(id, 200, this.handshakes.proof(params, source));
+        case "accept_policy": return this.json(id, 200, this.handshakes.acceptPolicy(params, source));
         case "intent": return await this.intent(id, params, false);
         default: return await this.intent(id, params, true);
       }

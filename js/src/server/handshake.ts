@@ -9,10 +9,15 @@ import { deriveKeys, Sealer } from "../sealing.js";
 import { checkPayload, HANDSHAKE_TTL, unavailable, type Pending } from "./common.js";
 import type { ServerCore } from "./core.js";
 
+export const FAILED_STEPS = 100;
+export const FAILED_STEPS_REFILL = 50;
 export const REQUIRE_SEALED = "sealed intents required: accept_policy carries no seal_key";
 
 export class Handshakes {
   private readonly pending = new Map<string, Pending>();
+  /** Failed PROOF/ACCEPT_POLICY steps left per source address (a token bucket). */
+  private readonly budgets = new Map<string, { tokens: number; at: number }>();
+  private spending: { tokens: number } | null = null;
   constructor(private readonly core: ServerCore) {}
 
   async hello(p: JsonObject, source: string): Promise<JsonObject> {
@@ -78,17 +83,47 @@ export class Handshakes {
     return [pend, jws];
   }
 
-  private verifyClient(jws: ParsedJws, pend: Pending, typ: string): [JsonObject, string] {
+  /** The step's key (a wrong `kid` costs nothing), and a budget check before the signature:
+   * a source address that spent its failed steps gets 503 before any signature check. */
+  private verifyClient(jws: ParsedJws, pend: Pending, typ: string, source: string): [JsonObject, string] {
     const kid = jws.header.kid;
     const key = typeof kid === "string" ? pend.resolved.keys.get(kid) : undefined;
     if (!key || (pend.kid !== undefined && kid !== pend.kid)) throw new AuthenticationFailed("JWS kid is not a key of the client's DID");
+    const now = this.core.monotonic();
+    const b = this.budgets.get(source) ?? { tokens: FAILED_STEPS, at: now };
+    b.tokens = Math.min(FAILED_STEPS, b.tokens + (now - b.at) * FAILED_STEPS_REFILL);
+    b.at = now;
+    if (this.budgets.size > 10_000) for (const [k, v] of this.budgets) if (v.tokens >= FAILED_STEPS) this.budgets.delete(k);
+    this.budgets.set(source, b);
+    if (b.tokens < 1) throw unavailable("too many failed handshake steps from this address", 1);
+    this.spending = b;
     return [verifyParsed(jws, key, typ, kid as string), kid as string];
   }
 
-  proof(p: JsonObject): JsonObject {
+  /** Run a PROOF or ACCEPT_POLICY step; a failure after its signature check spends budget. */
+  private spend<T>(step: () => T): T {
+    this.spending = null;
+    try {
+      return step();
+    } catch (e) {
+      const b = this.spending as { tokens: number } | null;
+      if (b && !(e instanceof PolicyViolation)) b.tokens -= 1;
+      throw e;
+    }
+  }
+
+  proof(p: JsonObject, source = "unknown"): JsonObject {
+    return this.spend(() => this.proofStep(p, source));
+  }
+
+  acceptPolicy(p: JsonObject, source = "unknown"): JsonObject {
+    return this.spend(() => this.acceptStep(p, source));
+  }
+
+  private proofStep(p: JsonObject, source: string): JsonObject {
     const [pend, jws] = this.findPending(p, "proof", "proof_jws");
     if (pend.proven) throw new HandshakeUnknown("handshake already proven");
-    const [payload, kid] = this.verifyClient(jws, pend, TYP.proof);
+    const [payload, kid] = this.verifyClient(jws, pend, TYP.proof, source);
     const expect: JsonObject = {
       nonce_a: pend.nonceA, nonce_b: pend.nonceB, client_did: pend.clientDid, server_did: this.core.identity.did,
       client_manifest_hash: pend.clientManifest, server_manifest_hash: this.core.card().hash, challenge_hash: pend.challengeHash,
@@ -102,10 +137,10 @@ export class Handshakes {
     return { type: "policy", policy: pend.policy as unknown as JsonObject, policy_hash: pend.policyHash, policy_signature: pend.policySignature };
   }
 
-  acceptPolicy(p: JsonObject): JsonObject {
+  private acceptStep(p: JsonObject, source: string): JsonObject {
     const [pend, jws] = this.findPending(p, "accept_policy", "accept_jws");
     if (!pend.proven) throw new HandshakeUnknown("handshake not proven");
-    const [payload, kid] = this.verifyClient(jws, pend, TYP.accept);
+    const [payload, kid] = this.verifyClient(jws, pend, TYP.accept, source);
     const commitment = "sha256:" + sha256Hex(`${pend.nonceA}|${pend.nonceB}|${pend.policyHash}`);
     const expect: JsonObject = {
       policy_hash: pend.policyHash, session_commitment: commitment, nonce_a: pend.nonceA, nonce_b: pend.nonceB,
