@@ -421,8 +421,22 @@ export class Agent {
   }
 
   async *stream(did: string, goal: string, inputs: JsonObject = {}, o: RequestOptions = {}): AsyncGenerator<Json> {
+    const opts = { onBehalfOf: this.onBehalfOf, ...o };
     const s = await this.session(did);
-    yield* this.client.stream(s, goal, inputs, { onBehalfOf: this.onBehalfOf, ...o });
+    if (opts.intentId === undefined && this.client.opts.exactlyOnce !== false && s.extensions.includes("intent_id"))
+      opts.intentId = b64uEncode(randomBytes(16));
+    let started = false;
+    try {
+      for await (const item of this.client.stream(s, goal, inputs, opts)) {
+        started = true;
+        yield item;
+      }
+    } catch (e) {
+      // Resent once on a new session only before the first event, with the same intent_id.
+      if (started || !(e instanceof SessionUnknown) || e.signed || this.client.opts.resendOnUnknownSession === false) throw e;
+      const again = await this.session(did, true);
+      yield* this.client.stream(again, goal, inputs, opts);
+    }
   }
 
   /** Let `to` act on this agent's behalf (a new one-link chain), or narrow `parent` by one hop. */
