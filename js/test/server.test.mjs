@@ -320,3 +320,33 @@ test("a source address that spent its failed PROOF steps gets 503 before any sig
   // Another address is not affected.
   assert.equal((await rpc("proof", { type: "proof", nonce_b: ch.nonce_b, proof_jws: forged(me.kid) }, "10.0.0.10")).error.code, -32040);
 });
+
+test("an agent's stream after a forged -32043 before its first event: resent once, the same intent_id, the handler runs once", async () => {
+  const core = makeServer();
+  let runs = 0;
+  core.addStream("tick", async function* () {
+    runs++;
+    for (let i = 0; i < 3; i++) yield { i, run: runs };
+  });
+  const url = await listen(a2a.nodeHandler(core));
+  const agent = new a2a.Agent(a2a.Identity.generate("streamer"), { peers: { [core.identity.did]: url } });
+  let forged = false;
+  const real = globalThis.fetch;
+  globalThis.fetch = async (u, init) => {
+    const r = await real(u, init);
+    if (!forged && String(u).endsWith("/a2a/intent") && init?.body?.includes('"method":"intent"')) {
+      forged = true;
+      await r.text();
+      return new Response(JSON.stringify({ jsonrpc: "2.0", id: 1, error: { code: -32043, message: "unknown session" } }), { status: 401, headers: { "content-type": "application/json" } });
+    }
+    return r;
+  };
+  try {
+    const got = [];
+    for await (const ev of agent.stream(core.identity.did, "tick", {})) got.push(ev);
+    assert.deepEqual(got, [{ i: 0, run: 1 }, { i: 1, run: 1 }, { i: 2, run: 1 }]);
+    assert.equal(runs, 1);
+  } finally {
+    globalThis.fetch = real;
+  }
+});
