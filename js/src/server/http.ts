@@ -93,8 +93,13 @@ export function nodeHandler(core: ServerCore): (req: IncomingMessage, res: Serve
   };
 }
 
-/** One handler for Fetch-API frameworks (Hono, Workers, Deno, Bun): `(Request) => Promise<Response>`. */
-export function fetchHandler(core: ServerCore): (request: Request) => Promise<Response> {
+/** One handler for Fetch-API frameworks (Hono, Workers, Deno, Bun): `(Request) => Promise<Response>`.
+ * A Request carries no peer address: `sourceOf` names the source address the per-source bounds
+ * count (§5), as the framework knows it (`c.env.incoming.socket.remoteAddress`, Workers'
+ * `CF-Connecting-IP`). Without it every request counts as one source "unknown", which bounds
+ * all peers together; never pass a header a client can set itself unless a proxy you run
+ * overwrites it. */
+export function fetchHandler(core: ServerCore, opts: { sourceOf?: (request: Request) => string } = {}): (request: Request) => Promise<Response> {
   return async (request) => {
     const url = new URL(request.url);
     const readBody = async (limit: number): Promise<Uint8Array | null> => {
@@ -114,7 +119,7 @@ export function fetchHandler(core: ServerCore): (request: Request) => Promise<Re
       }
       return Buffer.concat(chunks);
     };
-    const reply = await route(core, request.method, url.pathname, request.headers.get("content-type"), readBody, request.headers.get("x-forwarded-for") ?? "unknown");
+    const reply = await route(core, request.method, url.pathname, request.headers.get("content-type"), readBody, opts.sourceOf?.(request) ?? "unknown");
     if ("body" in reply) return new Response(reply.body, { status: reply.status, headers: reply.headers });
     const it = reply.stream[Symbol.asyncIterator]();
     const enc = new TextEncoder();
