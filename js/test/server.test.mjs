@@ -32,6 +32,25 @@ function makeServer(opts = {}) {
   return core;
 }
 
+/** An attacker on the path: lets the first intent through, answers it with a forged unsigned
+ * -32043. Returns the function that puts the real fetch back. */
+function forgeFirstUnknownSession() {
+  let forged = false;
+  const real = globalThis.fetch;
+  globalThis.fetch = async (u, init) => {
+    const r = await real(u, init);
+    if (!forged && String(u).endsWith("/a2a/intent") && init?.body?.includes('"method":"intent"')) {
+      forged = true;
+      await r.text();
+      return new Response(JSON.stringify({ jsonrpc: "2.0", id: 1, error: { code: -32043, message: "unknown session" } }), { status: 401, headers: { "content-type": "application/json" } });
+    }
+    return r;
+  };
+  return () => {
+    globalThis.fetch = real;
+  };
+}
+
 const post = (url, body, ct = "application/json") => fetch(url, { method: "POST", headers: { "content-type": ct }, body });
 
 describe("the envelope table of §4, through both adapters", () => {
@@ -249,22 +268,13 @@ test("an agent resends after an unsigned -32043 once, on a new session, with the
   const url = await listen(a2a.nodeHandler(core));
   const agent = new a2a.Agent(a2a.Identity.generate("resender"), { peers: { [core.identity.did]: url } });
   // An attacker lets the request through and forges the unsigned "unknown session" answer.
-  let forged = false;
-  const real = globalThis.fetch;
-  globalThis.fetch = async (u, init) => {
-    const r = await real(u, init);
-    if (!forged && String(u).endsWith("/a2a/intent") && init?.body?.includes('"method":"intent"')) {
-      forged = true;
-      return new Response(JSON.stringify({ jsonrpc: "2.0", id: 1, error: { code: -32043, message: "unknown session" } }), { status: 401, headers: { "content-type": "application/json" } });
-    }
-    return r;
-  };
+  const restore = forgeFirstUnknownSession();
   try {
     const out = await agent.request(core.identity.did, "book", { room: 4 });
     assert.deepEqual(out, { run: 1, room: 4 }, "the first run's answer, signed again for the new session");
     assert.equal(runs, 1);
   } finally {
-    globalThis.fetch = real;
+    restore();
   }
 });
 
@@ -330,23 +340,13 @@ test("an agent's stream after a forged -32043 before its first event: resent onc
   });
   const url = await listen(a2a.nodeHandler(core));
   const agent = new a2a.Agent(a2a.Identity.generate("streamer"), { peers: { [core.identity.did]: url } });
-  let forged = false;
-  const real = globalThis.fetch;
-  globalThis.fetch = async (u, init) => {
-    const r = await real(u, init);
-    if (!forged && String(u).endsWith("/a2a/intent") && init?.body?.includes('"method":"intent"')) {
-      forged = true;
-      await r.text();
-      return new Response(JSON.stringify({ jsonrpc: "2.0", id: 1, error: { code: -32043, message: "unknown session" } }), { status: 401, headers: { "content-type": "application/json" } });
-    }
-    return r;
-  };
+  const restore = forgeFirstUnknownSession();
   try {
     const got = [];
     for await (const ev of agent.stream(core.identity.did, "tick", {})) got.push(ev);
     assert.deepEqual(got, [{ i: 0, run: 1 }, { i: 1, run: 1 }, { i: 2, run: 1 }]);
     assert.equal(runs, 1);
   } finally {
-    globalThis.fetch = real;
+    restore();
   }
 });
