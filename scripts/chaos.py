@@ -122,7 +122,9 @@ def classify(exc: A2AError) -> str:
         return "refused" if "intent_id already used" in text else "retry"
     if (exc.code == -32049 and "outcome unknown" in text) or exc.code == -32050:
         return "refused"
-    return "answer"
+    # An unsigned error is no answer of the server's (anyone on the path can send one, and
+    # a server failing before it could sign sends one): the client tries again.
+    return "answer" if exc.signed else "retry"
 
 
 NOT_SUCCESS = {"refused", "failed", "error"}  # members of a recorded outcome that is no success
