@@ -573,10 +573,14 @@ class Clients:
         approver_holder = [client_for(approver, sealed=False)]
         try:
             for n in range(count):
-                if time.monotonic() >= self.workload_end:
+                now = time.monotonic()
+                # Past the workload's end, only to give a directive not yet given (each kind
+                # of the scenario is injected once at least), while there is time to settle.
+                late = now >= self.workload_end
+                if late and (not self.forced or now >= self.deadline - 2 * LEASE - 2):
                     break
                 x = self.rng.random()
-                op = "work" if x < 0.6 or (sealed and x >= 0.8) else "tally" if x < 0.8 else "book"
+                op = "work" if late or x < 0.6 or (sealed and x >= 0.8) else "tally" if x < 0.8 else "book"
                 out = Outcome(new_id(self.rng), identity.did, op)
                 self.outcomes.append(out)
                 due = bool(self.forced) and self.forced[0][0] <= time.monotonic()
