@@ -35,7 +35,9 @@ from test_multiworker import handshake, send
 
 from a2a_secure.cli import main as cli_main
 from a2a_secure.errors import Unavailable
+from a2a_secure.policy import Policy
 from a2a_secure.protocol.server import IntentContext, ServerLimits
+from a2a_secure.server.app import AgentServer
 from a2a_secure.server.run import app_from_env
 from a2a_secure.server.settings import lease_setting, load_scheduling
 from a2a_secure.store.base import StoredReply
@@ -297,3 +299,40 @@ async def test_a_card_fetch_that_failed_is_a_503_and_the_next_try_sends(
         got = await client.request(server.identity.did, intent, endpoint=url)
         assert got.result == {"inputs": {"k": 4}, "run": 1}
     assert sum(runs.values()) == 1
+
+
+async def test_a_wall_clock_stepped_back_mid_request_still_answers_and_audits() -> None:
+    """The campaign stepped a worker's clock back while an intent ran: the audit record's
+    duration (wall clock, end minus start) came out negative, the record refused it, and the
+    request ended in an unsigned, unlogged 500 "internal error" (its answer kept, never
+    sent). Durations are now taken on the monotonic clock."""
+    from a2a_secure.audit import Auditor, MemoryAuditSink
+
+    sink = MemoryAuditSink()
+    offset = [0.0]
+
+    def clock() -> float:
+        return time.time() + offset[0]
+
+    server = AgentServer(
+        identity("stepped-back"),
+        Policy(),
+        store=MemoryStore(),
+        audit=Auditor([sink], role="server"),
+        clock=clock,
+    )
+
+    @server.intent("record")
+    async def record(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
+        offset[0] = -120.0  # back two minutes: within the freshness window
+        return {"inputs": inputs}
+
+    async with serve_app(server.app()) as url, httpx.AsyncClient(timeout=10) as http:
+        s = await handshake(http, [url], identity("stepped-back-caller"), server.identity.did)
+        req = s.prepare_intent({"goal": "record", "inputs": {"k": 5}})
+        resp = await send(http, url, req)
+        assert resp.status_code == 200, resp.text
+        assert s.verify_result(req, resp.json()["result"]).result == {"inputs": {"k": 5}}
+    intents = [e for e in sink.events if e.event == "intent"]
+    assert len(intents) == 1 and intents[0].status == "success"
+    assert intents[0].duration_ms is not None and intents[0].duration_ms >= 0
