@@ -336,3 +336,37 @@ async def test_a_wall_clock_stepped_back_mid_request_still_answers_and_audits() 
     intents = [e for e in sink.events if e.event == "intent"]
     assert len(intents) == 1 and intents[0].status == "success"
     assert intents[0].duration_ms is not None and intents[0].duration_ms >= 0
+
+
+class LostStartReply(MemoryStore):
+    """A MemoryStore whose first ``start_intent`` is applied and its reply lost (Redis killed
+    after running the script, before answering)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 1
+
+    async def start_intent(self, *args: Any, **kw: Any) -> bool:
+        done = await super().start_intent(*args, **kw)
+        if self.lost and kw.get("started", True):
+            self.lost -= 1
+            raise Unavailable("shared store unavailable", retry_after=1)
+        return done
+
+
+async def test_a_start_whose_reply_was_lost_is_given_back_and_the_resend_runs() -> None:
+    """Before: the claim stayed marked started for an intent that never ran, and resends got
+    "still running", then "outcome unknown"."""
+    store = LostStartReply()
+    server, runs = counting_server(store, ServerLimits(replay_wait_seconds=1))
+    async with serve_app(server.app()) as url, httpx.AsyncClient(timeout=10) as http:
+        s = await handshake(http, [url], identity("lost-start"), server.identity.did)
+        intent = {"goal": "record", "inputs": {"k": 6}, "intent_id": "G" * 22}
+        first = await send(http, url, s.prepare_intent(intent))
+        assert first.status_code == 503, first.text  # not run: the start is not known
+        await asyncio.sleep(0.3)  # the give-back, 50 ms later
+        again = s.prepare_intent(intent)
+        resp = await send(http, url, again)
+        assert resp.status_code == 200, resp.text
+        assert s.verify_result(again, resp.json()["result"]).result == {"inputs": {"k": 6}, "run": 1}
+    assert runs == Counter({"G" * 22: 1})
