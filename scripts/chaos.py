@@ -19,8 +19,10 @@ stop_past_lease            a worker stops itself (SIGSTOP) inside the handler; t
 proxy_cut                  a connection is cut after the request went through and before the
                            answer is read
 proxy_delay                an answer is held 0.2-1.5 s (the client may time out and resend)
-clock_step                 a worker's wall clock steps (``A2A_SECURE_TEST_CLOCK_DIR``): back
-                           by up to 240 s, or forward by less than the lease margin
+clock_step                 a worker's wall clock steps (``A2A_SECURE_TEST_CLOCK_DIR``) by up
+                           to 240 s either way, within the 300 s of freshness (in runs whose
+                           handler faults leave no claim running: a lease read on a clock
+                           off by more than its margin is off by that much)
 redis_kill_aof             the Redis primary (``appendfsync always``) is killed (SIGKILL) and
                            restarted from its AOF
 redis_kill_everysec        the same with ``appendfsync everysec``
@@ -35,9 +37,16 @@ log and the store: no intent_id ran twice; no acknowledged answer lacks its run;
 different answers for one id (every answered id is asked again, on a new session, once the
 faults are over); no sequence accepted twice on a session; no approved action ran twice;
 the audit chain verifies; nothing stays locked (every id ends answered, or refused with a
-clear code: -32049 "outcome unknown", -32044, -32050). Runs whose deployment does not give
+clear code: -32049 "outcome unknown", -32044, -32050; a signed error is an answer too). Runs
+whose deployment does not give
 the guarantee (``failover_async``, ``redis_kill_no_aof``: SECURITY.md, "Faults the campaign
 measures") report what they break as measured losses, not violations.
+
+Scenarios (one deployment each): ``aof`` (every handler fault, Redis killed and restarted
+from its AOF), ``clock`` (clock steps, ``everysec`` Redis killed), ``sentinel-wait``,
+``everysec`` (every handler fault), ``no-aof``, ``sentinel-async``; plus in every run the
+proxy's cuts and delays. ``--quick`` runs five of them, once each; the long form runs every
+scenario once and then draws them from the seed.
 
 Usage::
 
