@@ -227,6 +227,9 @@ class DIDResolutionError(A2AError):
     default_message = "DID could not be resolved"
 
 
+_POOLS = ("own", "shared")  # the full bounds a 503's ``data.pool`` names
+
+
 class Unavailable(A2AError):
     """Rate limited, server full, or shared store unavailable; retry after ``retry_after``."""
 
@@ -246,6 +249,13 @@ class Unavailable(A2AError):
         if data:
             merged.update(data)
         super().__init__(message, data=merged)
+
+    @property
+    def pool(self) -> str | None:
+        """Which full bound refused (``data.pool``): ``"own"``, this caller's own quota, or
+        ``"shared"``, the pool strangers share; None when the answer does not say."""
+        value = self.data.get("pool") if self.data is not None else None
+        return value if value in _POOLS else None
 
 
 class PeerUnreachable(Unavailable):
@@ -327,7 +337,8 @@ def error_for_code(code: int, message: str, data: dict[str, Any] | None = None) 
         retry = 1
         if data and type(data.get("retry_after")) is int:
             retry = data["retry_after"]
-        return Unavailable(message, retry_after=retry)
+        pool = data.get("pool") if data else None
+        return Unavailable(message, retry_after=retry, data={"pool": pool} if pool in _POOLS else None)
     return cls(message, data=data)
 
 
