@@ -1,0 +1,89 @@
+"""The common reply of an HTTP/1.1 exchange, written and read without h11's state machine.
+
+Nearly every reply the client reads is one shape: ``HTTP/1.1 NNN``, a few headers, a
+``Content-Length`` body, keep-alive. h11 reads it correctly and spends, on a small signed
+intent, about as much CPU as checking the reply's signature (an event object per step,
+header normalisation, state transitions). The pool (:mod:`a2a_secure.client.pool`) writes
+its own request (every byte of it is the client's own) and reads such a reply with
+:func:`parse_head`; any head this does not take as it is (HTTP/1.0, a 1xx, 204 or 304, no
+``Content-Length`` or two, ``Transfer-Encoding``, a folded line, a byte h11 would refuse in
+a line) is handed to h11 whole, which then reads the reply as before. So this path never
+accepts what h11 refuses: it is a shortcut for one shape, not a second parser of the others.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+__all__ = ["FastHead", "parse_head", "request_head"]
+
+_STATUS: Final = re.compile(rb"HTTP/1\.1 ([2-5][0-9][0-9])(?: [\t\x20-\x7e\x80-\xff]*)?")
+_TOKEN: Final = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+# What h11 refuses inside a header line (field-vchar, SP and HTAB only).
+_BAD_BYTE: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+class FastHead:
+    """A reply head :func:`parse_head` took: status, the headers the client acts on, framing."""
+
+    __slots__ = ("close", "content_encoding", "content_type", "length", "retry_after", "status")
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.length = -1
+        self.close = False  # the server closes the connection after this reply
+        self.content_type = ""
+        self.content_encoding = b""
+        self.retry_after: str | None = None
+
+
+def parse_head(head: bytes) -> FastHead | None:
+    """The head ``head`` (without its final CRLF CRLF) when it is the common shape, else None."""
+    lines = head.split(b"\r\n")
+    m = _STATUS.fullmatch(lines[0])
+    if m is None:
+        return None
+    status = int(m.group(1))
+    if status in (204, 304):
+        return None
+    out = FastHead(status)
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or _TOKEN.fullmatch(name) is None or _BAD_BYTE.search(value) is not None:
+            return None  # a folded or malformed line: h11's to refuse
+        value = value.strip(b" \t")
+        key = name.lower()
+        if key == b"content-length":
+            if out.length >= 0 or not value.isdigit() or len(value) > 18:
+                return None
+            out.length = int(value)
+        elif key == b"transfer-encoding":
+            return None
+        elif key == b"connection":
+            out.close = b"close" in (t.strip(b" \t").lower() for t in value.split(b","))
+        elif key == b"content-type":
+            out.content_type = value.decode("latin-1")
+        elif key == b"retry-after":
+            out.retry_after = value.decode("latin-1")
+        elif key == b"content-encoding":
+            out.content_encoding = value.lower()
+    return out if out.length >= 0 else None
+
+
+def request_head(target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """``POST target HTTP/1.1`` and ``headers``, each line checked as h11 checks it; None if
+    one would not pass (the caller then lets h11 write the request, and refuse it)."""
+    if _BAD_BYTE.search(target) is not None or b" " in target:
+        return None
+    parts = [b"POST ", target, b" HTTP/1.1\r\n"]
+    for name, value in headers:
+        if (
+            _TOKEN.fullmatch(name) is None
+            or _BAD_BYTE.search(value) is not None
+            or value[:1] in (b" ", b"\t")
+            or value[-1:] in (b" ", b"\t")
+        ):
+            return None
+        parts += [name, b": ", value, b"\r\n"]
+    return b"".join(parts)
