@@ -6,9 +6,9 @@ intent, about as much CPU as checking the reply's signature (an event object per
 header normalisation, state transitions). The pool (:mod:`a2a_secure.client.pool`) writes
 its own request (every byte of it is the client's own) and reads such a reply with
 :func:`parse_head`; any head this does not take as it is (HTTP/1.0, a 1xx, 204 or 304, no
-``Content-Length`` or two, ``Transfer-Encoding``, a folded line, a byte h11 would refuse in
-a line) is handed to h11 whole, which then reads the reply as before. So this path never
-accepts what h11 refuses: it is a shortcut for one shape, not a second parser of the others.
+``Content-Length`` or two, ``Transfer-Encoding``, a folded line, a control byte in a line)
+is handed to h11 whole, which then reads (or refuses) the reply as before. This path is
+stricter than h11, never laxer: a shortcut for one shape, not a second parser of the others.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ __all__ = ["FastHead", "parse_head", "request_head"]
 
 _STATUS: Final = re.compile(rb"HTTP/1\.1 ([2-5][0-9][0-9])(?: [\t\x20-\x7e\x80-\xff]*)?")
 _TOKEN: Final = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
-# What h11 refuses inside a header line (field-vchar, SP and HTAB only).
+# Anything but field-vchar, SP and HTAB in a line: h11 decides (it takes some of these bytes).
 _BAD_BYTE: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
