@@ -23,7 +23,7 @@ from a2a_secure.errors import (
     error_for_code,
 )
 from a2a_secure.identity import encoding
-from a2a_secure.identity.jws import jws_sign, jws_verify
+from a2a_secure.identity.jws import jws_check, jws_decode_unverified, jws_sign, jws_verify
 from a2a_secure.identity.keys import Identity
 from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
@@ -70,12 +70,13 @@ def check_intent_inputs(inputs: Any, what: str = "intent inputs") -> None:
     over) only to be refused with 413, and one nested thousands of levels deep would exhaust
     the stack of the JSON encoder that signs it. The walk is iterative.
     """
-    problem = encoding.ijson_problem(inputs, max_depth=MAX_INPUT_DEPTH)
-    if problem is not None:
+    written = encoding.ijson_dumps(inputs, max_depth=MAX_INPUT_DEPTH)  # one walk: checked and sized
+    if written is None:
+        problem = encoding.ijson_problem(inputs, max_depth=MAX_INPUT_DEPTH) or "not I-JSON"
         if problem.startswith("JSON nested deeper"):
             problem = f"nested deeper than {MAX_INPUT_DEPTH} levels"
         raise InvalidParams(f"{what} refused: {problem}")
-    size = len(encoding.dumps(inputs))
+    size = len(written)
     if size > MAX_INPUT_BYTES:
         raise InvalidParams(
             f"{what} refused: {size} bytes of JSON, more than the {MAX_INPUT_BYTES}"
@@ -253,6 +254,10 @@ class ClientSession:
 
     def verify_result(self, req: PreparedRequest, result: Any) -> IntentResult:
         """Verify a JSON-RPC ``result`` for ``req`` (§6.2) and return it."""
+        if self.sealer is None:
+            flat = self._verified_flat(req, result)
+            if flat is not None:
+                return flat
         try:
             msg = IntentResultMessage.parse(result)
             payload = self._verify_response(msg.response_jws, req, is_error=False)
@@ -270,6 +275,42 @@ class ClientSession:
         except InvalidParams as exc:  # a malformed token in a reply is the server's fault
             raise AuthenticationFailed(exc.message) from None
         return IntentResult("success", req.sequence, result, msg.response_jws, req.intent_id)
+
+    def _verified_flat(self, req: PreparedRequest, result: Any) -> IntentResult | None:
+        """The common answer, an unsealed success, checked in one pass: every check of the
+        path below (exact members, signature, typ and kid, the signed session, sequence and
+        request hash, a fresh integer timestamp, the signed status and result equal to the
+        ones received), in the same order, with no model object between them.
+
+        None for anything else, stricter types included (a sequence written ``1.0``): the
+        path below then decides, and raises its own precise error for what is wrong.
+        """
+        if type(result) is not dict or result.keys() != m.RESULT_MEMBERS:
+            return None
+        token = result["response_jws"]
+        try:
+            header, payload, signing_input, signature = jws_decode_unverified(token)
+        except InvalidParams:
+            return None
+        jws_check(header, signing_input, signature, self.server_key, typ=m.Typ.RESPONSE, kid=self.server_kid)
+        if payload.keys() != m.RESPONSE_PAYLOAD:
+            return None
+        ts, sequence = payload["timestamp"], payload["sequence"]
+        if not (
+            type(ts) is int
+            and type(sequence) is int
+            and sequence == req.sequence
+            and json_equal(payload["session_id"], self.session_id)
+            and json_equal(payload["request_hash"], req.request_hash)
+            and is_fresh(ts, self._clock())
+            and payload["status"] == "success"
+            and result["status"] == "success"
+            and type(result["sequence"]) is int
+            and result["sequence"] == req.sequence
+            and json_equal(payload["result"], result["result"])
+        ):
+            return None
+        return IntentResult("success", req.sequence, result["result"], token, req.intent_id)
 
     def verify_closed(self, req: PreparedRequest, result: Any) -> None:
         """Verify the result of a close (§6.3) and mark the session closed."""
