@@ -8,10 +8,10 @@ sealed, no rate limit). Each client runs in a child process of its own, so that 
 is its own (``time.process_time`` around its loop of sequential intents on one session):
 
 * ``floor``: the least a client of the base contract must do per intent, written plainly:
-  build the §6.1 request (orjson, as the SDK writes JSON), sign it with PyNaCl, send one keep-alive HTTP/1.1 POST on a socket
-  opened beforehand (blocking), read and parse the answer, verify the response token's
-  signature, its ``request_hash``, and the §6.2 members (session, sequence, status, result,
-  fresh timestamp). No retry, no sealing, no telemetry;
+  build the §6.1 request (orjson, as the SDK writes JSON), sign it with PyNaCl, send one
+  keep-alive HTTP/1.1 POST on a socket opened beforehand (blocking), read and parse the
+  answer, verify the response token's signature, its ``request_hash``, and the §6.2
+  members (session, sequence, status, result, fresh timestamp). No retry, no sealing, no telemetry;
 * ``sdk``: ``A2AClient.request`` of this tree, its defaults (small ``echo`` intents);
 * ``before``: the same ``A2AClient.request`` from the tree named by ``--before`` (its own
   ``PYTHONPATH``), so the before and after figures come from one run, on one server.
@@ -85,7 +85,9 @@ class Child:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--n", type=int, default=400, help="intents per client and round")
     parser.add_argument("--before", default="", help="a source tree whose A2AClient is 'before'")
@@ -105,9 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         policy.write_text(json.dumps({"rate_limit": 10**9, "sealed_intents": False}))
         port = _free_port()
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        command = [sys.executable, "-m", "a2a_secure", "serve", "--key-file", str(key)]
+        command += ["--policy", str(policy), "--port", str(port)]
         server = subprocess.Popen(
-            [sys.executable, "-m", "a2a_secure", "serve", "--key-file", str(key)]
-            + ["--policy", str(policy), "--port", str(port)],
+            command,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,
@@ -141,19 +144,20 @@ def main(argv: list[str] | None = None) -> int:
             for c in children:
                 try:
                     c.close()
-                except Exception:  # noqa: BLE001 - a child that already ended
+                except Exception:
                     c.proc.kill()
             server.terminate()
             server.wait(10)
     report: dict[str, Any] = {"rounds": args.rounds, "intents_per_round": args.n, "clients": {}}
-    print(f"{'client':<8} {'CPU µs/intent':>14} {'intents/s':>10} {'× floor':>8}   (medians of {args.rounds} rounds)")
-    for kind in cpu:
+    head = f"{'client':<8} {'CPU µs/intent':>14} {'intents/s':>10} {'× floor':>8}"
+    print(f"{head}   (medians of {args.rounds} rounds)")
+    for kind, rounds in cpu.items():
         us, per_s, x = (statistics.median(v[kind]) for v in (cpu, rate, ratio))
         report["clients"][kind] = {
             "cpu_us_per_intent": round(us, 1),
             "intents_per_s": round(per_s),
             "over_floor": round(x, 3),
-            "cpu_us_rounds": [round(v, 1) for v in cpu[kind]],
+            "cpu_us_rounds": [round(v, 1) for v in rounds],
         }
         print(f"{kind:<8} {us:>14.1f} {per_s:>10.0f} {x:>8.2f}")
     for kind, table in steps.items():
@@ -169,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
 # -- the children -----------------------------------------------------------------------------------
 def child(kind: str, server_did: str, url: str, key_dir: str) -> int:
     ident_path = Path(key_dir) / f"{kind}.key"
-    runner = FloorClient(server_did, url, ident_path) if kind == "floor" else SDKClient(server_did, url, ident_path)
+    runner = (
+        FloorClient(server_did, url, ident_path)
+        if kind == "floor"
+        else SDKClient(server_did, url, ident_path)
+    )
     for line in sys.stdin:
         cmd = line.split()
         if cmd[0] == "quit":
@@ -227,7 +235,9 @@ class FloorClient:
         host, port = url.removeprefix("http://").split(":")
         self.sock = socket.create_connection((host, int(port)))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.http_head = f"POST /a2a/intent HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        self.http_head = (
+            f"POST /a2a/intent HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        )
         self.buf = b""
         self.rid = 0
 
@@ -238,7 +248,9 @@ class FloorClient:
         lines = head.split(b"\r\n")
         if not lines[0].startswith(b"HTTP/1.1 200"):
             raise SystemExit(f"floor: {lines[0]!r} {rest[:300]!r}")
-        length = next(int(v) for k, _, v in (h.partition(b":") for h in lines[1:]) if k.lower() == b"content-length")
+        length = next(
+            int(v) for k, _, v in (h.partition(b":") for h in lines[1:]) if k.lower() == b"content-length"
+        )
         while len(rest) < length:
             rest += self.sock.recv(65536)
         body, self.buf = rest[:length], rest[length:]
@@ -312,7 +324,9 @@ class SDKClient:
         self.did = server_did
         self.url = url
         self.client = A2AClient(Identity.generate("bench-sdk"))
-        self.loop.run_until_complete(self.client.request(server_did, {"goal": "echo", "inputs": {"n": 0}}, endpoint=url))
+        self.loop.run_until_complete(
+            self.client.request(server_did, {"goal": "echo", "inputs": {"n": 0}}, endpoint=url)
+        )
 
     async def _loop(self, n: int) -> tuple[float, float]:
         request = self.client.request
