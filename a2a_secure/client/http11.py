@@ -18,10 +18,16 @@ from typing import Final
 
 __all__ = ["FastHead", "parse_head", "request_head"]
 
-_STATUS: Final = re.compile(rb"HTTP/1\.1 ([2-5][0-9][0-9])(?: [\t\x20-\x7e\x80-\xff]*)?")
 _TOKEN: Final = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 # Anything but field-vchar, SP and HTAB in a line: h11 decides (it takes some of these bytes).
 _BAD_BYTE: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# The whole head in one pass: the status line, then header lines of a token, a colon and
+# field-vchar, SP or HTAB only (no folded line, no stray CR or LF, no empty name).
+_HEAD: Final = re.compile(
+    rb"HTTP/1\.1 ([2-5][0-9][0-9])(?: [\t\x20-\x7e\x80-\xff]*)?"
+    rb"((?:\r\n[-!#$%&'*+.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*)*)"
+)
+_FIELD: Final = re.compile(rb"\r\n([^:]+):([^\r]*)")
 
 
 class FastHead:
@@ -40,34 +46,30 @@ class FastHead:
 
 def parse_head(head: bytes) -> FastHead | None:
     """The head ``head`` (without its final CRLF CRLF) when it is the common shape, else None."""
-    lines = head.split(b"\r\n")
-    m = _STATUS.fullmatch(lines[0])
+    m = _HEAD.fullmatch(head)
     if m is None:
         return None
     status = int(m.group(1))
     if status in (204, 304):
         return None
     out = FastHead(status)
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or _TOKEN.fullmatch(name) is None or _BAD_BYTE.search(value) is not None:
-            return None  # a folded or malformed line: h11's to refuse
-        value = value.strip(b" \t")
+    for name, raw in _FIELD.findall(m.group(2)):
         key = name.lower()
         if key == b"content-length":
+            value = raw.strip(b" \t")
             if out.length >= 0 or not value.isdigit() or len(value) > 18:
                 return None
             out.length = int(value)
         elif key == b"transfer-encoding":
             return None
         elif key == b"connection":
-            out.close = b"close" in (t.strip(b" \t").lower() for t in value.split(b","))
+            out.close = b"close" in (t.strip(b" \t").lower() for t in raw.split(b","))
         elif key == b"content-type":
-            out.content_type = value.decode("latin-1")
+            out.content_type = raw.strip(b" \t").decode("latin-1")
         elif key == b"retry-after":
-            out.retry_after = value.decode("latin-1")
+            out.retry_after = raw.strip(b" \t").decode("latin-1")
         elif key == b"content-encoding":
-            out.content_encoding = value.lower()
+            out.content_encoding = raw.strip(b" \t").lower()
     return out if out.length >= 0 else None
 
 
