@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 import pytest
+from http_helpers import read_body, replaying
+from test_client_decisions import FakeClock, signed
 
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.delegation import CHAIN_UNKNOWN, Chain, DelegationRules
@@ -52,16 +54,6 @@ SERVER = SERVER_ID.did
 ALL = frozenset({INTENT_ID, "priority", "delegation"})
 
 
-class FakeClock:
-    """A clock that moves only when told."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def session(clock: FakeClock, *, lifetime: int = 60, sealed: bool = False) -> ClientSession:
     keys = sealing.SessionKeys(b"\x01" * 32, b"\x02" * 32) if sealed else None
     return ClientSession(
@@ -81,11 +73,6 @@ def session(clock: FakeClock, *, lifetime: int = 60, sealed: bool = False) -> Cl
 
 def chain(now: float = NOW) -> Chain:
     return PERSON.delegate(CLIENT.did, goals=["echo", "ticks"], ttl=3600, now=now)  # type: ignore[no-any-return]
-
-
-def signed(exc: A2AError) -> A2AError:
-    exc.signed = True
-    return exc
 
 
 def peer_with(s: ClientSession | None, extensions: frozenset[str] = ALL) -> PeerState:
@@ -354,27 +341,14 @@ class Front:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"] != "/a2a/intent":
             return await self.app(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         request = json.loads(body)
         if request["method"] == "intent":
             self.intents.append(request["params"]["intent"])
             if self.armed:
                 status, exc = self.armed.pop(0)
                 return await self._answer(send, request, status, exc)
-        sent = False
-
-        async def replay() -> dict[str, Any]:
-            nonlocal sent
-            if sent:
-                return {"type": "http.disconnect"}
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body), send)
 
     async def _answer(self, send: Any, request: dict[str, Any], status: int, exc: A2AError) -> None:
         params = request["params"]

@@ -32,7 +32,7 @@ from a2a_secure.policy import Policy
 from a2a_secure.server.app import AgentServer
 from a2a_secure.server.test_agent import count
 from a2a_secure.testing import serve_app
-from tests.http_helpers import build_server, identity
+from tests.http_helpers import build_server, identity, read_body, replaying
 
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 APPROVAL = {
@@ -507,20 +507,11 @@ async def test_tools_are_offered_on_a_sealed_session_only_when_the_verified_card
             await send({"type": "http.response.body", "body": b""})
             return
         if scope["type"] == "http" and scope["path"] == "/a2a/intent":
-            body, more = b"", True
-            while more:
-                message = await receive()
-                body += message.get("body", b"")
-                more = message.get("more_body", False)
+            body = await read_body(receive)
             request = json.loads(body)
             if request["method"] == "intent":
                 posted.append(request["params"]["intent"])
-            given = [{"type": "http.request", "body": body, "more_body": False}]
-
-            async def replay() -> Any:
-                return given.pop() if given else {"type": "http.disconnect"}
-
-            return await app(scope, replay, send)
+            return await app(scope, replaying(body), send)
         await app(scope, receive, send)
 
     async with serve_app(front) as url:

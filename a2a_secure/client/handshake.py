@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
@@ -45,20 +45,9 @@ class Peer(PeerState):
         self.lock = asyncio.Lock()
 
 
-class Record(Protocol):
-    """The client's audit and trace hook for one step (``A2AClient._record``)."""
-
-    def __call__(
-        self,
-        event: str,
-        started: float,
-        peer: Peer,
-        *,
-        error: A2AError | None = None,
-        goal: str | None = None,
-        sequence: int | None = None,
-        verified: bool = True,
-    ) -> None: ...
+# The client's audit and trace hook for one step: ``A2AClient._record(event, started, peer,
+# *, error=None, goal=None, sequence=None, verified=True)``.
+Record = Callable[..., None]
 
 
 class Handshaker:

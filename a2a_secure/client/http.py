@@ -221,8 +221,10 @@ class A2AClient:
             peer.endpoint = check_endpoint(endpoint)
         return peer
 
-    def _options(self) -> CallOptions:
-        return CallOptions(self.exactly_once, self.resend_on_unknown_session, self.sealed)
+    def _call(self, peer: Peer, intent: Mapping[str, Any], **kw: Any) -> Call:
+        """One call of the attempt machine, with this client's settings as they are now."""
+        options = CallOptions(self.exactly_once, self.resend_on_unknown_session, self.sealed)
+        return Call(peer, intent, client_did=self.identity.did, server_did=peer.did, options=options, **kw)
 
     async def _handshake(self, peer: Peer) -> ClientSession:
         return await self._handshaker.open(
@@ -248,7 +250,7 @@ class A2AClient:
 
     async def _session(self, peer: Peer) -> ClientSession:
         # The attempt machine's session rule, for a caller that only wants the session.
-        call = Call(peer, {}, client_did=self.identity.did, server_did=peer.did, options=self._options())
+        call = self._call(peer, {})
         while (step := call.session_step(self._clock())) is HANDSHAKE:
             await self._handshake(peer)
         return step
@@ -338,12 +340,9 @@ class A2AClient:
         session_check: Callable[[ClientSession], None] | None = None,
     ) -> IntentResult:
         peer = self._peer(server_did, endpoint)
-        call = Call(
+        call = self._call(
             peer,
             with_priority(intent, priority),
-            client_did=self.identity.did,
-            server_did=server_did,
-            options=self._options(),
             intent_id=intent_id,
             chain=on_behalf_of,
             check=session_check,
@@ -372,15 +371,7 @@ class A2AClient:
         peer = self._peers.get(session.server_did)
         if peer is None:
             raise InvalidParams("unknown session")
-        call = Call(
-            peer,
-            intent,
-            client_did=self.identity.did,
-            server_did=session.server_did,
-            options=self._options(),
-            chain=on_behalf_of,
-            pinned=session,
-        )
+        call = self._call(peer, intent, chain=on_behalf_of, pinned=session)
         with tracing.client_span("intent", session.server_did, intent.get("goal")):
             return await self._run(peer, call)
 
@@ -461,16 +452,8 @@ class A2AClient:
         body_intent = dict(with_priority(intent, priority))
         body_intent["constraints"] = {**dict(intent.get("constraints") or {}), "stream": True}
         peer = self._peer(server_did, endpoint)
-        call = Call(
-            peer,
-            body_intent,
-            client_did=self.identity.did,
-            server_did=server_did,
-            options=self._options(),
-            streamed=True,
-            intent_id=intent_id,
-            chain=on_behalf_of,
-            check=session_check,
+        call = self._call(
+            peer, body_intent, streamed=True, intent_id=intent_id, chain=on_behalf_of, check=session_check
         )
         # Not the current span: a generator's context is its consumer's between items.
         trace = tracing.start_client_span("intent", server_did, intent.get("goal"))

@@ -223,6 +223,10 @@ class _Connection(asyncio.Protocol):
             if not self._received:
                 raise _ClosedEarly(self._lost)
             raise h11.RemoteProtocolError("reply cut short")
+        await self._bytes()
+
+    async def _bytes(self) -> None:
+        """Wait until the loop hands this connection bytes (or its end)."""
         self._resume()
         self._waiter = asyncio.get_running_loop().create_future()
         try:
@@ -287,12 +291,7 @@ class _Connection(asyncio.Protocol):
                     raise _ClosedEarly(self._lost)
                 return event
             # After an EOF h11 never answers NEED_DATA: it raises (reply cut short).
-            self._resume()
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._bytes()
 
     async def head(self) -> _Head:
         """Read up to the reply's final head (1xx informational heads are skipped)."""
