@@ -43,6 +43,31 @@ class Peer(PeerState):
         self.did = did
         self.endpoint = check_endpoint(endpoint)
         self.lock = asyncio.Lock()
+        self.key_timer: asyncio.TimerHandle | None = None  # drops a sealed session's keys
+
+    def hold(self, session: ClientSession) -> None:
+        """Make ``session`` this peer's, and drop its sealing keys when it expires (§12.6),
+        whether or not it is used again: a timer, checked against the session's own clock."""
+        self.session = session
+        if self.key_timer is not None:
+            self.key_timer.cancel()
+            self.key_timer = None
+        if session.sealed:
+            self._keys_timer(session)
+
+    def _keys_timer(self, session: ClientSession) -> None:
+        left = session.drop_keys()
+        if left is not None:  # not ended yet by its clock: look again then
+            loop = asyncio.get_running_loop()
+            self.key_timer = loop.call_later(left + 0.05, self._keys_timer, session)
+        else:
+            self.key_timer = None
+
+    def forget_timer(self) -> None:
+        """Cancel the timer (the client is closing; its sessions go with it)."""
+        if self.key_timer is not None:
+            self.key_timer.cancel()
+            self.key_timer = None
 
 
 # The client's audit and trace hook for one step: ``A2AClient._record(event, started, peer,
@@ -131,7 +156,7 @@ class Handshaker:
                         msg = hs.receive_policy(result, accept=accept)
                     else:
                         session = hs.receive_session(result)
-                        peer.session = session
+                        peer.hold(session)
                 except A2AError as exc:
                     self.record(method, started, peer, error=exc)
                     raise

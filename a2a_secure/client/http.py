@@ -171,6 +171,8 @@ class A2AClient:
                 if send_close(peer.session):
                     with contextlib.suppress(A2AError, httpx.HTTPError):
                         await self.close_session(peer.did)
+        for peer in self._peers.values():
+            peer.forget_timer()
         await self._transport.aclose()
         if self._own_http:
             await self.http.aclose()
