@@ -44,6 +44,7 @@ from a2a.types import (
     TaskPushNotificationConfig,
     TaskState,
 )
+from http_helpers import read_body
 from nginx_helpers import Tap
 from test_a2a_binding import SERVER, CountingEcho, Env, ident, send_request, template_card, text_of
 
@@ -115,16 +116,6 @@ class Shout(CountingEcho):
                 last_chunk=i == len(words) - 1,
             )
         await updater.complete()
-
-
-async def read_body(receive: Callable[..., Any]) -> bytes:
-    """The whole body of an ASGI request."""
-    body, more = b"", True
-    while more:
-        message = await receive()
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
-    return body
 
 
 class Front:

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from http_helpers import read_body, replaying
-from test_client_decisions import FakeClock, signed
+from test_client_decisions import FakeClock, session, signed
 
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.delegation import CHAIN_UNKNOWN, Chain, DelegationRules
@@ -36,9 +36,7 @@ from a2a_secure.errors import (
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign
 from a2a_secure.identity.keys import Identity
-from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
-from a2a_secure.protocol import sealing
 from a2a_secure.protocol.client_attempt import HANDSHAKE, Call, CallOptions, LearnCard, Resend, Send
 from a2a_secure.protocol.client_decisions import PeerState
 from a2a_secure.protocol.client_session import ClientSession
@@ -52,23 +50,6 @@ CLIENT = Identity.from_seed(hashlib.sha256(b"attempt-client").digest(), "attempt
 PERSON = Identity.from_seed(hashlib.sha256(b"attempt-person").digest(), "attempt-person")
 SERVER = SERVER_ID.did
 ALL = frozenset({INTENT_ID, "priority", "delegation"})
-
-
-def session(clock: FakeClock, *, lifetime: int = 60, sealed: bool = False) -> ClientSession:
-    keys = sealing.SessionKeys(b"\x01" * 32, b"\x02" * 32) if sealed else None
-    return ClientSession(
-        identity=CLIENT,
-        server_did=SERVER,
-        server_kid=SERVER + "#key-1",
-        server_key=b"\x00" * 32,
-        session_id="s" * 22,
-        session_commitment="c" * 43,
-        policy=Policy(),
-        created_at=int(clock.now),
-        expires_at=int(clock.now) + lifetime,
-        clock=clock,
-        seal_keys=keys,
-    )
 
 
 def chain(now: float = NOW) -> Chain:
