@@ -111,7 +111,7 @@ class Handshaker:
         if known is not None:
             peer.card_verified(known)
             return known
-        mono = system.monotonic_clock()
+        mono = system.mono_now()
         if not retry_failed and peer.card_failure_fresh(manifest_hash, mono):
             return None
         found = await fetch_extensions(self.http, peer.endpoint, manifest_hash)

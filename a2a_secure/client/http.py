@@ -142,6 +142,7 @@ class A2AClient:
         self.accept_policy = accept_policy
         self._audit = audit
         self._clock = clock
+        self._wall = system.wall_clock_of(clock)  # the same clock, typed as wall seconds
         self._peers: dict[str, Peer] = {}
         # Cards the caller vouched for (trust_card) before this client knew the server.
         self._trusted: dict[str, frozenset[str]] = {}
@@ -253,7 +254,7 @@ class A2AClient:
     async def _session(self, peer: Peer) -> ClientSession:
         # The attempt machine's session rule, for a caller that only wants the session.
         call = self._call(peer, {})
-        while (step := call.session_step(self._clock())) is HANDSHAKE:
+        while (step := call.session_step(self._wall())) is HANDSHAKE:
             await self._handshake(peer)
         return step
 
@@ -276,7 +277,7 @@ class A2AClient:
     async def _ready(self, peer: Peer, call: Call) -> Send:
         """Run the machine until it says what to send: sessions opened, cards looked up."""
         while True:
-            step = call.next(self._clock(), system.monotonic_clock())
+            step = call.next(self._wall(), system.mono_now())
             if type(step) is Send:
                 return step
             if step is HANDSHAKE:
@@ -294,7 +295,7 @@ class A2AClient:
             _log.warning(
                 "%s keeps no more intent_ids for this client's DID: intents go without one for %.0f s",
                 peer.did[:128],
-                max(0.0, peer.ids_full_until - system.monotonic_clock()),
+                max(0.0, peer.ids_full_until - system.mono_now()),
             )
         attrs = {"a2a_secure.reason": why.value}
         if trace is not None:
@@ -358,7 +359,7 @@ class A2AClient:
                 try:
                     return await self._send(peer, step.session, step.intent)
                 except A2AError as exc:
-                    self._resent(peer, call.failed(exc, mono=system.monotonic_clock()))
+                    self._resent(peer, call.failed(exc, mono=system.mono_now()))
 
     async def send_intent(
         self, session: ClientSession, intent: Mapping[str, Any], *, on_behalf_of: Chain | None = None
@@ -492,9 +493,7 @@ class A2AClient:
                         yield item
                 except A2AError as exc:
                     self._record("intent", started, peer, error=exc, goal=req.goal, sequence=req.sequence)
-                    self._resent(
-                        peer, call.failed(exc, yielded=yielded, mono=system.monotonic_clock()), trace
-                    )
+                    self._resent(peer, call.failed(exc, yielded=yielded, mono=system.mono_now()), trace)
                     continue
                 self._record("intent", started, peer, goal=req.goal, sequence=req.sequence)
                 return

@@ -70,6 +70,7 @@ from a2a_secure.protocol.client_decisions import (
 from a2a_secure.protocol.client_session import ClientSession
 from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, new_intent_id
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
+from a2a_secure.system import MonoSeconds, WallSeconds
 
 __all__ = [
     "HANDSHAKE",
@@ -205,7 +206,7 @@ class Call:
         self._server_did = server_did
 
     # -- what to do next ------------------------------------------------------------------------
-    def session_step(self, now: float) -> _Open | ClientSession:
+    def session_step(self, now: WallSeconds) -> _Open | ClientSession:
         """The session this call goes on at wall-clock ``now``, or :data:`HANDSHAKE` first."""
         peer = self.peer
         must_seal = peer.sealed_seen and self.options.sealed is not False
@@ -228,7 +229,7 @@ class Call:
         self._handshakes += 1
         return HANDSHAKE
 
-    def next(self, now: float, mono: float) -> _Open | LearnCard | Send:
+    def next(self, now: WallSeconds, mono: MonoSeconds) -> _Open | LearnCard | Send:
         """The next step at wall-clock ``now`` and monotonic ``mono`` (see the module doc)."""
         session = self.session_step(now)
         if session is HANDSHAKE:
@@ -291,7 +292,7 @@ class Call:
             self.peer.card_verified(extensions)
 
     # -- what an answer leads to -----------------------------------------------------------------
-    def failed(self, exc: A2AError, *, yielded: bool = False, mono: float = 0.0) -> Resend:
+    def failed(self, exc: A2AError, *, yielded: bool = False, mono: MonoSeconds | None = None) -> Resend:
         """Why the call goes again after ``exc`` answered the last send; else ``exc`` is raised.
 
         ``yielded``: a stream already gave the caller an item (nothing is resent then, but
@@ -314,7 +315,7 @@ class Call:
         if pause is not None:
             # Nothing ran: once more without this client's own id (the rest of the intent as
             # it was, its chain above all), and no own ids for a while.
-            peer.pause_ids(mono, pause)
+            peer.pause_ids(system.mono_now() if mono is None else mono, pause)
             self.chosen = None
             return Resend.IDS_FULL
         if isinstance(exc, SessionUnknown) and self.pinned is None:

@@ -31,6 +31,7 @@ from a2a_secure.protocol.client_session import ClientSession
 from a2a_secure.protocol.intent_id import INTENT_ID, is_ids_full
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.sealing import SEALED
+from a2a_secure.system import MonoSeconds
 
 __all__ = [
     "CARD_FAILURE_PAUSE",
@@ -251,7 +252,7 @@ class PeerState:
         self.extensions: frozenset[str] = frozenset()
         # Until then (monotonic), intents this client names no id for go without one: the
         # server refused a new id because this DID holds as many as it keeps (§12.5).
-        self.ids_full_until = 0.0
+        self.ids_full_until = MonoSeconds(0.0)
         # The delegation chains (by hash) sent in full on the current session.
         self.chains_sent: set[str] = set()
         # A card of this server, verified (its hash signed in a CHALLENGE, or its A2A card
@@ -260,27 +261,21 @@ class PeerState:
         self.sealed_seen = False
         # manifest hash -> monotonic time until which a failed card look-up is not retried.
         # Per server, never process-wide: one blocked fetch must not decide for other peers.
-        self.card_failures: dict[str, float] = {}
+        self.card_failures: dict[str, MonoSeconds] = {}
 
     def card_verified(self, extensions: frozenset[str]) -> None:
         """A verified card of this server declares ``extensions``."""
         self.sealed_seen = SEALED in extensions
 
-    def card_failed(self, manifest_hash: str, mono: float, pause: float = CARD_FAILURE_PAUSE) -> None:
+    def card_failed(self, manifest_hash: str, mono: MonoSeconds, pause: float = CARD_FAILURE_PAUSE) -> None:
         """The card for ``manifest_hash`` could not be had (or did not verify) at ``mono``."""
         if len(self.card_failures) >= 16:
             self.card_failures.clear()
-        self.card_failures[manifest_hash] = mono + pause
+        self.card_failures[manifest_hash] = MonoSeconds(mono + pause)
 
-    def card_failure_fresh(self, manifest_hash: str, mono: float) -> bool:
+    def card_failure_fresh(self, manifest_hash: str, mono: MonoSeconds) -> bool:
         """Whether a look-up of ``manifest_hash``'s card failed lately (not retried yet)."""
-        return mono < self.card_failures.get(manifest_hash, 0.0)
-
-    def needs_handshake(self, now: float | None = None) -> bool:
-        """Whether a new session is due: none, expired at wall-clock ``now`` (the session's
-        clock when None), or not sealed with a server a verified card says seals."""
-        s = self.session
-        return s is None or s.expired(now) or (self.sealed_seen and not s.sealed)
+        return mono < self.card_failures.get(manifest_hash, MonoSeconds(0.0))
 
     def new_session(self) -> None:
         """A new session: nothing is known of its card, and no chain was sent on it."""
@@ -291,13 +286,13 @@ class PeerState:
         """Whether the server's card, as last learnt, declares ``extension``."""
         return extension in self.extensions
 
-    def ids_paused(self, now: float) -> bool:
+    def ids_paused(self, now: MonoSeconds) -> bool:
         """Whether intents this client names no id for go without one at monotonic ``now``."""
         return now < self.ids_full_until
 
-    def pause_ids(self, now: float, pause: float) -> None:
+    def pause_ids(self, now: MonoSeconds, pause: float) -> None:
         """No own intent_ids for ``pause`` seconds from monotonic ``now`` (:func:`ids_full_pause`)."""
-        self.ids_full_until = now + pause
+        self.ids_full_until = MonoSeconds(now + pause)
 
     def needs_priority_check(self, intent: Mapping[str, Any]) -> bool:
         """Whether ``intent`` asks for a priority (§12.3) the card is not yet known to declare."""
