@@ -12,6 +12,8 @@ is its own (``time.process_time`` around its loop of sequential intents on one s
   keep-alive HTTP/1.1 POST on a socket opened beforehand (blocking), read and parse the
   answer, verify the response token's signature, its ``request_hash``, and the §6.2
   members (session, sequence, status, result, fresh timestamp). No retry, no sealing, no telemetry;
+* ``floor-asyncio``: the same floor on asyncio streams (``open_connection``), which says how
+  much of the SDK's distance to the floor the event loop itself takes;
 * ``sdk``: ``A2AClient.request`` of this tree, its defaults (small ``echo`` intents);
 * ``before``: the same ``A2AClient.request`` from the tree named by ``--before`` (its own
   ``PYTHONPATH``), so the before and after figures come from one run, on one server.
@@ -92,12 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=400, help="intents per client and round")
     parser.add_argument("--before", default="", help="a source tree whose A2AClient is 'before'")
     parser.add_argument("--json", default="", help="write the figures to this file too")
+    parser.add_argument("--uvloop", action="store_true", help="the asyncio clients run on uvloop")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(*args.child)
     sys.path.insert(0, str(ROOT))
     from a2a_secure.identity.keys import Identity
+
+    if args.uvloop:
+        os.environ["BENCH_CLIENT_UVLOOP"] = "1"  # the children's loops
 
     with tempfile.TemporaryDirectory() as tmp:
         server_id = Identity.generate("bench-server")
@@ -124,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                         break
                 time.sleep(0.05)
             children.append(Child("floor", str(ROOT), server_id.did, url, tmp))
+            children.append(Child("floor-asyncio", str(ROOT), server_id.did, url, tmp))
             children.append(Child("sdk", str(ROOT), server_id.did, url, tmp))
             if args.before:
                 children.append(Child("before", args.before, server_id.did, url, tmp))
@@ -139,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                     cpu[kind].append(us)
                     rate[kind].append(args.n / wall)
                     ratio[kind].append(us / got["floor"][0])
-            steps = {c.kind: c.ask("steps") for c in children if c.kind != "floor"}
+            steps = {c.kind: c.ask("steps") for c in children if not c.kind.startswith("floor")}
         finally:
             for c in children:
                 try:
@@ -149,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             server.terminate()
             server.wait(10)
     report: dict[str, Any] = {"rounds": args.rounds, "intents_per_round": args.n, "clients": {}}
-    head = f"{'client':<8} {'CPU µs/intent':>14} {'intents/s':>10} {'× floor':>8}"
+    head = f"{'client':<13} {'CPU µs/intent':>14} {'intents/s':>10} {'× floor':>8}"
     print(f"{head}   (medians of {args.rounds} rounds)")
     for kind, rounds in cpu.items():
         us, per_s, x = (statistics.median(v[kind]) for v in (cpu, rate, ratio))
@@ -159,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             "over_floor": round(x, 3),
             "cpu_us_rounds": [round(v, 1) for v in rounds],
         }
-        print(f"{kind:<8} {us:>14.1f} {per_s:>10.0f} {x:>8.2f}")
+        print(f"{kind:<13} {us:>14.1f} {per_s:>10.0f} {x:>8.2f}")
     for kind, table in steps.items():
         report["clients"][kind]["steps_us"] = table
         print(f"\nwhere the {kind} client's CPU µs go (steps in order, median of 5 rounds of 300):")
@@ -194,6 +201,15 @@ def child(kind: str, server_did: str, url: str, key_dir: str) -> int:
     return 0
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """The event loop of a client: asyncio's own, or uvloop's with ``--uvloop``."""
+    if os.environ.get("BENCH_CLIENT_UVLOOP") == "1":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 def _b64u(data: bytes) -> bytes:
     return base64.urlsafe_b64encode(data).rstrip(b"=")
 
@@ -214,7 +230,7 @@ class FloorClient:
         from a2a_secure.identity.keys import Identity
 
         me = Identity.generate("bench-floor")
-        self.loop = asyncio.new_event_loop()
+        self.loop = _new_loop()
 
         async def open_session() -> Any:
             client = A2AClient(me, exactly_once=False, sealed=False)
@@ -257,6 +273,12 @@ class FloorClient:
         return body
 
     def one(self, i: int) -> None:
+        body, token, intent = self.build(i)
+        self.sock.sendall(body)
+        self.check(self._recv_reply(), token, intent)
+
+    def build(self, i: int) -> tuple[bytes, bytes, dict[str, Any]]:
+        """The request for intent ``i``, whole (head and body), its token and its intent."""
         self.sequence += 1
         self.rid += 1
         intent = {"goal": "echo", "inputs": {"n": i}}
@@ -277,8 +299,11 @@ class FloorClient:
             "request_jws": token.decode(),
         }
         body = orjson.dumps({"jsonrpc": "2.0", "method": "intent", "params": params, "id": self.rid})
-        self.sock.sendall(b"%sContent-Length: %d\r\n\r\n%s" % (self.http_head.encode(), len(body), body))
-        reply = orjson.loads(self._recv_reply())
+        return b"%sContent-Length: %d\r\n\r\n%s" % (self.http_head.encode(), len(body), body), token, intent
+
+    def check(self, raw: bytes, token: bytes, intent: dict[str, Any]) -> None:
+        """The checks of the answer ``raw`` to the request whose token is ``token``."""
+        reply = orjson.loads(raw)
         if reply.get("jsonrpc") != "2.0" or reply.get("id") != self.rid:
             raise SystemExit("floor: not this request's reply")
         result = reply["result"]
@@ -313,6 +338,38 @@ class FloorClient:
         self.sock.close()
 
 
+class AsyncioFloorClient(FloorClient):
+    """The floor with asyncio streams instead of a blocking socket: what asyncio itself costs."""
+
+    def __init__(self, server_did: str, url: str, ident_path: Path) -> None:
+        super().__init__(server_did, url, ident_path)
+        self.sock.close()
+        host, port = url.removeprefix("http://").split(":")
+        self.reader, self.writer = self.loop.run_until_complete(asyncio.open_connection(host, int(port)))
+        self.writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    async def _loop(self, n: int) -> None:
+        for i in range(n):
+            body, token, intent = self.build(i)
+            self.writer.write(body)
+            head = await self.reader.readuntil(b"\r\n\r\n")
+            lines = head.split(b"\r\n")
+            if not lines[0].startswith(b"HTTP/1.1 200"):
+                raise SystemExit(f"asyncio floor: {lines[0]!r}")
+            length = next(
+                int(v) for k, _, v in (h.partition(b":") for h in lines[1:]) if k.lower() == b"content-length"
+            )
+            self.check(await self.reader.readexactly(length), token, intent)
+
+    def run(self, n: int) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.loop.run_until_complete(self._loop(n))
+        return (time.process_time() - cpu) / n * 1e6, time.perf_counter() - wall
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 class SDKClient:
     """``A2AClient.request`` of the tree on ``PYTHONPATH``, its defaults."""
 
@@ -320,7 +377,7 @@ class SDKClient:
         from a2a_secure.client.http import A2AClient
         from a2a_secure.identity.keys import Identity
 
-        self.loop = asyncio.new_event_loop()
+        self.loop = _new_loop()
         self.did = server_did
         self.url = url
         self.client = A2AClient(Identity.generate("bench-sdk"))
