@@ -1,8 +1,13 @@
 """The embedded in-memory store: one process, no I/O, every method atomic.
 
 Atomicity comes from the event loop: no method awaits before it has finished its
-check-and-update. Expired entries are dropped lazily, and when a bound is reached only
-expired entries are swept; an entry still inside its window is never evicted.
+check-and-update. Expired entries are dropped lazily, and an entry still inside its window
+is never evicted. Every bound answers in constant time however full it is: each kind of
+entry has an expiry index (a heap, earliest expiry on top) from which the entries that
+have expired are popped before a bound is checked, amortised O(log n) per entry over its
+life, and the counts a bound compares are kept as they change, never summed. A heap entry
+whose record has gone meanwhile (closed, decided, made again) is skipped when popped, and
+a heap that holds more such leftovers than live entries is rebuilt (amortised O(1)).
 
 The sections follow the families of keys of the Redis store, one module each there:
 pending handshakes (``redis_handshakes.py``), sessions with their sequences, stored answers
@@ -16,6 +21,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from a2a_secure.identity import encoding
 from a2a_secure.store.actions import ActionState, Decision, DecisionKind, PendingAction
@@ -33,6 +39,24 @@ from a2a_secure.store.revocation import DID_FIELD, Revocation
 __all__ = ["MemoryStore"]
 
 _RATES_SWEEP_MIN = 1024
+# A heap is rebuilt from its live entries when it holds more than twice as many plus this.
+_HEAP_SLACK = 1024
+
+
+_K = TypeVar("_K")
+
+
+def _pop_expired(heap: list[tuple[int, _K]], now: float) -> list[tuple[int, _K]]:
+    """The entries of ``heap`` whose expiry is ``<= now``, popped (earliest first)."""
+    out: list[tuple[int, _K]] = []
+    while heap and heap[0][0] <= now:
+        out.append(heapq.heappop(heap))
+    return out
+
+
+def _compact(heap: list[tuple[int, Any]], live: int) -> bool:
+    """Whether ``heap`` holds so many leftovers beside ``live`` entries that it is rebuilt."""
+    return len(heap) > 2 * live + _HEAP_SLACK
 
 
 @dataclass(slots=True)
@@ -63,7 +87,9 @@ class MemoryStore:
         # (agent, nonce_b) -> handshake: another agent never finds it.
         self._pending: dict[tuple[str, str], PendingHandshake] = {}
         self._pending_by_source: dict[str, int] = {}
+        self._pending_by_expiry: list[tuple[int, tuple[str, str]]] = []
         self._sessions: dict[str, SessionRecord] = {}
+        self._sessions_by_expiry: list[tuple[int, str]] = []
         self._seq: dict[str, _SeqState] = {}
         # (agent, client DID, period) -> (window start, count): a fixed window per DID at
         # each agent.
@@ -74,6 +100,11 @@ class MemoryStore:
         # Actions waiting for approval (store/actions.py), and the pending ones per caller.
         self._actions: dict[str, PendingAction] = {}
         self._actions_pending: dict[str, set[str]] = {}
+        self._actions_pending_total = 0
+        # (expires_at, id): when a pending action stops counting; (keep_until, id): when the
+        # record is forgotten.
+        self._actions_by_expiry: list[tuple[int, str]] = []
+        self._actions_by_keep: list[tuple[int, str]] = []
         # Intent ids (store/intents.py): (agent, client DID, intent_id) -> claim, per (agent,
         # DID) its ids with their expiry (the per-DID bound), and every claim by expiry (the
         # total bound: the earliest expiry is at the top, so expired claims leave in order).
@@ -95,27 +126,28 @@ class MemoryStore:
                 self._pending_by_source.pop(p.source, None)
 
     def _sweep_pending(self, now: float) -> None:
-        for key in [k for k, p in self._pending.items() if p.expires_at <= now]:
-            self._drop_pending(key)
+        for expires_at, key in _pop_expired(self._pending_by_expiry, now):
+            p = self._pending.get(key)
+            if p is not None and p.expires_at == expires_at:
+                self._drop_pending(key)
+        if _compact(self._pending_by_expiry, len(self._pending)):
+            self._pending_by_expiry = [(p.expires_at, k) for k, p in self._pending.items()]
+            heapq.heapify(self._pending_by_expiry)
 
     async def add_pending(
         self, pending: PendingHandshake, *, max_per_source: int, max_total: int, now: float
     ) -> bool:
         """See :meth:`Store.add_pending`."""
+        self._sweep_pending(now)
         full = (
             len(self._pending) >= max_total
             or self._pending_by_source.get(pending.source, 0) >= max_per_source
         )
-        if full:
-            self._sweep_pending(now)
-            full = (
-                len(self._pending) >= max_total
-                or self._pending_by_source.get(pending.source, 0) >= max_per_source
-            )
         key = (pending.server_did, pending.nonce_b)
         if full or key in self._pending:
             return False
         self._pending[key] = pending
+        heapq.heappush(self._pending_by_expiry, (pending.expires_at, key))
         self._pending_by_source[pending.source] = self._pending_by_source.get(pending.source, 0) + 1
         return True
 
@@ -144,15 +176,25 @@ class MemoryStore:
         p = await self.get_pending(nonce_b, now, agent=agent)
         if p is None or p.proven_kid is None:
             return OpenResult.HANDSHAKE_GONE
+        self._expire_sessions(now)
         if len(self._sessions) >= max_sessions:
-            for sid in [s for s, rec in self._sessions.items() if rec.expired(now)]:
-                self._forget(sid)
-            if len(self._sessions) >= max_sessions:
-                return OpenResult.FULL
+            return OpenResult.FULL
         self._drop_pending((agent, nonce_b))
         self._sessions[session.session_id] = session
         self._seq[session.session_id] = _SeqState()
+        heapq.heappush(self._sessions_by_expiry, (session.expires_at, session.session_id))
         return OpenResult.OPENED
+
+    def _expire_sessions(self, now: float) -> None:
+        # The sessions whose expiry has come, from the top of the index; a closed session's
+        # entry finds nothing (or another record, by a reused id: never, ids are random).
+        for expires_at, sid in _pop_expired(self._sessions_by_expiry, now):
+            rec = self._sessions.get(sid)
+            if rec is not None and rec.expires_at == expires_at:
+                self._forget(sid)
+        if _compact(self._sessions_by_expiry, len(self._sessions)):
+            self._sessions_by_expiry = [(r.expires_at, sid) for sid, r in self._sessions.items()]
+            heapq.heapify(self._sessions_by_expiry)
 
     # -- sessions -------------------------------------------------------------------------
     def _forget(self, session_id: str) -> None:
@@ -332,7 +374,10 @@ class MemoryStore:
         ids = self._claims_by_did.get(key[:2], {})
         refused: Claim | None = None
         if len(ids) >= claim.max_per_did:
-            refused = Claim(ClaimKind.FULL, retry_after=max(1, math.ceil(min(ids.values()) - now)))
+            # The DID's oldest claim (ids keep claim order; the retention is the server's, so
+            # the oldest expires first): read in O(1), however many it holds.
+            first_own = next(iter(ids.values()))
+            refused = Claim(ClaimKind.FULL, retry_after=max(1, math.ceil(first_own - now)))
         elif claim.max_total is not None and len(self._claims) >= claim.max_total:
             first = self._claims_by_expiry[0][0] if self._claims_by_expiry else now + 1
             refused = Claim(ClaimKind.TOTAL_FULL, retry_after=max(1, math.ceil(first - now)))
@@ -401,31 +446,41 @@ class MemoryStore:
     # -- actions waiting for approval (store/actions.py) ------------------------------------
     def _unpend(self, action: PendingAction) -> None:
         ids = self._actions_pending.get(action.caller_did)
-        if ids is not None:
+        if ids is not None and action.action_id in ids:
             ids.discard(action.action_id)
+            self._actions_pending_total -= 1
             if not ids:
                 del self._actions_pending[action.caller_did]
 
     def _sweep_actions(self, now: float) -> None:
-        for action_id, action in list(self._actions.items()):
-            if action.keep_until <= now:
+        # A pending action stops counting at its expiry, and is forgotten at keep_until.
+        for expires_at, action_id in _pop_expired(self._actions_by_expiry, now):
+            action = self._actions.get(action_id)
+            if action is not None and action.expires_at == expires_at:
+                self._unpend(action)
+        for keep_until, action_id in _pop_expired(self._actions_by_keep, now):
+            action = self._actions.get(action_id)
+            if action is not None and action.keep_until == keep_until:
                 del self._actions[action_id]
                 self._unpend(action)
-            elif action.state_at(now) is ActionState.EXPIRED:
-                self._unpend(action)
+        if _compact(self._actions_by_keep, len(self._actions)):
+            self._actions_by_keep = [(a.keep_until, i) for i, a in self._actions.items()]
+            heapq.heapify(self._actions_by_keep)
+        if _compact(self._actions_by_expiry, self._actions_pending_total):
+            self._actions_by_expiry = [
+                (self._actions[i].expires_at, i) for ids in self._actions_pending.values() for i in ids
+            ]
+            heapq.heapify(self._actions_by_expiry)
 
     def _pending_counts(self, caller_did: str) -> tuple[int, int]:
-        mine = len(self._actions_pending.get(caller_did, ()))
-        return mine, sum(len(ids) for ids in self._actions_pending.values())
+        return len(self._actions_pending.get(caller_did, ())), self._actions_pending_total
 
     async def add_action(
         self, action: PendingAction, *, max_per_caller: int, max_total: int, now: float
     ) -> bool:
         """See :meth:`ActionStore.add_action`."""
+        self._sweep_actions(now)
         mine, total = self._pending_counts(action.caller_did)
-        if mine >= max_per_caller or total >= max_total or len(self._actions) >= 4 * max_total:
-            self._sweep_actions(now)
-            mine, total = self._pending_counts(action.caller_did)
         # Decided records are kept a while for clear answers, but never past 4x the bound.
         if mine >= max_per_caller or total >= max_total or len(self._actions) >= 4 * max_total:
             return False
@@ -433,6 +488,9 @@ class MemoryStore:
             return False
         self._actions[action.action_id] = action
         self._actions_pending.setdefault(action.caller_did, set()).add(action.action_id)
+        self._actions_pending_total += 1
+        heapq.heappush(self._actions_by_expiry, (action.expires_at, action.action_id))
+        heapq.heappush(self._actions_by_keep, (action.keep_until, action.action_id))
         return True
 
     async def get_action(self, action_id: str, now: float) -> PendingAction | None:
