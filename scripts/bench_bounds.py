@@ -459,9 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     fill = args.fill or (100_000 if args.store == "memory" else 20_000)
     med = asyncio.run(run(args.store, fill, args.rounds, args.ops))
-    print(
-        f"{args.store} store, N = {fill}; server µs per operation, median of {args.rounds * args.ops} interleaved"
-    )
+    many = args.rounds * args.ops
+    print(f"{args.store} store, N = {fill}; server µs per operation, median of {many} interleaved")
     for name, us in med.items():
         print(f"  {name:48s} {us:9.1f} µs")
     print("ratios (bound)")
