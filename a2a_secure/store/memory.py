@@ -97,6 +97,7 @@ class MemoryStore:
         self._rates_sweep_at = _RATES_SWEEP_MIN
         # Client DID -> {key id or "*": entry}: the deny list (a2a_secure.store.revocation).
         self._revoked: dict[str, dict[str, Revocation]] = {}
+        self._revoked_epoch = 0  # moves at every change of the deny list
         # Actions waiting for approval (store/actions.py), and the pending ones per caller.
         self._actions: dict[str, PendingAction] = {}
         self._actions_pending: dict[str, set[str]] = {}
@@ -417,6 +418,7 @@ class MemoryStore:
         if entry.field in entries:
             return False
         entries[entry.field] = entry
+        self._revoked_epoch += 1
         return True
 
     async def remove_revocation(self, target: str) -> bool:
@@ -425,9 +427,18 @@ class MemoryStore:
         entries = self._revoked.get(probe.did, {})
         if entries.pop(probe.field, None) is None:
             return False
+        self._revoked_epoch += 1
         if not entries:
             del self._revoked[probe.did]
         return True
+
+    async def revocation_epoch(self) -> int:
+        """See :meth:`RedisRevocations.revocation_epoch`: it moves at every change of the list."""
+        return self._revoked_epoch
+
+    def revocation_epoch_now(self) -> int:
+        """:meth:`revocation_epoch` without a coroutine."""
+        return self._revoked_epoch
 
     async def list_revocations(self) -> list[Revocation]:
         """See :meth:`RevocationStore.list_revocations`."""

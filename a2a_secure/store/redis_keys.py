@@ -295,6 +295,9 @@ class RedisKeys:
     def _k_revocations(self) -> str:
         return f"{self.prefix}rva"
 
+    def _k_revocation_epoch(self) -> str:
+        return f"{self.prefix}rve"
+
     # The keys of actions waiting for approval: built here only, so a cluster layout can give
     # them hash tags of their own.
     # Creating or deciding an action touches the action, its caller's bound and the global

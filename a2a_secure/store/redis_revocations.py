@@ -8,6 +8,11 @@ Keys (``P`` the prefix; names built in :class:`~a2a_secure.store.redis_keys.Redi
   ``remove_revocation``); read by every begin (:data:`_REVOCATION_GUARD`, in the same
   script on one Redis; in the same round trip on a cluster).
 * ``P rva``: the index of every target, for ``--list`` only; it never decides a check.
+* ``P rve``: the deny list's epoch, a counter that every change of it increments (on one
+  Redis in the same script as the entry; on a cluster right after it, and again by a
+  rerun). A worker keeps a delegation chain it found clean with the epoch it read before
+  looking, and looks again only when the epoch has moved: one GET per later use of a chain,
+  however long (:meth:`RedisRevocations.revocation_epoch`).
 
 No TTL: an entry stays until the operator removes it. Both keys are the store's, for every
 agent of the prefix; an entry only refuses.
@@ -52,14 +57,19 @@ end
 
 # The revocation entries of one DID, in one key (its slot on a cluster). The index of all
 # targets (for --list) is another key, written after: it never decides a check.
-# KEYS: the DID's revocation hash.  ARGV: field, entry JSON
+# KEYS: the DID's revocation hash[, the epoch].  ARGV: field, entry JSON.  The epoch moves even
+# when the entry was there already: a rerun after a failure half-way moves it then.
 _ADD_REVOCATION = """
-return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+local added = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+if KEYS[2] then redis.call('INCR', KEYS[2]) end
+return added
 """
 
-# KEYS: the DID's revocation hash.  ARGV: field
+# KEYS: the DID's revocation hash[, the epoch].  ARGV: field
 _REMOVE_REVOCATION = """
-return redis.call('HDEL', KEYS[1], ARGV[1])
+local removed = redis.call('HDEL', KEYS[1], ARGV[1])
+if KEYS[2] then redis.call('INCR', KEYS[2]) end
+return removed
 """
 
 # On a cluster the session and the DID's entries are in two slots: the fields of the DID's
@@ -76,16 +86,36 @@ class RedisRevocations(RedisKeys):
     async def add_revocation(self, entry: Revocation) -> bool:
         """See :meth:`RevocationStore.add_revocation` (the entry, then the listing index)."""
         data = encoding.dumps(entry.to_dict())
-        added = await self._script(self._add_revocation, [self._k_revoked(entry.did)], [entry.field, data])
+        keys = self._revocation_keys(entry.did)
+        added = await self._script(self._add_revocation, keys, [entry.field, data])
+        await self._move_epoch()
         if added:
             async with self._outage():  # the entry is in force; only --list would miss it
                 await self._r.sadd(self._k_revocations(), entry.target)
         return bool(added)
 
+    def _revocation_keys(self, did: str) -> list[str]:
+        # On one Redis the epoch moves in the entry's script; a cluster moves it right after.
+        return [self._k_revoked(did)] if self._spread else [self._k_revoked(did), self._k_revocation_epoch()]
+
+    async def _move_epoch(self) -> None:
+        # After the entry, never before: a worker that read the old epoch and then missed the
+        # entry sees the epoch move. Should this fail (503), a rerun of the change moves it.
+        if self._spread:
+            async with self._outage():
+                await self._r.incr(self._k_revocation_epoch())
+
+    async def revocation_epoch(self) -> bytes:
+        """The deny list's epoch: it changes whenever an entry is added or removed (one GET)."""
+        async with self._outage():
+            value = await self._r.get(self._k_revocation_epoch())
+        return value or b"0"
+
     async def remove_revocation(self, target: str) -> bool:
         """See :meth:`RevocationStore.remove_revocation` (the entry, then the listing index)."""
         probe = Revocation(target)
-        removed = await self._script(self._remove_revocation, [self._k_revoked(probe.did)], [probe.field])
+        removed = await self._script(self._remove_revocation, self._revocation_keys(probe.did), [probe.field])
+        await self._move_epoch()
         async with self._outage():
             await self._r.srem(self._k_revocations(), target)
         return bool(removed)

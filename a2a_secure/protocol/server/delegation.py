@@ -4,8 +4,15 @@ The rules are :mod:`a2a_secure.delegation`'s; this room feeds them what takes I/
 each issuer's key, resolved from its DID with the server's resolver (never taken from the
 token), and the deny list (the store's, shared by every worker, and the server's other
 lists), read at every use. A chain verified once is kept per session by its hash (bounded),
-so later intents carry the hash alone; its time, audience, targets and revocations are
-still checked at each use.
+so later intents carry the hash alone; its time and revocations are still checked at each
+use, and its goal and priority against each intent.
+
+A later use costs the same for any chain length: the chain is kept with what its first use
+on the session found (audience and targets passed, its window as one interval) and with the
+epoch of each deny list (:mod:`a2a_secure.store.revocation`) read before it was last found
+clean. Each use reads the epochs again (one look-up per list: on Redis one GET, in process
+none) and looks every link up again only when one has moved, so a revocation written by any
+worker ends the chain at its next use. A list that keeps no epoch is looked up in full.
 
 :meth:`DelegationGuard.verdict` runs before §6.1 step 7 and never raises: its refusal is
 given at step 9 (-32042, signed, the sequence used up) like any refusal of the policy, and an
@@ -23,6 +30,7 @@ from typing import Any, Final
 from a2a_secure.delegation import (
     CHAIN_UNKNOWN,
     DELEGATION,
+    NBF_SKEW,
     REVOCATION_PREFIX,
     Chain,
     DelegationRefused,
@@ -58,6 +66,35 @@ class Verdict:
 NO_DELEGATION: Final = Verdict()
 
 
+class _Kept:
+    """A chain verified on one session, with what later uses need not work out again."""
+
+    __slots__ = ("chain", "epochs", "expires", "not_before", "scoped", "verdict")
+
+    def __init__(self, chain: Chain) -> None:
+        self.chain = chain
+        self.verdict = Verdict(chain=chain)
+        # Every link's window at once: usable from the latest nbf (less the skew) to the
+        # earliest exp.
+        self.not_before = max(link.nbf for link in chain.links) - NBF_SKEW
+        self.expires = min(link.exp for link in chain.links)
+        # Whether a use on this session passed the checks that do not change with the intent
+        # or the time: the audience is the session's client, this agent is among the targets.
+        self.scoped = False
+        # The deny lists' epochs read before the chain was last found clean (None: never).
+        self.epochs: tuple[object, ...] | None = None
+
+    def fits(self, now: float, goal: str, priority: int) -> bool:
+        """Whether a use now for ``goal`` at ``priority`` passes every check of ``check_use``."""
+        leaf = self.chain.leaf
+        return (
+            self.scoped
+            and self.not_before <= now < self.expires
+            and leaf.allows_goal(goal)
+            and priority <= leaf.max_priority
+        )
+
+
 def claim_form(intent_obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """``intent_obj`` with its chain named by hash, the form an ``intent_id`` claim hashes.
 
@@ -91,7 +128,7 @@ class DelegationGuard:
         ``asyncio.gather``); by default they are awaited one after the other."""
         self._config = config
         self._gather = gather or _one_by_one
-        self._verified: OrderedDict[tuple[str, str], Chain] = OrderedDict()
+        self._verified: OrderedDict[tuple[str, str], _Kept] = OrderedDict()
         self._per_session: dict[str, list[str]] = {}  # session id -> its hashes, oldest first
         # (the store and lists it was worked out for, the deny lists, all in this process)
         self._lists: tuple[tuple[object, object], tuple[Any, ...], bool] | None = None
@@ -107,31 +144,34 @@ class DelegationGuard:
         if intent.delegation is None and (rules is None or not rules.required_principals):
             return NO_DELEGATION
         try:
-            chain = None if intent.delegation is None else await self._chain(session, intent.delegation)
-            if chain is not None:
+            kept = None if intent.delegation is None else await self._chain(session, intent.delegation)
+            chain = None if kept is None else kept.chain
+            if kept is not None:
                 priority = intent.priority or DEFAULT_PRIORITY
-                chain.check_use(
-                    now=now,
-                    client_did=session.client_did,
-                    server_did=session.server_did,
-                    goal=intent.goal,
-                    priority=priority,
-                )
-                await self._check_revoked(chain)
+                if not kept.fits(now, intent.goal, priority):
+                    kept.chain.check_use(
+                        now=now,
+                        client_did=session.client_did,
+                        server_did=session.server_did,
+                        goal=intent.goal,
+                        priority=priority,
+                    )
+                    kept.scoped = True  # what does not change on this session has passed
+                await self._check_revoked(kept)
             if rules is not None:
                 refused = rules.refusal(intent.goal, chain)
                 if refused is not None:
                     raise refused
         except A2AError as exc:
             return Verdict(refusal=exc)
-        return Verdict(chain=chain)
+        return NO_DELEGATION if kept is None else kept.verdict
 
     def forget(self, session_id: str) -> None:
         """Drop the chains kept for a session that ended."""
         for ref in self._per_session.pop(session_id, ()):
             self._verified.pop((session_id, ref), None)
 
-    async def _chain(self, session: SessionRecord, value: tuple[str, ...] | str) -> Chain:
+    async def _chain(self, session: SessionRecord, value: tuple[str, ...] | str) -> _Kept:
         ref = reference_of(value)
         hit = self._verified.get((session.session_id, ref))
         if hit is not None:
@@ -143,8 +183,7 @@ class DelegationGuard:
         chain = parse_chain(value)
         keys = await self._resolve_keys(chain)
         verify_signatures(chain, keys.__getitem__)
-        self._keep(session.session_id, chain)
-        return chain
+        return self._keep(session.session_id, chain)
 
     async def _resolve_keys(self, chain: Chain) -> dict[Link, bytes]:
         resolver = self._config.resolver
@@ -167,12 +206,12 @@ class DelegationGuard:
             keys[link] = key
         return keys
 
-    def _keep(self, session_id: str, chain: Chain) -> None:
+    def _keep(self, session_id: str, chain: Chain) -> _Kept:
         rules = self._config.delegation
         limit = rules.max_cached_chains if rules is not None else 1
         mine = self._per_session.setdefault(session_id, [])
         mine.append(chain.hash)
-        self._verified[(session_id, chain.hash)] = chain
+        kept = self._verified[(session_id, chain.hash)] = _Kept(chain)
         while len(mine) > limit:
             self._verified.pop((session_id, mine.pop(0)), None)
         while len(self._verified) > MAX_CACHED_CHAINS:
@@ -183,6 +222,7 @@ class DelegationGuard:
                     hashes.remove(old_ref)
                 if not hashes:
                     del self._per_session[old_session]
+        return kept
 
     def _deny_lists(self) -> tuple[tuple[Any, ...], bool]:
         """The deny lists to read, and whether all of them are in this process.
@@ -212,21 +252,41 @@ class DelegationGuard:
         self._lists = (key, tuple(lists), local)
         return self._lists[1], local
 
-    async def _check_revoked(self, chain: Chain) -> None:
-        """Every link against every deny list: a revoked link ends everything below it."""
+    async def _epochs(self, lists: tuple[Any, ...], local: bool) -> tuple[object, ...] | None:
+        """Every list's epoch (one look-up each), or None when one of them keeps none."""
+        if local:
+            epochs = [lst.epoch_now() for lst in lists]
+        elif all(hasattr(lst, "epoch") for lst in lists):
+            epochs = list(await self._gather(*(lst.epoch() for lst in lists)))
+        else:  # a list of the application's own, without an epoch: read in full
+            return None
+        return None if any(e is None for e in epochs) else tuple(epochs)
+
+    async def _check_revoked(self, kept: _Kept) -> None:
+        """Every link against every deny list: a revoked link ends everything below it.
+
+        Skipped when no list has changed since the chain was last found clean (the epochs).
+        """
         lists, local = self._deny_lists()
         if not lists:
             return
-        probes: list[tuple[str, tuple[str, ...]]] = [(link.issuer, (link.kid,)) for link in chain.links]
-        probes += [(REVOCATION_PREFIX + link.jti, ()) for link in chain.links]
-        lookups = [lst.lookup(did, kids) for lst in lists for did, kids in probes]
+        chain = kept.chain
         try:
+            # Read before looking: a change made after this read moves the epoch again.
+            epochs = await self._epochs(lists, local)
+            if epochs is not None and epochs == kept.epochs:
+                return
+            probes: list[tuple[str, tuple[str, ...]]] = [(link.issuer, (link.kid,)) for link in chain.links]
+            probes += [(REVOCATION_PREFIX + link.jti, ()) for link in chain.links]
+            lookups = [lst.lookup(did, kids) for lst in lists for did, kids in probes]
             # In-process lists answer at once; a shared store's look-ups go out together.
             found = [await one for one in lookups] if local else await self._gather(*lookups)
         except RuntimeError:  # a deny list that cannot be read: fail closed
             raise InternalError("the revocation list cannot be read") from None
         hit: Revocation | None = next((h for h in found if h is not None), None)
         if hit is not None:
+            kept.epochs = None
             if hit.target.startswith(REVOCATION_PREFIX):
                 raise DelegationRefused(f"delegation refused: token id revoked: {hit.target[:100]}")
             raise DelegationRefused(f"delegation refused: {revoked_message(hit)}"[:400])
+        kept.epochs = epochs
