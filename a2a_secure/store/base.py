@@ -19,6 +19,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.policy import Policy
 
 __all__ = [
+    "Added",
     "Begin",
     "BeginKind",
     "OpenResult",
@@ -233,6 +234,22 @@ class Begin:
     retry_after: int = 0
 
 
+class Added(enum.Enum):
+    """The outcome of adding an entry under a bound (``add_pending``, ``add_action``).
+
+    True only for ADDED, so that ``if not added`` reads as before; a refusal says whether the
+    caller's own quota (per source address or per caller DID) or the total bound was full.
+    """
+
+    ADDED = "added"
+    OWN_FULL = "own_full"
+    TOTAL_FULL = "total_full"
+    TAKEN = "taken"  # the id exists already (a random id: in practice never)
+
+    def __bool__(self) -> bool:
+        return self is Added.ADDED
+
+
 class OpenResult(enum.Enum):
     """The outcome of :meth:`Store.open_session`."""
 
@@ -254,9 +271,9 @@ class Store(Protocol):
 
     async def add_pending(
         self, pending: PendingHandshake, *, max_per_source: int, max_total: int, now: float
-    ) -> bool:
-        """Store a new pending handshake of the agent ``pending.server_did``; False (nothing
-        stored) when a bound is reached.
+    ) -> Added:
+        """Store a new pending handshake of the agent ``pending.server_did``; a false
+        :class:`Added` (nothing stored) when a bound is reached, saying which.
 
         Entries still inside their 60 s window are never evicted to make room.
         """

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from a2a_secure.identity import encoding
 from a2a_secure.store.actions import ActionState, Decision, DecisionKind, PendingAction
 from a2a_secure.store.base import (
+    Added,
     Begin,
     BeginKind,
     OpenResult,
@@ -137,20 +138,20 @@ class MemoryStore:
 
     async def add_pending(
         self, pending: PendingHandshake, *, max_per_source: int, max_total: int, now: float
-    ) -> bool:
+    ) -> Added:
         """See :meth:`Store.add_pending`."""
         self._sweep_pending(now)
-        full = (
-            len(self._pending) >= max_total
-            or self._pending_by_source.get(pending.source, 0) >= max_per_source
-        )
+        if self._pending_by_source.get(pending.source, 0) >= max_per_source:
+            return Added.OWN_FULL
+        if len(self._pending) >= max_total:
+            return Added.TOTAL_FULL
         key = (pending.server_did, pending.nonce_b)
-        if full or key in self._pending:
-            return False
+        if key in self._pending:
+            return Added.TAKEN
         self._pending[key] = pending
         heapq.heappush(self._pending_by_expiry, (pending.expires_at, key))
         self._pending_by_source[pending.source] = self._pending_by_source.get(pending.source, 0) + 1
-        return True
+        return Added.ADDED
 
     async def get_pending(self, nonce_b: str, now: float, *, agent: str = "") -> PendingHandshake | None:
         """See :meth:`Store.get_pending`."""
@@ -488,21 +489,23 @@ class MemoryStore:
 
     async def add_action(
         self, action: PendingAction, *, max_per_caller: int, max_total: int, now: float
-    ) -> bool:
+    ) -> Added:
         """See :meth:`ActionStore.add_action`."""
         self._sweep_actions(now)
         mine, total = self._pending_counts(action.caller_did)
+        if mine >= max_per_caller:
+            return Added.OWN_FULL
         # Decided records are kept a while for clear answers, but never past 4x the bound.
-        if mine >= max_per_caller or total >= max_total or len(self._actions) >= 4 * max_total:
-            return False
+        if total >= max_total or len(self._actions) >= 4 * max_total:
+            return Added.TOTAL_FULL
         if action.action_id in self._actions:
-            return False
+            return Added.TAKEN
         self._actions[action.action_id] = action
         self._actions_pending.setdefault(action.caller_did, set()).add(action.action_id)
         self._actions_pending_total += 1
         heapq.heappush(self._actions_by_expiry, (action.expires_at, action.action_id))
         heapq.heappush(self._actions_by_keep, (action.keep_until, action.action_id))
-        return True
+        return Added.ADDED
 
     async def get_action(self, action_id: str, now: float) -> PendingAction | None:
         """See :meth:`ActionStore.get_action`."""
