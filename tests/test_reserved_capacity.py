@@ -20,6 +20,8 @@ from approval_helpers import PERSON, start_desk
 from attack_helpers import Wire, WireFlow
 from redis_helpers import redis_url  # noqa: F401  (fixture)
 
+from a2a_secure.client.http import A2AClient, RetryPolicy
+from a2a_secure.errors import Unavailable
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.approval import ApprovalSettings
 from a2a_secure.protocol.client import ClientSession
@@ -116,8 +118,12 @@ async def test_a_flood_of_strangers_leaves_the_named_callers_their_share(desk: W
     # So does an approver the agent names, and it approves the named caller's action.
     approver = await w.open_session(PERSON)
     assert (await w.intent(approver, "echo")).result == {"echo": {}}
-    # A stranger is still refused.
+    # A stranger is still refused; the client's error names the pool.
     full(await w.rpc("hello", w.handshake(stranger(10)).hello()), "shared")
+    async with A2AClient(stranger(11), retry=RetryPolicy(attempts=1)) as client:
+        with pytest.raises(Unavailable) as refused:
+            await client.handshake(w.did, endpoint=w.url)
+    assert refused.value.pool == "shared" and refused.value.retry_after >= 1
 
 
 def test_the_policy_file_names_reserved_callers(tmp_path: Any) -> None:
