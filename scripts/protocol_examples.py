@@ -469,7 +469,41 @@ async def generate() -> dict[str, Example]:
         raise SystemExit(f"the priority example did not run at priority 2: {runs}")
     await _sealed_examples(run)
     await _delegation_examples(run)
+    await _capacity_examples(run)
     return run.examples
+
+
+async def _capacity_examples(run: _Run) -> None:
+    """A 503 for a full bound names the pool that is full: a stranger's HELLO finds the share of
+    pending handshakes strangers may hold (half of 2, the other half kept for the person)."""
+    clock = FakeClock(float(AT["hello"]))
+    identity = server_identity()
+    limits = ServerLimits(
+        max_pending_total=2, reserved_callers=frozenset({person_identity().did}), reserved_share=0.5
+    )
+    dispatcher = IntentDispatcher()
+    register_test_agent(dispatcher)
+    server = ServerProtocol(
+        identity,
+        POLICY,
+        store=MemoryStore(),
+        resolver=DIDResolver(clock=clock),
+        dispatcher=dispatcher,
+        manifest_hash=encoding.hash_of(server_card(identity, limits)),
+        clock=clock,
+        random_bytes=seeded_random(b"a2a-secure example full server random"),
+        monotonic=clock.monotonic,
+        limits=limits,
+    )
+    replies = []
+    for label in (b"a2a-secure example full 1", b"a2a-secure example full 2"):
+        hs = ClientHandshake(
+            client_identity(), resolve_did_key(identity.did), clock=clock, random_bytes=seeded_random(label)
+        )
+        replies.append(await _call(server, _request("hello", 1, hs.hello())))
+    if replies[0].error is not None or replies[1].http_status != 503:
+        raise SystemExit(f"the full-bound example did not fill the pool: {replies}")
+    run.add("full-bound-error", _answer(1, replies[1]), replies[1].http_status)
 
 
 async def _sealed_examples(run: _Run) -> None:
