@@ -187,27 +187,23 @@ async def fill_pending(store: Any, server_did: str, n: int, width: int) -> None:
     await _batches(n, one, width)
 
 
-async def fill_claims(store: Any, server_did: str, did: str, session_id: str, n: int, width: int) -> None:
+async def fill_claims(store: Any, server_did: str, did: str, carriers: list[str], n: int) -> None:
+    """``n`` claims of ``did``, made on the ``carriers`` sessions side by side (one each at a
+    time, so that each session's sequences arrive in order)."""
     now = int(time.time())
-    seq = iter(range(1, 10 * n + 10))
+    last = dict.fromkeys(carriers, 0)
 
     async def one(i: int) -> None:
         claim = ClaimRequest(f"fill-{i:08d}-{uuid.uuid4().hex}", "h" * 43, now + 30, now + 3600, BIG, None)
-        s = next(seq)
+        sid = carriers[i % len(carriers)]
+        last[sid] += 1
+        s = last[sid]
         _, got = await store.begin_intent(
-            session_id,
-            did,
-            s,
-            f"r{s}",
-            rate_limit=None,
-            rate_period=60,
-            now=now,
-            claim=claim,
-            agent=server_did,
+            sid, did, s, f"r{s}", rate_limit=None, rate_period=60, now=now, claim=claim, agent=server_did
         )
         assert got is not None
 
-    await _batches(n, one, 1 if isinstance(store, MemoryStore) else width)
+    await _batches(n, one, len(carriers))
 
 
 def _action(caller: str, now: int) -> PendingAction:
@@ -333,8 +329,8 @@ async def build(store_kind: str, fill: int) -> tuple[dict[str, Timer], Callable[
     ids_big, ids_big_id = _server(ids_store, max_intent_ids_per_did=BIG, max_intent_ids_total=BIG)
     i_big, _ = await _handshake(ids_big, client, ids_big_id.did)
     assert i_small is not None and i_big is not None
-    (carrier,) = await fill_sessions(ids_store, ids_big_id.did, 1, 1)  # the fill's own sequences
-    await fill_claims(ids_store, ids_big_id.did, client.did, carrier, fill, width)
+    carriers = await fill_sessions(ids_store, ids_big_id.did, width, width)  # the fill's own sequences
+    await fill_claims(ids_store, ids_big_id.did, client.did, carriers, fill)
     ids_total, ids_total_id = _server(ids_store, max_intent_ids_total=fill)
     other = Identity.generate("bench-other")
     i_total, _ = await _handshake(ids_total, other, ids_total_id.did)

@@ -137,3 +137,17 @@ def test_the_policy_file_names_reserved_callers(tmp_path: Any) -> None:
     path.write_text('{"reserved_share": 1}')
     with pytest.raises(ValueError, match="reserved_share"):
         load_scheduling(path)
+
+
+def test_a_strangers_share_is_split_in_shards_as_the_whole_bound() -> None:
+    # On a spread Redis Cluster a bound is split in shards by its size: a stranger's share
+    # must land in the same shards as a named caller's entries, holding less of each.
+    from a2a_secure.protocol.capacity import Reserved, limit_for
+    from a2a_secure.store import redis_cluster as rc
+
+    reserved = Reserved(frozenset({RESERVED.did}), {}, {}, 3, None)
+    share = limit_for(10_000, stranger(0).did, reserved, 0.1)
+    assert share == 9_000 and limit_for(10_000, RESERVED.did, reserved, 0.1) == 10_000
+    assert rc.shards_for(share) == rc.shards_for(10_000) == 10
+    assert sum(rc.shard_limit(share, 10, i) for i in range(10)) == 9_000
+    assert limit_for(10_000, stranger(0).did, Reserved(frozenset(), {}, {}, 3, None), 0.1) == 10_000

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Final, Literal
 
 from a2a_secure.errors import Unavailable
-from a2a_secure.store.base import Added
+from a2a_secure.store.base import Added, Share
 
 __all__ = ["DEFAULT_RESERVED_SHARE", "OWN", "SHARED", "Pool", "Reserved", "full", "limit_for", "pool_of"]
 
@@ -74,7 +74,7 @@ def limit_for(total: int, did: str, reserved: Reserved, share: float) -> int:
     """
     if did in reserved or not reserved:
         return total
-    return total - int(total * share)
+    return Share(total - int(total * share), total)
 
 
 def pool_of(refused: Added) -> Pool:

@@ -25,6 +25,7 @@ __all__ = [
     "OpenResult",
     "PendingHandshake",
     "SessionRecord",
+    "Share",
     "Store",
     "StoredReply",
     "SyncForms",
@@ -232,6 +233,19 @@ class Begin:
     last_sequence: int = 0
     reply: StoredReply | None = None
     retry_after: int = 0
+
+
+class Share(int):
+    """A caller's part of a shared bound (the number of entries it may see there), which
+    remembers the ``whole`` bound: a store that splits a bound into shards (a spread Redis
+    Cluster) splits it as for every caller, and holds this caller to its part of each."""
+
+    whole: int
+
+    def __new__(cls, value: int, whole: int) -> Share:
+        share = super().__new__(cls, value)
+        share.whole = whole
+        return share
 
 
 class Added(enum.Enum):
