@@ -10,11 +10,13 @@ on Redis, and written to a revocation file; and that the chain's window still cl
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import cluster_helpers
 import pytest
 import redis_helpers
 from redis_helpers import redis_url  # noqa: F401  (fixture)
@@ -93,16 +95,21 @@ class World:
 StoreMaker = Callable[[], Any]
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def stores(request: pytest.FixtureRequest) -> AsyncIterator[StoreMaker]:
     """Store objects on one shared state: the same MemoryStore, or RedisStores on one prefix
-    (each one as another worker would hold it)."""
+    of one Redis or of a local Redis Cluster (each one as another worker would hold it)."""
     made: list[Any] = []
     if request.param == "memory":
         shared = MemoryStore()
         yield lambda: shared
         return
-    url: str = request.getfixturevalue("redis_url")
+    if request.param == "cluster":
+        url: str = request.getfixturevalue("redis_cluster").url
+        delete = functools.partial(cluster_helpers.delete_prefix, url)
+    else:
+        url = request.getfixturevalue("redis_url")
+        delete = functools.partial(redis_helpers.delete_prefix, url)
     from a2a_secure.store.redis import RedisStore
 
     prefix = f"a2a-test:{uuid.uuid4().hex}:"
@@ -114,7 +121,7 @@ async def stores(request: pytest.FixtureRequest) -> AsyncIterator[StoreMaker]:
     yield make
     for store in made:
         await store.aclose()
-    redis_helpers.delete_prefix(url, prefix)
+    delete(prefix)
 
 
 async def test_later_uses_look_nothing_up_until_the_deny_list_changes(stores: StoreMaker) -> None:
