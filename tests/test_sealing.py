@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from a2a_secure.errors import AuthenticationFailed, InvalidParams, PolicyViolation
 from a2a_secure.identity import encoding
+from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol import sealing
 from a2a_secure.protocol.sealing import EphemeralKey, Part, SessionKeys, SessionSealer
 
@@ -293,12 +296,20 @@ def test_an_intent_id_on_a_sealed_session_brings_its_answer_key() -> None:
 
 
 def test_the_answer_key_is_stable_per_intent_and_secret_per_client() -> None:
-    seed, other = bytes(32), bytes([1]) * 32
-    k = sealing.derive_answer_key(seed, "did:key:zS", "i" * 22)
-    assert k == sealing.derive_answer_key(seed, "did:key:zS", "i" * 22) and len(k) == 32
+    seed = bytes(32)
+    mine, other = (
+        Identity.from_seed(seed, "a").derive_key,
+        Identity.from_seed(bytes([1]) * 32, "b").derive_key,
+    )
+    k = sealing.derive_answer_key(mine, "did:key:zS", "i" * 22)
+    assert k == sealing.derive_answer_key(mine, "did:key:zS", "i" * 22) and len(k) == 32
     assert k != sealing.derive_answer_key(other, "did:key:zS", "i" * 22)
-    assert k != sealing.derive_answer_key(seed, "did:key:zT", "i" * 22)
-    assert k != sealing.derive_answer_key(seed, "did:key:zS", "j" * 22)
+    assert k != sealing.derive_answer_key(mine, "did:key:zT", "i" * 22)
+    assert k != sealing.derive_answer_key(mine, "did:key:zS", "j" * 22)
+    # A key file's holder derives as before holders existed: HKDF-SHA256 of the seed, so a
+    # client that restarts on a new version still brings the answer key its first send did.
+    info = b"a2a-secure/sealed/v1 answer key|did:key:zS|" + b"i" * 22
+    assert k == HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(seed)
 
 
 def test_a_claim_hashes_the_inputs_under_the_answer_key() -> None:

@@ -495,9 +495,7 @@ class ClientSession:
             if intent_id is not None:
                 # §12.6: the answer key under which the server keeps this intent's answer,
                 # the same on every resend (derived from this agent's key and the id).
-                key = sealing.derive_answer_key(
-                    encoding.b64u_decode(self.identity.private_key_b64u()), self.server_did, intent_id
-                )
+                key = sealing.derive_answer_key(self.identity.derive_key, self.server_did, intent_id)
                 sealed_intent[sealing.ANSWER_KEY_MEMBER] = self.sealer.seal_answer_key(
                     sequence, intent["goal"], intent_id, key
                 )

@@ -437,14 +437,17 @@ _ANSWER_INFO: Final = LABEL + " answer key"
 _CLAIM_NONCE_SEQUENCE: Final = 1  # one claim, one answer: (part, index) alone keeps nonces unique
 
 
-def derive_answer_key(identity_seed: bytes, server_did: str, intent_id: str) -> bytes:
-    """The client's answer key for ``intent_id`` at ``server_did``: HKDF of its identity seed.
+def derive_answer_key(derive_key: Callable[[bytes], bytes], server_did: str, intent_id: str) -> bytes:
+    """The client's answer key for ``intent_id`` at ``server_did``, derived by its key's holder.
 
-    Derived rather than drawn so that a caller that restarts and resends its own intent_id
-    brings the same key (the server finds the first answer).
+    ``derive_key`` is the identity's (``Identity.derive_key``: HKDF of a key file's seed, an
+    HMAC inside a token). Derived rather than drawn so that a caller that restarts and resends
+    its own intent_id brings the same key (the server finds the first answer).
     """
-    info = f"{_ANSWER_INFO}|{server_did}|{intent_id}".encode()
-    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(identity_seed)
+    key = derive_key(f"{_ANSWER_INFO}|{server_did}|{intent_id}".encode())
+    if len(key) != KEY_BYTES:
+        raise ValueError("a derived key must be 32 bytes")
+    return key
 
 
 def claim_intent(intent: Mapping[str, Any], inputs: Any, answer_key: bytes) -> dict[str, Any]:
