@@ -165,6 +165,8 @@ class RedisKeys:
         _open_session: AsyncScript
         _get_session: AsyncScript
         _begin_request_guarded: AsyncScript
+        _begin_reading_epoch: AsyncScript
+        round_trips: int
         _finish_request: AsyncScript
         _close_session: AsyncScript
         _begin_intent: AsyncScript

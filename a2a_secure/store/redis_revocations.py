@@ -24,7 +24,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from a2a_secure.identity import encoding
-from a2a_secure.store.redis_keys import RedisKeys
+from a2a_secure.store.base import Begin
+from a2a_secure.store.redis_keys import RedisKeys, _NotReplicated
+from a2a_secure.store.redis_sessions import _BEGIN_REQUEST
 from a2a_secure.store.revocation import DID_FIELD, Revocation
 
 __all__ = ["RedisRevocations"]
@@ -54,6 +56,21 @@ if redis.call('EXISTS', rvk) == 1 then
   end
 end
 """
+
+# The guarded begin (the revocation guard, then _BEGIN_REQUEST) with the deny list's epoch
+# (redis_revocations.py) read in the same script: its reply, with the epoch put first.
+# KEYS: session hash, session zset, rate counter, the epoch, the client DID's revocation hash
+_BEGIN_READING_EPOCH = (
+    "local function guarded_begin()\n"
+    + _REVOCATION_GUARD
+    + _BEGIN_REQUEST
+    + """
+end
+local out = guarded_begin()
+table.insert(out, 1, redis.call('GET', KEYS[4]) or '0')
+return out
+"""
+)
 
 # The revocation entries of one DID, in one key (its slot on a cluster). The index of all
 # targets (for --list) is another key, written after: it never decides a check.
@@ -107,6 +124,7 @@ class RedisRevocations(RedisKeys):
 
     async def revocation_epoch(self) -> bytes:
         """The deny list's epoch: it changes whenever an entry is added or removed (one GET)."""
+        self.round_trips += 1
         async with self._outage():
             value = await self._r.get(self._k_revocation_epoch())
         return value or b"0"
@@ -140,6 +158,38 @@ class RedisRevocations(RedisKeys):
                 if value is not None:
                     out.append(Revocation.from_dict(encoding.loads(value)))
         return out
+
+    @property
+    def epoch_in_begin(self) -> bool:
+        """Whether :meth:`begin_request_reading_epoch` reads the epoch in the begin's own
+        script (one Redis, Sentinel); not on a spread cluster, where they are two slots."""
+        return not self._spread
+
+    async def begin_request_reading_epoch(
+        self,
+        session_id: str,
+        client_did: str,
+        sequence: int,
+        request_hash: str,
+        *,
+        rate_limit: int | None,
+        rate_period: int,
+        now: float,
+        agent: str = "",
+    ) -> tuple[Begin, bytes]:
+        """:meth:`begin_request`, and the deny list's epoch read in the same script: a kept
+        delegation chain is re-checked for revocation without a round trip of its own."""
+        if self._spread:
+            raise TypeError("a spread cluster reads the epoch on its own (epoch_in_begin)")
+        keys, args, start, t = self._begin_parts(
+            session_id, client_did, sequence, request_hash, rate_limit, rate_period, now, agent
+        )
+        keys = [*keys, self._k_revocation_epoch(), self._k_revoked(client_did)]
+        (out,), confirmed = await self._run([(self._begin_reading_epoch, keys, args)], wait=True)
+        try:
+            return self._begin_from(out[1:], session_id, start, rate_period, t, confirmed), out[0]
+        except _NotReplicated as exc:
+            raise await self._unavailable(exc) from None
 
     async def _revoked_fields(self, fields: Any, session_id: str, now: float) -> bool:
         """Whether the DID's entry ``fields`` (HKEYS) revoke the session ``session_id``."""

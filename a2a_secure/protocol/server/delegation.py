@@ -61,6 +61,9 @@ class Verdict:
 
     chain: Chain | None = None
     refusal: A2AError | None = None
+    # A kept chain whose revocation check waits for the deny list's epoch that the store
+    # reads with the sequence (:meth:`DelegationGuard.recheck`); None: checked already.
+    recheck: Any = None
 
 
 NO_DELEGATION: Final = Verdict()
@@ -138,11 +141,19 @@ class DelegationGuard:
         if self._config.delegation is None:
             raise InvalidParams(f"intent: unexpected member {DELEGATION!r}")
 
-    async def verdict(self, session: SessionRecord, intent: Intent, now: float) -> Verdict:
-        """The chain ``intent`` acts under, checked for this use, or why it is refused."""
+    async def verdict(
+        self, session: SessionRecord, intent: Intent, now: float, *, epoch_later: bool = False
+    ) -> Verdict:
+        """The chain ``intent`` acts under, checked for this use, or why it is refused.
+
+        ``epoch_later``: the store will read its deny list's epoch with steps 7-8 (one Redis:
+        ``begin_request_reading_epoch``). A kept chain whose only deny list is the store's
+        then leaves its revocation check to :meth:`recheck`, with no look-up of its own.
+        """
         rules = self._config.delegation
         if intent.delegation is None and (rules is None or not rules.required_principals):
             return NO_DELEGATION
+        deferred: Verdict | None = None
         try:
             kept = None if intent.delegation is None else await self._chain(session, intent.delegation)
             chain = None if kept is None else kept.chain
@@ -157,14 +168,38 @@ class DelegationGuard:
                         priority=priority,
                     )
                     kept.scoped = True  # what does not change on this session has passed
-                await self._check_revoked(kept)
+                if epoch_later and kept.epochs is not None and self._store_list_only():
+                    deferred = Verdict(chain=kept.chain, recheck=kept)
+                else:
+                    await self._check_revoked(kept)
             if rules is not None:
                 refused = rules.refusal(intent.goal, chain)
                 if refused is not None:
                     raise refused
         except A2AError as exc:
             return Verdict(refusal=exc)
-        return NO_DELEGATION if kept is None else kept.verdict
+        if kept is None:
+            return NO_DELEGATION
+        return deferred if deferred is not None else kept.verdict
+
+    async def recheck(self, verdict: Verdict, epoch: object) -> Verdict:
+        """A deferred verdict, given the store's epoch read with steps 7-8: the same chain
+        when the deny list has not changed since it was found clean, else looked up again."""
+        kept: _Kept = verdict.recheck
+        if (epoch,) == kept.epochs:
+            return kept.verdict
+        try:
+            await self._check_revoked(kept)
+        except A2AError as exc:
+            return Verdict(refusal=exc)
+        return kept.verdict
+
+    def _store_list_only(self) -> bool:
+        """Whether the one deny list to read is the store's own, in another process."""
+        lists, local = self._deny_lists()
+        only = lists[0] if len(lists) == 1 else None
+        store: object = self._config.store
+        return not local and isinstance(only, StoreRevocations) and only.store is store
 
     def forget(self, session_id: str) -> None:
         """Drop the chains kept for a session that ended."""
