@@ -83,7 +83,7 @@ async def test_closed_sessions_leave_no_index_behind() -> None:
         rec = await opened(store, i, now=T0)
         await store.close_session(rec.session_id)
     assert store.counts()["sessions"] == 0
-    assert len(store._sessions_by_expiry) <= 1024 + 1
+    assert len(store._by_expiry) <= 64 + 1
 
 
 async def test_a_refused_hello_at_the_limit_walks_nothing_and_expired_ones_free_room() -> None:

@@ -422,10 +422,13 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     fastapi_app = server.app()
     fastapi_app.state.agent_server = server
 
+    own = fastapi_app.router.lifespan_context  # the server's own (its session sweep)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         try:
-            yield
+            async with own(_app):
+                yield
         finally:
             with contextlib.suppress(Exception):
                 await store.aclose()

@@ -8,6 +8,8 @@ have expired are popped before a bound is checked, amortised O(log n) per entry 
 life, and the counts a bound compares are kept as they change, never summed. A heap entry
 whose record has gone meanwhile (closed, decided, made again) is skipped when popped, and
 a heap that holds more such leftovers than live entries is rebuilt (amortised O(1)).
+Expired sessions also go on a timer (:meth:`MemoryStore.sweep_expired`, run by the server's
+sweep): their keys do not wait for a look-up that may never come.
 
 The sections follow the families of keys of the Redis store, one module each there:
 pending handshakes (``redis_handshakes.py``), sessions with their sequences, stored answers
@@ -34,6 +36,7 @@ from a2a_secure.store.base import (
     SessionRecord,
     StoredReply,
 )
+from a2a_secure.store.expiry import SWEEP_LIMIT, ExpiryIndex
 from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest
 from a2a_secure.store.revocation import DID_FIELD, Revocation
 
@@ -90,7 +93,7 @@ class MemoryStore:
         self._pending_by_source: dict[str, int] = {}
         self._pending_by_expiry: list[tuple[int, tuple[str, str]]] = []
         self._sessions: dict[str, SessionRecord] = {}
-        self._sessions_by_expiry: list[tuple[int, str]] = []
+        self._by_expiry = ExpiryIndex()  # the sweep's order (store/expiry.py)
         self._seq: dict[str, _SeqState] = {}
         # (agent, client DID, period) -> (window start, count): a fixed window per DID at
         # each agent.
@@ -178,30 +181,43 @@ class MemoryStore:
         p = await self.get_pending(nonce_b, now, agent=agent)
         if p is None or p.proven_kid is None:
             return OpenResult.HANDSHAKE_GONE
-        self._expire_sessions(now)
+        # The sessions whose expiry has come leave from the top of the index, each once.
+        self.sweep_expired(now, limit=len(self._by_expiry))
         if len(self._sessions) >= max_sessions:
             return OpenResult.FULL
         self._drop_pending((agent, nonce_b))
         self._sessions[session.session_id] = session
         self._seq[session.session_id] = _SeqState()
-        heapq.heappush(self._sessions_by_expiry, (session.expires_at, session.session_id))
+        self._by_expiry.add(session.expires_at, session.session_id)
+        self._compact_index()  # closed sessions' entries, when no sweep runs
         return OpenResult.OPENED
-
-    def _expire_sessions(self, now: float) -> None:
-        # The sessions whose expiry has come, from the top of the index; a closed session's
-        # entry finds nothing (or another record, by a reused id: never, ids are random).
-        for expires_at, sid in _pop_expired(self._sessions_by_expiry, now):
-            rec = self._sessions.get(sid)
-            if rec is not None and rec.expires_at == expires_at:
-                self._forget(sid)
-        if _compact(self._sessions_by_expiry, len(self._sessions)):
-            self._sessions_by_expiry = [(r.expires_at, sid) for sid, r in self._sessions.items()]
-            heapq.heapify(self._sessions_by_expiry)
 
     # -- sessions -------------------------------------------------------------------------
     def _forget(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
-        self._seq.pop(session_id, None)
+        record = self._sessions.pop(session_id, None)
+        self._seq.pop(session_id, None)  # its stored answers, sealed under its keys
+        if record is not None:
+            record.drop_sealer()
+
+    def sweep_expired(self, now: float, *, limit: int = SWEEP_LIMIT) -> int:
+        """Forget up to ``limit`` sessions expired at ``now`` (Unix seconds), earliest first.
+
+        The records, their sealing keys and sealers, and their stored answers go; the cost is
+        that of the due sessions (:class:`~a2a_secure.store.expiry.ExpiryIndex`). Returns how
+        many were forgotten.
+        """
+        gone = 0
+        for sid in self._by_expiry.due(now, limit):
+            record = self._sessions.get(sid)
+            if record is not None and record.expired(now):
+                self._forget(sid)
+                gone += 1
+        self._compact_index()
+        return gone
+
+    def _compact_index(self) -> None:
+        sessions = self._sessions
+        self._by_expiry.compact(len(sessions), ((r.expires_at, s) for s, r in sessions.items()))
 
     async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
         """See :meth:`Store.get_session`."""

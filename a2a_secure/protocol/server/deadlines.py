@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import heapq
 
-from a2a_secure.protocol.server.common import Clock, ServerConfig
+from a2a_secure.protocol.server.common import MonoClock, ServerConfig
+from a2a_secure.system import MonoSeconds
 
 __all__ = ["SessionDeadlines"]
 
@@ -27,11 +28,11 @@ _HEAP_SLACK = 1024
 class SessionDeadlines:
     """The monotonic deadline of each session this process opened."""
 
-    def __init__(self, config: ServerConfig, monotonic: Clock) -> None:
+    def __init__(self, config: ServerConfig, monotonic: MonoClock) -> None:
         self._config = config
         self._monotonic = monotonic
-        self._deadlines: dict[str, float] = {}
-        self._by_deadline: list[tuple[float, str]] = []
+        self._deadlines: dict[str, MonoSeconds] = {}
+        self._by_deadline: list[tuple[MonoSeconds, str]] = []
 
     def note(self, session_id: str, lifetime: int) -> None:
         """``session_id`` was opened now and lives ``lifetime`` seconds."""
@@ -44,7 +45,7 @@ class SessionDeadlines:
         if len(heap) > 2 * len(self._deadlines) + _HEAP_SLACK:  # closed sessions' leftovers
             heap = self._by_deadline = [(d, sid) for sid, d in self._deadlines.items()]
             heapq.heapify(heap)
-        deadline = now + lifetime
+        deadline = MonoSeconds(now + lifetime)
         self._deadlines[session_id] = deadline
         heapq.heappush(heap, (deadline, session_id))
 

@@ -3,34 +3,35 @@
 The rules are :mod:`a2a_secure.delegation`'s; this room feeds them what takes I/O:
 each issuer's key, resolved from its DID with the server's resolver (never taken from the
 token), and the deny list (the store's, shared by every worker, and the server's other
-lists), read at every use. A chain verified once is kept per session by its hash (bounded),
-so later intents carry the hash alone; its time and revocations are still checked at each
-use, and its goal and priority against each intent.
+lists), read at every use. A chain verified once is kept per session by its hash
+(:mod:`.chain_cache`: bounded per session, and each session's full verifications bounded by
+its rate), so later intents carry the hash alone; its time, audience, targets, revocations
+and the retirement of the keys that signed it are still checked at each use.
 
 A later use costs the same for any chain length: the chain is kept with what its first use
 on the session found (audience and targets passed, its window as one interval) and with the
 epoch of each deny list (:mod:`a2a_secure.store.revocation`) read before it was last found
-clean. Each use reads the epochs again (one look-up per list: on Redis one GET, in process
-none) and looks every link up again only when one has moved, so a revocation written by any
-worker ends the chain at its next use. A list that keeps no epoch is looked up in full.
+clean. Each use reads the epochs again (in process: nothing to wait for; on one Redis: in
+the script that takes the sequence, :meth:`DelegationGuard.recheck`; else one GET) and looks
+every link up again only when one has moved, so a revocation written by any worker ends the
+chain at its next use. A list that keeps no epoch is looked up in full.
 
-:meth:`DelegationGuard.verdict` runs before §6.1 step 7 and never raises: its refusal is
+:meth:`DelegationGuard.verdict` runs before §6.1 step 7 and raises only the 503 of a session
+past its budget of verifications (signed, the sequence not used up); any other refusal is
 given at step 9 (-32042, signed, the sequence used up) like any refusal of the policy, and an
 intent refused there claims no ``intent_id``.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from a2a_secure import system
 from a2a_secure.delegation import (
     CHAIN_UNKNOWN,
     DELEGATION,
-    NBF_SKEW,
     REVOCATION_PREFIX,
     Chain,
     DelegationRefused,
@@ -39,20 +40,17 @@ from a2a_secure.delegation import (
     reference_of,
     verify_signatures,
 )
-from a2a_secure.errors import A2AError, DIDResolutionError, InternalError, InvalidParams
+from a2a_secure.errors import A2AError, DIDResolutionError, InternalError, InvalidParams, Unavailable
 from a2a_secure.protocol.keyguard import revoked_message
 from a2a_secure.protocol.models import Intent
-from a2a_secure.protocol.priority import DEFAULT_PRIORITY
-from a2a_secure.protocol.server.common import ServerConfig
+from a2a_secure.protocol.server.chain_cache import MAX_CACHED_CHAINS, ChainCache, Kept
+from a2a_secure.protocol.server.common import MonoClock, ServerConfig
 from a2a_secure.store.base import SessionRecord
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.store.revocation import FileRevocations, Revocation, RevocationStore, StoreRevocations
+from a2a_secure.system import WallSeconds
 
 __all__ = ["MAX_CACHED_CHAINS", "NO_DELEGATION", "DelegationGuard", "Verdict", "claim_form"]
-
-# Verified chains kept by this process, all sessions together (a chain is at most 16 KiB of
-# tokens: 64 MiB at worst), least recently used first out.
-MAX_CACHED_CHAINS: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,39 +61,10 @@ class Verdict:
     refusal: A2AError | None = None
     # A kept chain whose revocation check waits for the deny list's epoch that the store
     # reads with the sequence (:meth:`DelegationGuard.recheck`); None: checked already.
-    recheck: Any = None
+    recheck: Kept | None = None
 
 
 NO_DELEGATION: Final = Verdict()
-
-
-class _Kept:
-    """A chain verified on one session, with what later uses need not work out again."""
-
-    __slots__ = ("chain", "epochs", "expires", "not_before", "scoped", "verdict")
-
-    def __init__(self, chain: Chain) -> None:
-        self.chain = chain
-        self.verdict = Verdict(chain=chain)
-        # Every link's window at once: usable from the latest nbf (less the skew) to the
-        # earliest exp.
-        self.not_before = max(link.nbf for link in chain.links) - NBF_SKEW
-        self.expires = min(link.exp for link in chain.links)
-        # Whether a use on this session passed the checks that do not change with the intent
-        # or the time: the audience is the session's client, this agent is among the targets.
-        self.scoped = False
-        # The deny lists' epochs read before the chain was last found clean (None: never).
-        self.epochs: tuple[object, ...] | None = None
-
-    def fits(self, now: float, goal: str, priority: int) -> bool:
-        """Whether a use now for ``goal`` at ``priority`` passes every check of ``check_use``."""
-        leaf = self.chain.leaf
-        return (
-            self.scoped
-            and self.not_before <= now < self.expires
-            and leaf.allows_goal(goal)
-            and priority <= leaf.max_priority
-        )
 
 
 def claim_form(intent_obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -122,17 +91,20 @@ async def _one_by_one(*awaitables: Awaitable[Any]) -> list[Any]:
 class DelegationGuard:
     """Verifies the chains intents carry, for one server (see the module documentation).
 
-    State: the chains verified on each session, by (session, hash): at most
+    State: the chains verified on each session (:class:`~.chain_cache.ChainCache`): at most
     ``DelegationRules.max_cached_chains`` per session and :data:`MAX_CACHED_CHAINS` in all.
     """
 
-    def __init__(self, config: ServerConfig, *, gather: Gather | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig, *, gather: Gather | None = None, monotonic: MonoClock = system.mono_now
+    ) -> None:
         """``gather``: awaits several look-ups of a shared store together (the runtime's
-        ``asyncio.gather``); by default they are awaited one after the other."""
+        ``asyncio.gather``); by default they are awaited one after the other. ``monotonic``:
+        the clock of each session's budget of verifications."""
         self._config = config
         self._gather = gather or _one_by_one
-        self._verified: OrderedDict[tuple[str, str], _Kept] = OrderedDict()
-        self._per_session: dict[str, list[str]] = {}  # session id -> its hashes, oldest first
+        self._monotonic = monotonic
+        self._cache = ChainCache()
         # (the store and lists it was worked out for, the deny lists, all in this process)
         self._lists: tuple[tuple[object, object], tuple[Any, ...], bool] | None = None
 
@@ -142,57 +114,57 @@ class DelegationGuard:
             raise InvalidParams(f"intent: unexpected member {DELEGATION!r}")
 
     async def verdict(
-        self, session: SessionRecord, intent: Intent, now: float, *, epoch_later: bool = False
+        self, session: SessionRecord, intent: Intent, now: WallSeconds, *, epoch_later: bool = False
     ) -> Verdict:
-        """The chain ``intent`` acts under, checked for this use, or why it is refused.
+        """The chain ``intent`` acts under, verified for this session now, or why it is refused.
+
+        Checks 1-7 and 9 of §12.7: the chain itself, whoever uses it, here, now. Check 8 (the
+        goal and the priority) and the goals reserved to principals are the admission's
+        (:mod:`.admission`), made for every goal the intent runs, a goal inside a goal included.
 
         ``epoch_later``: the store will read its deny list's epoch with steps 7-8 (one Redis:
         ``begin_request_reading_epoch``). A kept chain whose only deny list is the store's
         then leaves its revocation check to :meth:`recheck`, with no look-up of its own.
         """
-        rules = self._config.delegation
-        if intent.delegation is None and (rules is None or not rules.required_principals):
+        if intent.delegation is None:
             return NO_DELEGATION
-        deferred: Verdict | None = None
         try:
-            kept = None if intent.delegation is None else await self._chain(session, intent.delegation)
-            chain = None if kept is None else kept.chain
-            if kept is not None:
-                priority = intent.priority or DEFAULT_PRIORITY
-                if not kept.fits(now, intent.goal, priority):
-                    kept.chain.check_use(
-                        now=now,
-                        client_did=session.client_did,
-                        server_did=session.server_did,
-                        goal=intent.goal,
-                        priority=priority,
-                    )
-                    kept.scoped = True  # what does not change on this session has passed
-                if epoch_later and kept.epochs is not None and self._store_list_only():
-                    deferred = Verdict(chain=kept.chain, recheck=kept)
-                else:
-                    await self._check_revoked(kept)
-            if rules is not None:
-                refused = rules.refusal(intent.goal, chain)
+            kept = await self._chain(session, intent.delegation, now)
+            if not (kept.scoped and kept.not_before <= now < kept.expires):
+                refused = kept.chain.refusal_now(
+                    now=now, client_did=session.client_did, server_did=session.server_did
+                )
                 if refused is not None:
                     raise refused
+                kept.scoped = True  # what does not change on this session has passed
+            if epoch_later and kept.epochs is not None and self._store_list_only():
+                return Verdict(chain=kept.chain, recheck=kept)
+            await self._check_revoked(kept)
+        except Unavailable:  # past this session's budget of verifications: try again later
+            raise
         except A2AError as exc:
             return Verdict(refusal=exc)
-        if kept is None:
-            return NO_DELEGATION
-        return deferred if deferred is not None else kept.verdict
+        return self._verdict_of(kept)
 
     async def recheck(self, verdict: Verdict, epoch: object) -> Verdict:
         """A deferred verdict, given the store's epoch read with steps 7-8: the same chain
-        when the deny list has not changed since it was found clean, else looked up again."""
-        kept: _Kept = verdict.recheck
+        when the deny list has not changed since it was found clean, else looked up again
+        (the sequence is used up by then: any refusal, a store down included, is step 9's)."""
+        kept = verdict.recheck
+        assert kept is not None
         if (epoch,) == kept.epochs:
-            return kept.verdict
+            return self._verdict_of(kept)
         try:
             await self._check_revoked(kept)
         except A2AError as exc:
             return Verdict(refusal=exc)
-        return kept.verdict
+        return self._verdict_of(kept)
+
+    @staticmethod
+    def _verdict_of(kept: Kept) -> Verdict:
+        if kept.verdict is None:
+            kept.verdict = Verdict(chain=kept.chain)
+        return kept.verdict  # type: ignore[no-any-return]
 
     def _store_list_only(self) -> bool:
         """Whether the one deny list to read is the store's own, in another process."""
@@ -203,27 +175,36 @@ class DelegationGuard:
 
     def forget(self, session_id: str) -> None:
         """Drop the chains kept for a session that ended."""
-        for ref in self._per_session.pop(session_id, ()):
-            self._verified.pop((session_id, ref), None)
+        self._cache.forget(session_id)
 
-    async def _chain(self, session: SessionRecord, value: tuple[str, ...] | str) -> _Kept:
+    async def _chain(self, session: SessionRecord, value: tuple[str, ...] | str, now: WallSeconds) -> Kept:
         ref = reference_of(value)
-        hit = self._verified.get((session.session_id, ref))
-        if hit is not None:
-            self._verified.move_to_end((session.session_id, ref))
-            return hit
+        kept = self._cache.get(session.session_id, ref)
+        if kept is not None:
+            retired = kept.refusal(now)
+            if retired is not None:
+                raise retired
+            return kept
         if isinstance(value, str):
             # Another worker, or a chain this one has since let go: the client sends it again.
             raise DelegationRefused(f"delegation refused: chain {ref} {CHAIN_UNKNOWN}")
+        # Counted before anything is decoded, resolved or verified (503 past the budget).
+        self._cache.spend(session.session_id, session.policy, self._monotonic())
         chain = parse_chain(value)
-        keys = await self._resolve_keys(chain)
+        keys, kept = await self._resolve_keys(chain, now)
         verify_signatures(chain, keys.__getitem__)
-        return self._keep(session.session_id, chain)
+        rules = self._config.delegation
+        self._cache.keep(session.session_id, kept, rules.max_cached_chains if rules is not None else 1)
+        return kept
 
-    async def _resolve_keys(self, chain: Chain) -> dict[Link, bytes]:
+    async def _resolve_keys(self, chain: Chain, now: WallSeconds) -> tuple[dict[Link, bytes], Kept]:
+        """Each link's key, resolved from its issuer's DID; a retired key past its ``expires``
+        (Unix seconds, compared with the intent's wall-clock ``now``) refuses the chain. Also
+        the chain as it is kept: until the earliest ``expires`` of the keys that signed it."""
         resolver = self._config.resolver
-        now = resolver.clock()
         keys: dict[Link, bytes] = {}
+        until: WallSeconds | None = None
+        retired = ""
         for at, link in enumerate(chain.links):
             try:
                 resolved = await resolver.resolve(link.issuer)
@@ -239,25 +220,14 @@ class DelegationGuard:
                     f"delegation refused: link {at}: {link.kid[:200]} is not a key of the issuer's DID"
                 )
             keys[link] = key
-        return keys
-
-    def _keep(self, session_id: str, chain: Chain) -> _Kept:
-        rules = self._config.delegation
-        limit = rules.max_cached_chains if rules is not None else 1
-        mine = self._per_session.setdefault(session_id, [])
-        mine.append(chain.hash)
-        kept = self._verified[(session_id, chain.hash)] = _Kept(chain)
-        while len(mine) > limit:
-            self._verified.pop((session_id, mine.pop(0)), None)
-        while len(self._verified) > MAX_CACHED_CHAINS:
-            (old_session, old_ref), _ = self._verified.popitem(last=False)
-            hashes = self._per_session.get(old_session)
-            if hashes is not None:
-                with contextlib.suppress(ValueError):
-                    hashes.remove(old_ref)
-                if not hashes:
-                    del self._per_session[old_session]
-        return kept
+            end = resolved.expires.get(link.kid)
+            if end is not None and (until is None or end < until):
+                until = WallSeconds(end)
+                retired = (
+                    f"delegation refused: link {at}: issuer {link.issuer[:128]} is not usable: key"
+                    f" {link.kid[:200]} was retired; its overlap window ended at {end}"
+                )[:400]
+        return keys, Kept(chain, until, retired)
 
     def _deny_lists(self) -> tuple[tuple[Any, ...], bool]:
         """The deny lists to read, and whether all of them are in this process.
@@ -297,7 +267,7 @@ class DelegationGuard:
             return None
         return None if any(e is None for e in epochs) else tuple(epochs)
 
-    async def _check_revoked(self, kept: _Kept) -> None:
+    async def _check_revoked(self, kept: Kept) -> None:
         """Every link against every deny list: a revoked link ends everything below it.
 
         Skipped when no list has changed since the chain was last found clean (the epochs).
