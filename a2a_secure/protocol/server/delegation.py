@@ -88,6 +88,15 @@ async def _one_by_one(*awaitables: Awaitable[Any]) -> list[Any]:
     return [await one for one in awaitables]
 
 
+def _epoch_reader(lst: Any) -> Callable[[], object]:
+    """How to read the epoch of a deny list in this process, with no look-up on the way."""
+    if isinstance(lst, StoreRevocations):
+        read: Callable[[], object] | None = getattr(lst.store, "revocation_epoch_now", None)
+        if read is not None:
+            return read
+    return lst.epoch_now  # type: ignore[no-any-return]
+
+
 class DelegationGuard:
     """Verifies the chains intents carry, for one server (see the module documentation).
 
@@ -107,6 +116,8 @@ class DelegationGuard:
         self._cache = ChainCache()
         # (the store and lists it was worked out for, the deny lists, all in this process)
         self._lists: tuple[tuple[object, object], tuple[Any, ...], bool] | None = None
+        # For lists all in this process, how to read each one's epoch, found with the lists.
+        self._epoch_readers: tuple[Callable[[], object], ...] = ()
 
     def check_member(self, intent: Intent) -> None:
         """Step 1 for a server without the extension: ``delegation`` is an unknown member."""
@@ -255,12 +266,17 @@ class DelegationGuard:
             for lst in lists
         )
         self._lists = (key, tuple(lists), local)
+        self._epoch_readers = tuple(_epoch_reader(lst) for lst in lists) if local else ()
         return self._lists[1], local
 
     async def _epochs(self, lists: tuple[Any, ...], local: bool) -> tuple[object, ...] | None:
         """Every list's epoch (one look-up each), or None when one of them keeps none."""
         if local:
-            epochs = [lst.epoch_now() for lst in lists]
+            readers = self._epoch_readers
+            if len(readers) == 1:  # the store's own list: one attribute read
+                only = readers[0]()
+                return None if only is None else (only,)
+            epochs = [read() for read in readers]
         elif all(hasattr(lst, "epoch") for lst in lists):
             epochs = list(await self._gather(*(lst.epoch() for lst in lists)))
         else:  # a list of the application's own, without an epoch: read in full
