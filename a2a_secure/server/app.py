@@ -544,7 +544,12 @@ class AgentServer(IntentDispatcher):
                 random_bytes=os.urandom,
                 keys=self._action_key,
             )
+            self._approvals.limit_for = self._limit_for
         return self._approvals
+
+    def _limit_for(self, total: int, did: str) -> int:
+        # Read at each use: the core is built once the handlers are registered.
+        return self.protocol.limit_for(total, did)
 
     def _action_key(self, kid: str | None, now: float) -> Identity | None:
         """This agent's key ``kid`` (None: the current one), or a retired one in its window.
@@ -733,7 +738,12 @@ class AgentServer(IntentDispatcher):
                 observe=self._observer.observe if self._observer.has_sinks else None,
                 delegation=self.delegation,
             )
+            self._protocol.named_callers = self._named_callers
         return self._protocol
+
+    def _named_callers(self) -> frozenset[str]:
+        """The approvers, for reserved capacity (protocol/capacity.py)."""
+        return self._approvals.named() if self._approvals is not None else frozenset(self._approvers)
 
     # -- HTTP ---------------------------------------------------------------------------------
     def handle_asgi(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> Awaitable[None]:

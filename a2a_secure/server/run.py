@@ -58,6 +58,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from a2a_secure.errors import InvalidParams
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.rotation import KeyRing
 from a2a_secure.identity.sources import is_token_uri, load_key_ring
@@ -126,7 +127,14 @@ def wait_setting(name: str, text: str) -> int:
 
 
 # Members of a policy file that configure this server, not the negotiated policy (§12.3).
-SERVER_MEMBERS = ("priority_rights", "max_concurrent_intents", "max_queued_intents", "sealed_intents")
+SERVER_MEMBERS = (
+    "priority_rights",
+    "max_concurrent_intents",
+    "max_queued_intents",
+    "sealed_intents",
+    "reserved_callers",
+    "reserved_share",
+)
 
 
 def _read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -162,7 +170,20 @@ def load_scheduling(path: str | os.PathLike[str] | None) -> tuple[PriorityRights
         if type(data["sealed_intents"]) is not bool:
             raise ValueError(f"{path}: sealed_intents must be true or false")
         bounds["sealed_intents"] = data["sealed_intents"]
-    return rights, ServerLimits(**bounds)
+    if "reserved_callers" in data:  # reserved capacity (SECURITY.md)
+        named = data["reserved_callers"]
+        if not isinstance(named, list) or not all(isinstance(d, str) for d in named):
+            raise ValueError(f"{path}: reserved_callers must be an array of DIDs")
+        bounds["reserved_callers"] = frozenset(named)
+    if "reserved_share" in data:
+        share = data["reserved_share"]
+        if type(share) not in (int, float):
+            raise ValueError(f"{path}: reserved_share must be a number from 0 to below 1")
+        bounds["reserved_share"] = float(share)
+    try:
+        return rights, ServerLimits(**bounds)
+    except (ValueError, InvalidParams) as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def _load_object(spec: str) -> Any:

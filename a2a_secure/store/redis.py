@@ -113,6 +113,7 @@ from a2a_secure.store.redis_intents import _BEGIN_INTENT, RedisIntents
 from a2a_secure.store.redis_keys import _Call, _has_hash_tag, _NotReplicated, _num
 from a2a_secure.store.redis_revocations import (
     _ADD_REVOCATION,
+    _BEGIN_READING_EPOCH,
     _REMOVE_REVOCATION,
     _REVOCATION_GUARD,
     _REVOKED_FIELDS,
@@ -262,6 +263,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
         self._open_session = client.register_script(_OPEN_SESSION)
         self._begin_request = client.register_script(_BEGIN_REQUEST)
         self._begin_request_guarded = client.register_script(_REVOCATION_GUARD + _BEGIN_REQUEST)
+        self._begin_reading_epoch = client.register_script(_BEGIN_READING_EPOCH)
         self._add_revocation = client.register_script(_ADD_REVOCATION)
         self._remove_revocation = client.register_script(_REMOVE_REVOCATION)
         self._c_revoked = client.register_script(_REVOKED_FIELDS)
@@ -318,6 +320,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
                 self._open_session,
                 self._begin_request,
                 self._begin_request_guarded,
+                self._begin_reading_epoch,
                 self._finish_request,
                 self._close_session,
                 self._begin_intent,
