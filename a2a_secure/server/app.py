@@ -361,12 +361,14 @@ class AgentServer(IntentDispatcher):
         serve_tools: bool = False,
         metrics: bool | ServerMetrics = False,
         log_requests: bool = False,
-        delegation: DelegationRules | None = None,
+        delegation: DelegationRules | Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         """``priority_rights``: the highest intent priority each caller may use (PROTOCOL.md
         §12.3; default 3 for everyone). ``limits.max_concurrent_intents`` turns the priority
         queue on (per worker process). ``delegation``: accept delegation chains (§12.7), and
-        the goals that run only on behalf of listed principals; None: the extension is off.
+        the goals that run only on behalf of listed principals, as :class:`DelegationRules`
+        or as the policy file's member ``{goal: [principal DIDs]}`` (``{}``: chains accepted,
+        no goal reserved); None: the extension is off.
 
         ``metrics``: True (or a :class:`~a2a_secure.telemetry.metrics.ServerMetrics`) serves
         Prometheus metrics at ``/metrics`` (the ``metrics`` extra). ``log_requests``: one
@@ -390,7 +392,11 @@ class AgentServer(IntentDispatcher):
         self.resolver = resolver or DIDResolver()
         self.limits = limits or ServerLimits()
         self.priority_rights = priority_rights or PriorityRights()
-        self.delegation = delegation
+        self.delegation = (
+            DelegationRules.from_member(delegation)
+            if delegation is not None and not isinstance(delegation, DelegationRules)
+            else delegation
+        )
         self.max_body = max_body
         self._clock = clock
         self._monotonic = monotonic

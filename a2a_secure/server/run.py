@@ -12,7 +12,10 @@ Environment variables read by :func:`app_from_env`:
                             it may also hold the server's own scheduling settings, which are
                             never sent to peers (PROTOCOL.md §12.3): ``priority_rights``
                             (``{"default": 3, "per_did": {DID: 5}}``),
-                            ``max_concurrent_intents`` and ``max_queued_intents`` (per worker)
+                            ``max_concurrent_intents`` and ``max_queued_intents`` (per worker),
+                            and ``delegation`` (``{goal: [principal DIDs]}``: accept delegation
+                            chains, PROTOCOL.md §12.7, and run each goal listed only on behalf
+                            of one of its principals; ``{}`` reserves no goal)
 ``A2A_SECURE_REDIS_URL``    Redis URL: the shared :class:`~a2a_secure.store.redis.RedisStore`
                             (else the in-process :class:`~a2a_secure.store.memory.MemoryStore`);
                             ``redis+cluster://`` and ``redis+sentinel://`` as well
@@ -40,7 +43,8 @@ Environment variables read by :func:`app_from_env`:
                             or a callable given the ``AgentServer`` to register handlers on
 
 With no ``A2A_SECURE_APP`` the server is the test agent of PROTOCOL.md §11: ``echo`` (result =
-inputs unchanged) and the streaming ``count``.
+inputs unchanged), the streaming ``count``, and each goal the policy's ``delegation`` member
+reserves, answered like ``echo``.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from a2a_secure.delegation import DelegationRules
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.rotation import KeyRing
 from a2a_secure.policy import DEFAULT_POLICY, Policy
@@ -125,15 +130,37 @@ def wait_setting(name: str, text: str) -> int:
 
 
 # Members of a policy file that configure this server, not the negotiated policy (§12.3).
-SERVER_MEMBERS = ("priority_rights", "max_concurrent_intents", "max_queued_intents", "sealed_intents")
+SERVER_MEMBERS = (
+    "priority_rights",
+    "max_concurrent_intents",
+    "max_queued_intents",
+    "sealed_intents",
+    "delegation",
+)
 
 
 def _read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+        try:
+            data = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"policy file {os.fspath(path)}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: a policy file holds one JSON object")
+        raise ValueError(f"policy file {os.fspath(path)}: holds one JSON object, not {type(data).__name__}")
     return data
+
+
+def load_delegation(path: str | os.PathLike[str] | None) -> DelegationRules | None:
+    """The policy file's ``delegation`` member (PROTOCOL.md §12.7), or None when it has none."""
+    if not path:
+        return None
+    data = _read_policy_file(path)
+    if "delegation" not in data:
+        return None
+    try:
+        return DelegationRules.from_member(data["delegation"])
+    except ValueError as exc:
+        raise ValueError(f"policy file {os.fspath(path)}: {exc}") from None
 
 
 def load_policy(path: str | os.PathLike[str] | None) -> Policy:
@@ -207,6 +234,7 @@ def _adopt_settings(server: AgentServer, source: AgentServer, spec: str, *, shar
     server.priority_rights = _one_of(
         "priority rights", spec, server.priority_rights, source.priority_rights, PriorityRights()
     )
+    server.delegation = _one_of("delegation", spec, server.delegation, source.delegation, None)
     server.revocations = server.revocations + tuple(
         r for r in source.revocations if r not in server.revocations
     )
@@ -271,7 +299,10 @@ def _mount_app(server: AgentServer, spec: str, *, shared_store: bool = False) ->
 
 
 def _default_app(server: AgentServer) -> None:
-    register_test_agent(server)
+    # Each goal the delegation member reserves is answered like echo (PROTOCOL.md §11), so
+    # that implementations can test chains against one another with no app of their own.
+    reserved = () if server.delegation is None else server.delegation.required_principals
+    register_test_agent(server, echo_goals=reserved)
 
 
 def build_server(
@@ -289,6 +320,7 @@ def build_server(
     shared_store: bool = False,
     metrics: bool = False,
     log_requests: bool = False,
+    delegation: DelegationRules | None = None,
 ) -> AgentServer:
     """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts.
 
@@ -312,6 +344,7 @@ def build_server(
         limits=limits,
         metrics=metrics,
         log_requests=log_requests,
+        delegation=delegation,
     )
     if app:
         _mount_app(server, app, shared_store=shared_store)
@@ -396,6 +429,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
         url=env.get(ENV["url"]) or "",
         metrics=env.get(ENV["metrics"]) == "1",
         log_requests=env.get(ENV["log_format"]) == "json",
+        delegation=load_delegation(env.get(ENV["policy"]) or None),
     )
     fastapi_app = server.app()
     fastapi_app.state.agent_server = server
@@ -514,6 +548,7 @@ def serve(
         limits=limits,
         url=url,
         shared_store=bool(redis_url),
+        delegation=load_delegation(policy_path),
     )
     extra: dict[str, Any] = {}
     if log_format == "json":
