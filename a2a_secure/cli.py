@@ -226,7 +226,18 @@ def _build_serve(subparsers: Subparsers) -> None:
     parser.add_argument("--policy", metavar="FILE", help="policy JSON (missing members take defaults)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--app", metavar="MODULE:ATTR", help="an AgentServer/A2AAgent, or a callable(server)")
+    parser.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="serve this AgentServer/A2AAgent as it was built, or a callable(server) that registers"
+        " handlers (default: the test agent of PROTOCOL.md §11)",
+    )
+    parser.add_argument(
+        "--app-dir",
+        metavar="DIR",
+        default=".",
+        help="the folder --app's module is imported from (default: the current folder)",
+    )
     parser.add_argument(
         "--url",
         metavar="URL",
@@ -301,6 +312,7 @@ def _serve(args: argparse.Namespace) -> int:
             policy_path=args.policy,
             audit_log=args.audit_log,
             app=args.app,
+            app_dir=args.app_dir,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             url=args.url,

@@ -376,6 +376,7 @@ class AgentServer(IntentDispatcher):
         :class:`~a2a_secure.telemetry.logs.JsonFormatter`). Traces need no setting: spans
         are made once the application configures an OpenTelemetry SDK."""
         super().__init__()
+        self._untimed: dict[str, tuple[Callable[[Any, IntentContext], Awaitable[Any]], Admission | None]] = {}
         if key_ring is not None and key_ring.current.did != identity.did:
             raise ValueError("the key ring's current key is not the identity's")
         self.identity = identity
@@ -481,6 +482,7 @@ class AgentServer(IntentDispatcher):
         admit: Admission | None = None,
     ) -> None:
         """See :meth:`IntentDispatcher.add`; the card and core are rebuilt to list it."""
+        self._untimed[goal] = (handler, admit)  # timed again if metrics are turned on later
         super().add(goal, self._observer.timed(goal, handler), admit=admit)
         self._card = None
         self._protocol = None
@@ -493,6 +495,7 @@ class AgentServer(IntentDispatcher):
         always: bool = False,
     ) -> None:
         """See :meth:`IntentDispatcher.add_stream`; the card and core are rebuilt to list it."""
+        self._untimed.pop(goal, None)
         super().add_stream(goal, handler, always=always)
         self._card = None
         self._protocol = None
@@ -619,17 +622,6 @@ class AgentServer(IntentDispatcher):
         catalog = ToolService(self, lambda: self._intent_schemas, self.store, self._clock)
         self.add(TOOL_LIST, catalog.list_tools)
         self.add(TOOL_EXECUTE, catalog.execute, admit=catalog.admit_execute)
-
-    def adopt_approvals(self, source: AgentServer) -> None:
-        """Serve ``source``'s approved actions, approvers and descriptions with this server's store."""
-        self._intent_schemas.update(source._intent_schemas)
-        if source._approvals is not None:
-            self.approvals.adopt(source._approvals)
-            self._serve_approvals()
-        if source.has(TOOL_LIST):
-            self.enable_tools()
-        self._card = None
-        self._protocol = None
 
     def _reserved(self, goal: str) -> bool:
         """Whether ``goal`` runs only on behalf of principals the configuration names (§12.7)."""
