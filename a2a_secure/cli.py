@@ -31,6 +31,8 @@ from a2a_secure.cli_registry import (
     Subparsers,
     _fail,
     add_command_group,
+    check_did_arg,
+    iso_time,
     print_json,
     subcommand,
 )
@@ -77,12 +79,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except A2AError as exc:
-        _fail(exc.message)
+        _fail(cli_words(exc.message, args))
     except OSError as exc:
         _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
     except KeyboardInterrupt:
         return 130
     return 1
+
+
+# The SDK's errors speak of its own parameters; on the command line each is named by the flag
+# a person types (the opt-in is only suggested where the command has it).
+_FLAG_HINTS = (
+    ("pass overwrite=True", "allow_force", lambda m: m.replace("pass overwrite=True", "add --force")),
+    ("in development mode", "allow_loopback_dev", lambda m: f"{m} (add --allow-loopback-dev)"),
+    (
+        "it needs an explicit opt-in",
+        "allow_address",
+        lambda m: m.replace("it needs an explicit opt-in", "add --allow-address NET or --allow-host NAME"),
+    ),
+)
+
+
+def cli_words(message: str, args: argparse.Namespace) -> str:
+    """``message`` with the SDK's words for an option replaced by the command's flag."""
+    for phrase, option, rewrite in _FLAG_HINTS:
+        if phrase in message and hasattr(args, option):
+            message = rewrite(message)
+    return message
 
 
 # -- keygen ---------------------------------------------------------------------------------------
@@ -104,8 +127,8 @@ def _build_keygen(subparsers: Subparsers) -> None:
         default=DEFAULT_AGENT_ID,
         help=f"agent id stored in the key file (default {DEFAULT_AGENT_ID})",
     )
-    parser.add_argument("--force", action="store_true", help="replace an existing key file")
-    parser.set_defaults(handler=_keygen)
+    parser.add_argument("--force", action="store_true", help="replace an existing key file (default: refuse)")
+    parser.set_defaults(handler=_keygen, allow_force=True)
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -129,13 +152,17 @@ def _build_did(subparsers: Subparsers) -> None:
     did = add_command_group(subparsers, "did", "show, publish and resolve DIDs")
 
     show = did.add_parser("show", help="print the DID, key id and public key entry of a key file")
-    show.add_argument("--key-file", required=True, metavar="FILE")
+    show.add_argument(
+        "--key-file", required=True, metavar="FILE", help="the key file (a2a-secure keygen --out)"
+    )
     show.set_defaults(handler=_did_show)
 
     document = did.add_parser(
         "document", help="print the did:web DID document (did.json) for a key file's key"
     )
-    document.add_argument("--key-file", required=True, metavar="FILE")
+    document.add_argument(
+        "--key-file", required=True, metavar="FILE", help="the key file whose key to publish"
+    )
     document.add_argument("--did-web", required=True, metavar="DID", help="the did:web DID to publish")
     document.add_argument("--fragment", default="key-1", help="fragment of the key id (default key-1)")
     document.add_argument(
@@ -144,7 +171,7 @@ def _build_did(subparsers: Subparsers) -> None:
     document.set_defaults(handler=_did_document)
 
     resolve = did.add_parser("resolve", help="resolve a DID and print its authentication keys")
-    resolve.add_argument("did", metavar="DID")
+    resolve.add_argument("did", metavar="DID", help="a did:key or did:web DID")
     resolve.add_argument(
         "--allow-loopback-dev",
         action="store_true",
@@ -222,10 +249,15 @@ def _build_serve(subparsers: Subparsers) -> None:
             " intent) under the given policy (default: all intents, 1000 per hour, one-hour sessions)."
         ),
     )
-    parser.add_argument("--key-file", required=True, metavar="FILE")
-    parser.add_argument("--policy", metavar="FILE", help="policy JSON (missing members take defaults)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--key-file", required=True, metavar="FILE", help="the agent's key file (its DID)")
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="policy JSON (missing members take defaults; 'delegation': {goal: [principal DIDs]}"
+        " accepts delegation chains); default: all intents, 1000 per hour, one-hour sessions",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     parser.add_argument(
         "--app",
         metavar="MODULE:ATTR",
@@ -245,10 +277,12 @@ def _build_serve(subparsers: Subparsers) -> None:
         "or empty for a wildcard --host)",
     )
     parser.add_argument("--audit-log", metavar="FILE", help="hash-chained JSON Lines audit log")
-    parser.add_argument("--tls-cert", metavar="FILE")
-    parser.add_argument("--tls-key", metavar="FILE")
     parser.add_argument(
-        "--workers", type=int, default=1, help="worker processes (more than 1 needs --redis-url)"
+        "--tls-cert", metavar="FILE", help="PEM certificate chain: serve HTTPS (default: HTTP)"
+    )
+    parser.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes (default 1; more than 1 needs --redis-url)"
     )
     parser.add_argument(
         "--redis-url",
@@ -279,7 +313,7 @@ def _build_serve(subparsers: Subparsers) -> None:
         "--log-format",
         choices=("text", "json"),
         default="text",
-        help="json: one JSON object per line, one per answered request (no inputs, no tokens)",
+        help="json: one JSON object per line, one per answered request (no inputs, no tokens); default text",
     )
     parser.set_defaults(handler=_serve)
 
@@ -331,13 +365,15 @@ def _serve(args: argparse.Namespace) -> int:
 @subcommand("call")
 def _build_call(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("call", help="send one signed intent and print the verified result")
-    parser.add_argument("--key-file", required=True, metavar="FILE")
+    parser.add_argument("--key-file", required=True, metavar="FILE", help="the caller's key file")
     parser.add_argument("--to", required=True, metavar="DID|NAME", help="the agent's DID or registry name")
     parser.add_argument("--endpoint", metavar="URL", help="the agent's base URL")
     parser.add_argument("--registry", metavar="FILE", help="agent_registry.json")
-    parser.add_argument("--goal", required=True)
-    parser.add_argument("--domain")
-    parser.add_argument("--inputs", default="{}", metavar="JSON", help="intent inputs (a JSON object)")
+    parser.add_argument("--goal", required=True, help="the intent's goal (an intent the agent's card lists)")
+    parser.add_argument("--domain", help="the intent's optional domain (default: none)")
+    parser.add_argument(
+        "--inputs", default="{}", metavar="JSON", help="intent inputs, a JSON object (default {})"
+    )
     parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agent's certificate")
     parser.add_argument(
         "--priority",
@@ -411,9 +447,16 @@ def _call(args: argparse.Namespace) -> int:
     from a2a_secure.identity import encoding  # noqa: PLC0415
 
     identity = Identity.load(args.key_file)
-    inputs = encoding.loads(args.inputs.encode())
+    try:
+        inputs = encoding.loads(args.inputs.encode())
+    except A2AError as exc:
+        _fail(
+            f"--inputs is not valid JSON ({exc.message.removeprefix('not I-JSON: ')}): give an object,"
+            """ e.g. --inputs '{"text": "hi"}'"""
+        )
+        return 1
     if not isinstance(inputs, dict):
-        _fail("--inputs must be a JSON object")
+        _fail('--inputs must be a JSON object, e.g. --inputs \'{"text": "hi"}\'')
         return 1
     intent: dict[str, Any] = {"goal": args.goal, "inputs": inputs}
     if args.domain:
@@ -452,7 +495,7 @@ def _registry_for(args: argparse.Namespace) -> tuple[Any, str]:
 
     addresses = _address_policy(args)
     registry = AgentRegistry.load(args.registry, addresses=addresses) if args.registry else AgentRegistry()
-    target = args.to
+    target = check_did_arg(args.to, "--to") if args.to.startswith("did:") else args.to
     if args.endpoint:
         did = target if target.startswith("did:") else registry.find(target).did
         registry.add(RegistryEntry(target if not target.startswith("did:") else "target", did, args.endpoint))
@@ -475,7 +518,7 @@ def _build_approve(subparsers: Subparsers) -> None:
     )
     parser.add_argument("--key-file", required=True, metavar="FILE", help="the approver's own key")
     parser.add_argument("--to", required=True, metavar="DID|NAME", help="the agent's DID or registry name")
-    parser.add_argument("--action-id", required=True, metavar="ID")
+    parser.add_argument("--action-id", required=True, metavar="ID", help="the action_id the agent answered")
     parser.add_argument("--reject", action="store_true", help="reject the action instead")
     parser.add_argument(
         "--yes",
@@ -540,7 +583,7 @@ def _show_action(details: ActionDetails) -> None:
     print(f"preview:  {printable(preview_text)}  (the server's words; the data below is what runs)")
     print(f"data:     {printable_json(details.action_data, indent=None)}")
     print(f"hash:     {details.action_hash} (checked against the data)")
-    print(f"state:    {printable(details.state)}, expires at {details.expires_at}")
+    print(f"state:    {printable(details.state)}, expires at {iso_time(details.expires_at)}")
 
 
 def _confirm(verb: str) -> bool:
@@ -576,7 +619,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _build_audit(subparsers: Subparsers) -> None:
     audit = add_command_group(subparsers, "audit", "check audit logs")
     verify = audit.add_parser("verify", help="re-compute an audit log's hash chain and checkpoints")
-    verify.add_argument("file", metavar="FILE")
+    verify.add_argument("file", metavar="FILE", help="the JSON Lines audit log")
     verify.add_argument("--did", help="the writing agent's did:key, to verify checkpoint signatures")
     verify.add_argument("--checkpoint", metavar="TOKEN", help="a checkpoint token kept elsewhere")
     verify.set_defaults(handler=_audit_verify)
@@ -607,8 +650,15 @@ def _build_mcp(subparsers: Subparsers) -> None:
     )
     parser.add_argument("--key-file", required=True, metavar="FILE", help="this client's key file")
     parser.add_argument("--registry", required=True, metavar="FILE", help="agent_registry.json")
-    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    parser.add_argument("--host", default="127.0.0.1", help="http transport: loopback address to bind")
+    parser.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="how the MCP client connects (default stdio)",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="http transport: loopback address to bind (default 127.0.0.1)"
+    )
     parser.add_argument("--port", type=int, default=8765, help="http transport: port (default 8765)")
     parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agents' certificates")
     parser.add_argument(

@@ -71,7 +71,7 @@ from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer, public_url
 from a2a_secure.server.settings import give_settings
-from a2a_secure.server.startup import banner, check_port, check_store, load_object
+from a2a_secure.server.startup import banner, check_port, check_store, check_tls, load_object
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
 from a2a_secure.store.revocation import FileRevocations, Revocations
@@ -434,6 +434,8 @@ def serve(
     # Fail here, once, with one clear line rather than in every worker, and before uvicorn
     # says "Application startup complete": the app, the key file, the policy, the port and
     # the Redis URL are checked (no store kept open, no audit log opened).
+    if tls_cert is not None and tls_key is not None:
+        check_tls(tls_cert, tls_key)
     if redis_url:
         check_store(redis_url, redis_prefix)
     check_port(host, port)

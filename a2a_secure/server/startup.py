@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from a2a_secure.server.app import AgentServer
 
-__all__ = ["banner", "check_port", "check_store", "load_object"]
+__all__ = ["banner", "check_port", "check_store", "check_tls", "load_object"]
 
 
 def load_object(spec: str, app_dir: str | os.PathLike[str] | None = None) -> Any:
@@ -81,6 +81,23 @@ def check_port(host: str, port: int) -> None:
             raise ValueError(
                 f"cannot listen on {host}:{port}: {exc.strerror or exc} (check --host)"
             ) from None
+
+
+def check_tls(cert: str | os.PathLike[str], key: str | os.PathLike[str]) -> None:
+    """``ValueError`` naming the file when the certificate and key cannot serve TLS."""
+    import ssl  # noqa: PLC0415
+
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
+        if not os.path.isfile(path):
+            raise ValueError(f"{flag} {os.fspath(path)}: no such file")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
+        raise ValueError(
+            f"--tls-cert {os.fspath(cert)} and --tls-key {os.fspath(key)} cannot be used ({reason}):"
+            " give a PEM certificate chain and its private key"
+        ) from None
 
 
 def check_store(redis_url: str, prefix: str | None = None) -> None:
