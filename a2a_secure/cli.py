@@ -476,7 +476,15 @@ def _call(args: argparse.Namespace) -> int:
         ) as a:
             return await a.request(target, intent, priority=args.priority)
 
-    print_json(asyncio.run(run()))
+    # A script's trace goes on: OpenTelemetry's TRACEPARENT/TRACESTATE variables are the
+    # parent of this call (OTEL_EXPORTER_OTLP_* asks for its spans to be exported).
+    tracing.configure_from_env("a2a-secure-call")
+    try:
+        with tracing.continue_env_trace():
+            result = asyncio.run(run())
+    finally:
+        tracing.shutdown()
+    print_json(result)
     return 0
 
 

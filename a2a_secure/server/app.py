@@ -734,6 +734,8 @@ class AgentServer(IntentDispatcher):
         """
         tracer = tracing.tracer()
         if tracer is None:
+            if self._observer.log_requests:  # the log line names the caller's trace, SDK or not
+                tracing.remember_request_trace(scope["headers"])
             return self._handle_asgi(scope, receive, send, endpoint)
         self.protocol.observe = self._observer.observe  # the span gets the request's fields
         return self._traced_asgi(tracer, scope, receive, send, endpoint)
