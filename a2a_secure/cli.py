@@ -607,12 +607,18 @@ def _build_demo(subparsers: Subparsers) -> None:
         "demo", help="run three example agents and an orchestrator on loopback, then verify the audit logs"
     )
     parser.add_argument(
-        "--keep-logs", metavar="DIR", help="write the audit logs to DIR (default: a temp dir)"
+        "--out",
+        "--keep-logs",
+        dest="keep_logs",
+        metavar="DIR",
+        help="keep the audit logs (and with --trace events.jsonl) in DIR (default: a temporary"
+        " folder, removed at the end without --trace, kept and named with it)",
     )
     parser.add_argument(
         "--trace",
         action="store_true",
-        help="also trace every call (printed as a tree), count metrics and write JSON event lines",
+        help="also trace every call (printed as a tree), count metrics and write JSON event lines"
+        " (needs: pip install 'a2a-secure[otel,metrics]'; default off)",
     )
     parser.set_defaults(handler=_demo)
 
