@@ -460,8 +460,16 @@ class A2AAgent:
         return self.server.app()
 
     async def serve(self, host: str = "127.0.0.1", port: int = 8000, **uvicorn_options: Any) -> None:
-        """Serve the agent with uvicorn until cancelled."""
+        """Serve the agent with uvicorn until cancelled.
+
+        A shared store that does not answer is a ``ConnectionError`` naming its URL, before
+        anything listens (not a -32048 "shared store unavailable" on every request).
+        """
         import uvicorn  # noqa: PLC0415 - optional extra
+
+        check = getattr(self.server.store, "check", None)
+        if check is not None:
+            await check()
 
         config = uvicorn.Config(self.app, host=host, port=port, log_level="warning", **uvicorn_options)
         await uvicorn.Server(config).serve()

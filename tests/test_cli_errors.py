@@ -191,3 +191,18 @@ def test_times_are_printed_as_iso_8601(tmp_path: Path, keys: dict[str, Path]) ->
     assert run_cli("revoke", OTHER.did, "--file", str(deny)).returncode == 0
     listed = json.loads(run_cli("revoke", "--list", "--file", str(deny)).stdout)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", listed[0]["revoked_at"])
+
+
+async def test_an_agent_served_in_code_on_a_redis_that_is_down_says_so_before_listening() -> None:
+    from a2a_secure import A2AAgent
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        down = closed.getsockname()[1]
+    store = RedisStore(f"redis://127.0.0.1:{down}/0")
+    agent = A2AAgent("down", SERVER, store=store)
+    try:
+        with pytest.raises(ConnectionError, match=rf"^Redis at redis://127.0.0.1:{down}/0 does not answer"):
+            await agent.serve(port=down)
+    finally:
+        await store.aclose()

@@ -30,6 +30,10 @@ def _keys(tmp_path: Path) -> tuple[Path, Path]:
     return server_key, my_key
 
 
+def _echo(key_file: Path, url: str) -> list[str]:
+    return ["call", "--key-file", str(key_file), "--to", SERVER.did, "--endpoint", url, "--goal", "echo"]
+
+
 def _lines(output: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
 
@@ -38,17 +42,7 @@ def test_call_carries_traceparent_into_the_servers_json_log_lines_without_an_sdk
     server_key, my_key = _keys(tmp_path)
     args = ("--key-file", str(server_key), "--log-format", "json")
     with serve_cli(tmp_path, *args, env=NO_SDK) as served:
-        call = [
-            "call",
-            "--key-file",
-            str(my_key),
-            "--to",
-            SERVER.did,
-            "--endpoint",
-            served.url,
-            "--goal",
-            "echo",
-        ]
+        call = _echo(my_key, served.url)
         traced = {**NO_SDK, "TRACEPARENT": f"00-{TRACE_ID}-{PARENT}-01", "TRACESTATE": "vendor=x"}
         done = run_cli(*call, env=traced)
         assert done.returncode == 0, done.stderr
@@ -74,17 +68,7 @@ def test_call_spans_are_children_of_the_environments_traceparent(tmp_path: Path)
             "OTEL_SERVICE_NAME": "script",
             "TRACEPARENT": f"00-{TRACE_ID}-{PARENT}-01",
         }
-        call = [
-            "call",
-            "--key-file",
-            str(my_key),
-            "--to",
-            SERVER.did,
-            "--endpoint",
-            served.url,
-            "--goal",
-            "echo",
-        ]
+        call = _echo(my_key, served.url)
         done = run_cli(*call, env=env)
         assert done.returncode == 0, done.stderr
         spans = decode_spans(bodies, ("a2a_secure",))
