@@ -330,14 +330,18 @@ def main(keep_logs: str | None = None, trace: bool = False) -> int:
         provider = TracerProvider()
         provider.add_span_processor(collector)  # type: ignore[arg-type]
         otel.set_tracer_provider(provider)
-        if not keep_logs:  # the event lines it prints the path of must outlive the demo
-            keep_logs = tempfile.mkdtemp(prefix="a2a-demo-")
+    chosen = trace and not keep_logs
+    if chosen:  # the event lines it prints the path of must outlive the demo
+        keep_logs = tempfile.mkdtemp(prefix="a2a-demo-")
     try:
         if keep_logs:
             path = Path(keep_logs)
             path.mkdir(parents=True, exist_ok=True)
             code = asyncio.run(run_demo(sys.stdout, path, trace=collector))
-            print(f"\naudit logs{' and events.jsonl' if trace else ''} kept in {path} (--out DIR to choose)")
+            if chosen:
+                sys.stderr.write(
+                    f"demo --trace: events.jsonl and the audit logs kept in {path} (--out DIR)\n"
+                )
             return code
         with tempfile.TemporaryDirectory(prefix="a2a-demo-") as tmp:
             return asyncio.run(run_demo(sys.stdout, Path(tmp), trace=collector))

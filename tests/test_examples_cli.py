@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -83,7 +85,13 @@ def test_demo_trace_keeps_its_event_lines_in_out(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     events = out / "events.jsonl"
     assert events.is_file() and events.read_text().strip()  # still there after the demo ended
-    assert f"kept in {out}" in done.stdout
     assert "metrics (Prometheus counters" in done.stdout
+    chosen = run_cli("demo", "--trace", timeout=120)  # no --out: a folder it names, kept
+    kept = re.search(r"events.jsonl and the audit logs kept in (\S+) \(--out DIR\)", chosen.stderr)
+    assert chosen.returncode == 0 and kept is not None, chosen.stderr
+    try:
+        assert (Path(kept.group(1)) / "events.jsonl").is_file()
+    finally:
+        shutil.rmtree(kept.group(1), ignore_errors=True)
     help_text = run_cli("demo", "--help").stdout
     assert "a2a-secure[otel,metrics]" in " ".join(help_text.split())
