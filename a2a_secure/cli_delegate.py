@@ -13,11 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+from a2a_secure.cli_identity import add_key_options, key_source
 from a2a_secure.cli_registry import Subparsers, _fail, check_did_arg, iso_time, subcommand
 from a2a_secure.delegation import MAX_TTL, Chain, issue, load_chain
 from a2a_secure.errors import InvalidParams
-from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.rotation import parse_duration
+from a2a_secure.identity.sources import load_identity
 
 __all__ = ["read_chain"]
 
@@ -42,7 +43,7 @@ def _build_delegate(subparsers: Subparsers) -> None:
             " add one narrower hop to that chain (the key file must be its audience)."
         ),
     )
-    parser.add_argument("--key-file", required=True, metavar="FILE", help="the issuer's key file")
+    add_key_options(parser, "the issuer's key file")
     parser.add_argument("--to", required=True, metavar="DID", help="the DID that may act")
     parser.add_argument(
         "--goals", metavar="A,B", help="the goals allowed ('*' for all; default: the parent's)"
@@ -62,7 +63,7 @@ def _build_delegate(subparsers: Subparsers) -> None:
 
 
 def _delegate(args: argparse.Namespace) -> int:
-    identity = Identity.load(args.key_file)
+    identity = load_identity(key_source(args))
     check_did_arg(args.to, "--to")
     for target in args.target or ():
         check_did_arg(target, "--target")

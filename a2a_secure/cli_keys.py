@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from a2a_secure.cli_identity import add_key_options
 from a2a_secure.cli_registry import Subparsers, _fail, add_command_group, iso_time, print_json, subcommand
 from a2a_secure.delegation import REVOCATION_PREFIX as TOKEN_PREFIX
 from a2a_secure.errors import A2AError, InvalidParams
@@ -57,9 +58,7 @@ def _build_key(subparsers: Subparsers) -> None:
             " /.well-known/a2a-rotation.json, that peers follow once."
         ),
     )
-    rotate.add_argument(
-        "--key-file", required=True, metavar="FILE", help="the key file to rotate (rewritten)"
-    )
+    add_key_options(rotate)
     rotate.add_argument(
         "--overlap",
         default=str(DEFAULT_OVERLAP),
@@ -85,6 +84,8 @@ def _key_rotate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _fail(str(exc))
         return 2
+    if args.key_uri:
+        return _key_rotate_in_token(args, overlap)
     ring = KeyRing.load(args.key_file)
     if args.did_web:
         if not ring.current.did.startswith("did:key:") and ring.current.did != args.did_web:
@@ -109,6 +110,32 @@ def _key_rotate(args: argparse.Namespace) -> int:
         )
         out["previous_did"] = old.did
         out["rotation_statement"] = str(path)
+    auditor = _auditor(args.audit_log)
+    if auditor is not None:
+        auditor.record(event="rotate", status="success", client_did=old.kid, server_did=rotated.current.did)
+        auditor.close()
+    print_json(out)
+    return 0
+
+
+def _key_rotate_in_token(args: argparse.Namespace, overlap: int) -> int:
+    """``key rotate --key-uri``: the next key is generated in the token, the ring kept there."""
+    from a2a_secure.identity.pkcs11_ring import load_token_ring, rotate_token_ring  # noqa: PLC0415
+
+    if args.did_web:
+        _fail("--did-web: a key ring kept in a token rotates did:key identities only")
+        return 2
+    now = int(time.time())
+    old = load_token_ring(args.key_uri, now=now).current
+    rotated = rotate_token_ring(args.key_uri, overlap=overlap, now=now)
+    out: dict[str, Any] = {
+        "did": rotated.current.did,
+        "kid": rotated.current.kid,
+        "retired_kid": old.kid,
+        "overlap_until": now + overlap,
+        "previous_did": old.did,
+        "rotation_statements": list(rotated.statements),
+    }
     auditor = _auditor(args.audit_log)
     if auditor is not None:
         auditor.record(event="rotate", status="success", client_did=old.kid, server_did=rotated.current.did)

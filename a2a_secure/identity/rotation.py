@@ -183,17 +183,20 @@ class KeyRing:
                 os.unlink(tmp)
             raise KeyFileError(f"key file cannot be replaced: {p} ({exc.strerror})") from None
 
-    def rotate(self, *, overlap: int = DEFAULT_OVERLAP, now: float | None = None) -> KeyRing:
+    def rotate(
+        self, *, overlap: int = DEFAULT_OVERLAP, now: float | None = None, fresh: Identity | None = None
+    ) -> KeyRing:
         """A ring with a new current key; the current one retired for ``overlap`` seconds.
 
         Retired keys whose window has ended are dropped (their private keys are forgotten).
-        For did:key the old key signs a rotation statement naming the new DID.
+        For did:key the old key signs a rotation statement naming the new DID. ``fresh``: the
+        new key when it was made elsewhere (inside a token); else one is generated here.
         """
         if not 0 <= overlap <= MAX_OVERLAP:
             raise ValueError(f"the overlap must be 0 to {MAX_OVERLAP} seconds")
         t = int(time.time() if now is None else now)
         old = self.current
-        fresh = Identity.generate(old.agent_id)
+        fresh = Identity.generate(old.agent_id) if fresh is None else fresh
         if not old.did.startswith("did:key:"):
             taken = {old.kid, *(r.identity.kid for r in self.retired)}
             fresh = fresh.with_did_web(old.did, _next_kid(old.did, taken))

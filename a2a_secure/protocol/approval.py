@@ -400,8 +400,9 @@ class ApprovalEngine:
         identity = self._keys(None, now) if self._keys is not None else None
         if identity is None:  # never kept in the clear instead
             raise InternalError("no agent key to keep an action asked on a sealed session sealed")
-        seed = encoding.b64u_decode(identity.private_key_b64u())
-        return seal_action(action, kid=identity.kid, identity_seed=seed, random_bytes=self._random)
+        return seal_action(
+            action, kid=identity.kid, derive_key=identity.derive_key, random_bytes=self._random
+        )
 
     def _open(self, action: PendingAction, sealed: bool, now: float) -> PendingAction:
         """The stored ``action`` opened for an approver on a session ``sealed`` or not.
@@ -417,8 +418,7 @@ class ApprovalEngine:
                 " sealed session (PROTOCOL.md §12.1)"
             )
         identity = self._keys(action.sealed_kid, now) if self._keys is not None else None
-        seed = None if identity is None else encoding.b64u_decode(identity.private_key_b64u())
-        return open_action(action, seed)
+        return open_action(action, None if identity is None else identity.derive_key)
 
     async def _find(self, action_id: str, approver: str, now: float) -> PendingAction:
         listed = approver != PRINCIPAL and self._listed_anywhere(approver)

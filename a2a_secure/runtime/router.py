@@ -126,6 +126,7 @@ class ServerProtocol:
             streams=streams,
             clock=clock,
             exactly_once=exactly_once,
+            random_bytes=random_bytes,
             delegation=DelegationGuard(config, gather=asyncio.gather),
         )
         # Bound once: ``handle`` runs for every request.

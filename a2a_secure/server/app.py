@@ -71,6 +71,7 @@ from a2a_secure.protocol.wire import (
 )
 from a2a_secure.runtime.exactly_once import server_extensions
 from a2a_secure.runtime.router import ServerProtocol
+from a2a_secure.runtime.sweeper import SessionSweeper
 from a2a_secure.store.actions import ActionStore
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
@@ -853,10 +854,16 @@ class AgentServer(IntentDispatcher):
         """A FastAPI application serving this agent.
 
         POSTs to the two protocol endpoints go straight to :meth:`handle_asgi` unless
-        middleware was added to the app (then they take the normal route through it).
+        middleware was added to the app (then they take the normal route through it). Its
+        lifespan sweeps expired sessions out of the store every
+        ``limits.session_sweep_seconds`` (:mod:`a2a_secure.runtime.sweeper`): an ASGI server
+        must run it (uvicorn does by default) for a sealed session's keys to go on time.
         """
         app = _AgentApp(title=self.name, docs_url=None, redoc_url=None, openapi_url=None)
         app.agent_server = self
+        # Expired sessions (and a sealed one's keys) leave memory on a timer while it runs.
+        sweeper = SessionSweeper(lambda: self.store, lambda: self.limits.session_sweep_seconds, self._clock)
+        app.router.lifespan_context = sweeper.running
         app.include_router(self.router())
         # A peer that reaches a wrong path or uses a wrong HTTP method gets a JSON-RPC error
         # (PROTOCOL.md §4), as on the protocol endpoints, not the framework's own shape.

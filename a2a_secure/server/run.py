@@ -66,6 +66,7 @@ from fastapi import FastAPI
 from a2a_secure.delegation import DelegationRules
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.rotation import KeyRing
+from a2a_secure.identity.sources import is_token_uri, load_key_ring
 from a2a_secure.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import ServerLimits
@@ -299,7 +300,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     key_file = env.get(ENV["key_file"])
     if not key_file:
         raise ValueError(f"{ENV['key_file']} is not set")
-    key_ring = KeyRing.load(key_file)  # the key, and the retired keys still in their window
+    key_ring = load_key_ring(key_file)  # the key, and the retired keys still in their window
     identity = key_ring.current
     policy = load_policy(env.get(ENV["policy"]) or None)
     revocation_file = env.get(ENV["revocations"])
@@ -343,13 +344,16 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     fastapi_app = server.app()
     fastapi_app.state.agent_server = server
 
+    own = fastapi_app.router.lifespan_context  # the server's own (its session sweep)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         check = getattr(server.store, "check", None)
         if check is not None:  # a Redis that does not answer: said once, naming the URL
             await check()
         try:
-            yield
+            async with own(_app):
+                yield
         finally:
             with contextlib.suppress(Exception):
                 await server.store.aclose()
@@ -440,12 +444,13 @@ def serve(
         check_store(redis_url, redis_prefix)
     check_port(host, port)
     rights, limits = load_scheduling(policy_path)
+    key_ring = load_key_ring(key_file)
     checked = build_server(
-        Identity.load(key_file),
+        key_ring.current,
         policy=load_policy(policy_path),
         app=app,
         app_dir=app_dir,
-        key_ring=KeyRing.load(key_file),
+        key_ring=key_ring,
         priority_rights=rights,
         limits=limits,
         url=public_url(url) if url is not None else "",
@@ -456,7 +461,7 @@ def serve(
     # The card's url: --url, else the app's own, else where this server listens.
     url = checked.url or public_url(default_url(host, port, tls=tls_cert is not None))
     settings = {
-        "key_file": os.path.abspath(key_file),
+        "key_file": str(key_file) if is_token_uri(key_file) else os.path.abspath(key_file),
         "url": url,
         "policy": os.path.abspath(policy_path) if policy_path else None,
         "redis_url": redis_url,
@@ -475,7 +480,7 @@ def serve(
             os.environ.pop(ENV[name], None)
     wildcard = host in ("", "0.0.0.0", "::")  # noqa: S104 - compared, not bound
     reachable = default_url("127.0.0.1" if wildcard else host, port, tls=tls_cert is not None)
-    print(banner(checked, key_file, reachable), flush=True)
+    print(banner(checked, reachable), flush=True)
     extra: dict[str, Any] = {}
     if log_format == "json":
         from a2a_secure.telemetry.logs import log_config  # noqa: PLC0415

@@ -117,7 +117,7 @@ def check_store(redis_url: str, prefix: str | None = None) -> None:
         raise ValueError(f"{exc}: start it, or fix --redis-url") from None
 
 
-def banner(server: AgentServer, key_file: str | os.PathLike[str], base_url: str) -> str:
+def banner(server: AgentServer, base_url: str) -> str:
     """The lines ``serve`` prints at start: the DID, the card URL, a ready call line."""
     goals = [g for g in server.goals if "." not in g] or server.goals
     goal = "echo" if "echo" in goals else (goals[0] if goals else "echo")
@@ -138,7 +138,7 @@ def banner(server: AgentServer, key_file: str | os.PathLike[str], base_url: str)
         ]
     )
     return (
-        f"a2a-secure: serving {server.identity.did} (key file {os.fspath(key_file)})\n"
+        f"a2a-secure: serving {server.identity.did}\n"
         f"a2a-secure: card {base_url}/.well-known/agent-card.json\n"
         f"a2a-secure: try  {call}   (YOUR.key: a2a-secure keygen --out YOUR.key)"
     )

@@ -106,6 +106,7 @@ from a2a_secure.errors import Unavailable, log_unexpected
 from a2a_secure.store import redis_claims as rcl
 from a2a_secure.store import redis_cluster as rc
 from a2a_secure.store.base import SessionRecord
+from a2a_secure.store.expiry import ExpiryIndex
 from a2a_secure.store.redis_actions import _ADD_ACTION, _DECIDE_ACTION, _GET_ACTION, RedisActions
 from a2a_secure.store.redis_connect import Deployment, client_from_url, close_client, shown_url
 from a2a_secure.store.redis_handshakes import _ADD_PENDING, _GET_PENDING, _MARK_PROVEN, RedisHandshakes
@@ -338,7 +339,10 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
         self._last_refresh = -math.inf
         self._cache_ttl = session_cache_ttl
         self._cache_size = session_cache_size
+        # Session id -> (monotonic end of its cache entry, record), in order of that end
+        # (a put moves it last), and the same ids by the sessions' own Unix expiry.
         self._cache: OrderedDict[str, tuple[float, SessionRecord]] = OrderedDict()
+        self._cache_expiry = ExpiryIndex()
         self._last_logged = -math.inf
         self._unexpected_logged: dict[str, float] = {}
         # Answers not yet sent to Redis: key -> (the script that stores it, its arguments);
@@ -672,7 +676,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
             await self.flush()
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
-        self._cache.clear()
+        self._cache_clear()
         if self._refresh is not None:
             with contextlib.suppress(BaseException):
                 await self._refresh

@@ -82,8 +82,14 @@ class ServerLimits:
     # Sealed intents (PROTOCOL.md §12.6, protocol/sealing.py): declared in the card, and a
     # client that brings a seal_key gets session keys; off unless asked for.
     sealed_intents: bool = False
+    # How often (s) the server forgets the sessions that expired (runtime/sweeper.py), their
+    # sealing keys with them, in a store that holds them in process memory; 0: only when
+    # looked up again (or when the store is full).
+    session_sweep_seconds: float = 2.0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.session_sweep_seconds < float("inf"):
+            raise ValueError("session_sweep_seconds must be a finite number of seconds, at least 0")
         if self.max_concurrent_intents is not None and self.max_concurrent_intents < 1:
             raise ValueError("max_concurrent_intents must be None or at least 1")
         if self.max_queued_intents < 0:

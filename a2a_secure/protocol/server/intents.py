@@ -60,7 +60,14 @@ from a2a_secure.protocol.sealing import (
     to_claim,
 )
 from a2a_secure.protocol.server.auditing import AuditFields
-from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, log_unexpected, stale
+from a2a_secure.protocol.server.common import (
+    Clock,
+    RandomSource,
+    Reply,
+    ServerConfig,
+    log_unexpected,
+    stale,
+)
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.server.delegation import NO_DELEGATION, DelegationGuard, Verdict, claim_form
 from a2a_secure.protocol.server.dispatcher import IntentContext
@@ -108,9 +115,11 @@ class IntentProcessor:
         streams: Streams,
         clock: Clock,
         exactly_once: Claims,
+        random_bytes: RandomSource,
         delegation: DelegationGuard | None = None,
     ) -> None:
         self._config = config
+        self._random = random_bytes  # a kept answer's nonces (ClaimBox)
         self._exactly_once = exactly_once
         self._delegation = delegation or DelegationGuard(config)
         self._deadlines = deadlines
@@ -307,7 +316,7 @@ class IntentProcessor:
                 once = self._exactly_once.prepare(session, intent, claimed, wants_stream, now)
                 if once is not None and answer_key is not None:
                     assert sealer is not None
-                    box = ClaimBox(answer_key, intent.intent_id)
+                    box = ClaimBox(answer_key, intent.intent_id, self._random)
                     once.to_claim = functools.partial(
                         to_claim, sealer=sealer, sequence=sequence, request_hash=req_hash, box=box
                     )
