@@ -213,7 +213,10 @@ def _did_show(args: argparse.Namespace) -> int:
 
 
 def _did_document(args: argparse.Namespace) -> int:
-
+    if not args.did_web.startswith("did:web:"):
+        _fail(f"--did-web {args.did_web[:80]!r} is not a did:web DID (did:web:agents.example.com)")
+        return 1
+    check_did_arg(args.did_web, "--did-web")
     ring = load_key_ring(key_source(args))
     identity = ring.current
     if identity.did == args.did_web:  # a rotated did:web key file: retired keys are listed too
@@ -240,6 +243,7 @@ def _make_resolver(args: argparse.Namespace) -> DIDResolver:
 
 
 def _did_resolve(args: argparse.Namespace) -> int:
+    check_did_arg(args.did, "the DID")
     resolver = _make_resolver(args)
     resolved: ResolvedDID = asyncio.run(resolver.resolve(args.did))
     out: dict[str, Any] = {
@@ -522,7 +526,8 @@ def _registry_for(args: argparse.Namespace) -> tuple[Any, str]:
     target = check_did_arg(args.to, "--to") if args.to.startswith("did:") else args.to
     if args.endpoint:
         did = target if target.startswith("did:") else registry.find(target).did
-        registry.add(RegistryEntry(target if not target.startswith("did:") else "target", did, args.endpoint))
+        # Named as the person gave it: an error then says which agent did not answer.
+        registry.add(RegistryEntry(target, did, args.endpoint))
         target = did
     return registry, target
 

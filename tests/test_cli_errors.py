@@ -42,6 +42,9 @@ def test_call_errors_name_the_flag_and_the_fix(tmp_path: Path, keys: dict[str, P
         # A DID typo (another valid DID): both DIDs are shown.
         typo = one_line_error(run_cli(*base, "--to", OTHER.did))
         assert f"the agent there is {SERVER.did}, not {OTHER.did}" in typo
+        # The agent is named as given, not by a placeholder.
+        down = one_line_error(run_cli(*base[:4], "http://127.0.0.1:9", "--goal", "echo", "--to", OTHER.did))
+        assert down.startswith(f"agent '{OTHER.did}' did not answer at http://127.0.0.1:9")
         # A DID cut short when copied.
         cut = SERVER.did[:30]
         truncated = one_line_error(run_cli(*base, "--to", cut))
@@ -97,6 +100,18 @@ def test_serve_errors_name_the_file_or_flag(tmp_path: Path, keys: dict[str, Path
     policy.write_text('{"rate_limit": }')
     invalid = one_line_error(run_cli(*serve, "--policy", str(policy)))
     assert invalid.startswith(f"policy file {policy}: not valid JSON (Expecting value: line 1")
+    missing_policy = one_line_error(run_cli(*serve, "--policy", "nope.json", cwd=tmp_path))
+    assert missing_policy == "policy file nope.json: no such file"
+    no_folder = one_line_error(run_cli(*serve, "--audit-log", str(tmp_path / "gone" / "audit.jsonl")))
+    assert no_folder == f"--audit-log {tmp_path / 'gone' / 'audit.jsonl'}: its folder does not exist"
+
+
+def test_did_commands_name_the_did_they_cannot_use(tmp_path: Path, keys: dict[str, Path]) -> None:
+    cut = SERVER.did[:20]
+    resolve = one_line_error(run_cli("did", "resolve", cut))
+    assert resolve.startswith(f"the DID {cut!r} is not a valid DID (") and "is it complete?" in resolve
+    document = one_line_error(run_cli("did", "document", "--key-file", str(keys["me"]), "--did-web", "bad"))
+    assert document == "--did-web 'bad' is not a did:web DID (did:web:agents.example.com)"
 
 
 def test_serve_checks_its_port_and_redis_before_uvicorn_starts(tmp_path: Path, keys: dict[str, Path]) -> None:

@@ -143,6 +143,8 @@ SERVER_MEMBERS = (
 
 
 def _read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    if not os.path.isfile(path):
+        raise ValueError(f"policy file {os.fspath(path)}: no such file")
     with open(path, encoding="utf-8") as f:
         try:
             data = json.load(f)
@@ -440,6 +442,8 @@ def serve(
     # the Redis URL are checked (no store kept open, no audit log opened).
     if tls_cert is not None and tls_key is not None:
         check_tls(tls_cert, tls_key)
+    if audit_log is not None and not os.path.isdir(os.path.dirname(os.path.abspath(audit_log))):
+        raise ValueError(f"--audit-log {os.fspath(audit_log)}: its folder does not exist")
     if redis_url:
         check_store(redis_url, redis_prefix)
     check_port(host, port)
