@@ -265,3 +265,20 @@ def test_app_dir_and_one_line_import_errors(tmp_path: Path, key_file: Path) -> N
         tmp_path, "--key-file", str(key_file), "--app", "payagent:agent", "--app-dir", str(app_dir)
     ) as s:
         assert s.proc.poll() is None
+
+
+def test_what_only_the_workers_open_is_refused_before_anything_starts(tmp_path: Path, key_file: Path) -> None:
+    # The store and the audit log are opened by the workers only: an app that has its own is
+    # refused by serve itself, in one line naming the flag, not by each worker after start.
+    (tmp_path / "audited.py").write_text(
+        "from a2a_secure.identity.keys import Identity\n"
+        "from a2a_secure.server.app import AgentServer\n"
+        "server = AgentServer(Identity.from_seed(bytes(range(50, 82)), 'built'), audit=lambda **r: None)\n"
+    )
+    serve = ["serve", "--key-file", str(key_file), "--app", "audited:server", "--app-dir", str(tmp_path)]
+    refused = one_line_error(run_cli(*serve, "--audit-log", str(tmp_path / "audit.jsonl")))
+    assert refused == (
+        "app 'audited:server' was built with its own audit, and the command line gives another"
+        " (--audit-log): give it in one place only"
+    )
+    assert not (tmp_path / "audit.jsonl").exists()

@@ -71,7 +71,7 @@ from a2a_secure.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer, public_url
-from a2a_secure.server.settings import give_settings
+from a2a_secure.server.settings import give_settings, refuse_later
 from a2a_secure.server.startup import banner, check_port, check_store, check_tls, load_object
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
@@ -219,6 +219,7 @@ def build_server(
     log_requests: bool = False,
     delegation: DelegationRules | None = None,
     app_dir: str | os.PathLike[str] | None = None,
+    given_later: Sequence[str] = (),
 ) -> AgentServer:
     """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts.
 
@@ -226,7 +227,9 @@ def build_server(
     served as the very object it built, every setting as it set it
     (:mod:`a2a_secure.server.settings`); the settings given here are added where the app left
     them unset, and one given both here and in the app, differently, is a ``ValueError``:
-    either choice could fail open. A callable ``app`` is given a server built from these
+    either choice could fail open; ``given_later`` names settings (``store``, ``audit``) the
+    command line will give the workers, refused here already if the app set them. A callable
+    ``app`` is given a server built from these
     settings to register its handlers on; no ``app``: the test agent of PROTOCOL.md §11.
     """
     given: dict[str, Any] = {
@@ -248,6 +251,7 @@ def build_server(
         if source.identity.did != identity.did:
             raise ValueError(f"app {app!r} has the DID {source.identity.did}, the key file {identity.did}")
         assert app is not None
+        refuse_later(source, given_later, app)
         give_settings(source, given, app)
         return source
     server = AgentServer(
@@ -461,6 +465,7 @@ def serve(
         delegation=load_delegation(policy_path),
         metrics=metrics,
         log_requests=log_format == "json",
+        given_later=[name for name, wanted in (("store", redis_url), ("audit", audit_log)) if wanted],
     )
     # The card's url: --url, else the app's own, else where this server listens.
     url = checked.url or public_url(default_url(host, port, tls=tls_cert is not None))

@@ -13,7 +13,7 @@ is read and whether the command line can give it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from a2a_secure.identity.rotation import KeyRing
     from a2a_secure.server.app import AgentServer
 
-__all__ = ["SETTINGS", "Setting", "give_settings"]
+__all__ = ["SETTINGS", "Setting", "give_settings", "refuse_later"]
 
 
 class _Conflict(Exception):
@@ -187,6 +187,24 @@ SETTINGS: Mapping[str, Setting] = {
 }
 
 
+def _conflict(spec: str, name: str) -> ValueError:
+    flag = SETTINGS[name].flag
+    where = f" ({flag})" if flag else ""
+    return ValueError(
+        f"app {spec!r} was built with its own {name.replace('_', ' ')}, and the command line"
+        f" gives another{where}: give it in one place only"
+    )
+
+
+def refuse_later(server: AgentServer, names: Iterable[str], spec: str) -> None:
+    """``ValueError`` if ``server`` set one of ``names``, which the command line will give
+    its workers (a store, an audit log: opened only there, so not given in the check)."""
+    for name in names:
+        setting = SETTINGS[name]
+        if not setting.unset(setting.read(server)):
+            raise _conflict(spec, name)
+
+
 def give_settings(server: AgentServer, given: Mapping[str, Any], spec: str) -> None:
     """Give ``server`` (built by the app ``spec``) the command line's settings ``given``.
 
@@ -207,10 +225,6 @@ def give_settings(server: AgentServer, given: Mapping[str, Any], spec: str) -> N
         try:
             kept = (setting.combine or _same)(ours, value)
         except _Conflict:
-            where = f" ({setting.flag})" if setting.flag else ""
-            raise ValueError(
-                f"app {spec!r} was built with its own {name.replace('_', ' ')}, and the command line"
-                f" gives another{where}: give it in one place only"
-            ) from None
+            raise _conflict(spec, name) from None
         if kept is not ours and setting.give is not None:
             setting.give(server, kept)
