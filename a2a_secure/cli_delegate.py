@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 from a2a_secure.cli_identity import add_key_options, key_source
@@ -19,6 +18,7 @@ from a2a_secure.delegation import MAX_TTL, Chain, issue, load_chain
 from a2a_secure.errors import InvalidParams
 from a2a_secure.identity.rotation import parse_duration
 from a2a_secure.identity.sources import load_identity
+from a2a_secure.system import wall_now
 
 __all__ = ["read_chain"]
 
@@ -76,7 +76,7 @@ def _delegate(args: argparse.Namespace) -> int:
     if ttl is not None and not 0 < ttl <= MAX_TTL:
         _fail(f"--ttl must be between 1 s and {MAX_TTL // 86400} days")
         return 2
-    now = time.time()
+    now = wall_now()
     if args.parent:
         chain = read_chain(args.parent).further(
             identity,

@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from a2a_secure.delegation import REVOCATION_PREFIX as TOKEN_PREFIX
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity.rotation import DEFAULT_OVERLAP, KeyRing, parse_duration
 from a2a_secure.store.revocation import FileRevocations, Revocations, StoreRevocations, check_target
+from a2a_secure.system import wall_now
 from a2a_secure.terminal import printable
 
 __all__: list[str] = []
@@ -93,7 +93,7 @@ def _key_rotate(args: argparse.Namespace) -> int:
             return 1
         if ring.current.did.startswith("did:key:"):
             ring = KeyRing(ring.current.with_did_web(args.did_web, f"{args.did_web}#{args.fragment}"))
-    now = int(time.time())
+    now = int(wall_now())
     old = ring.current
     rotated = ring.rotate(overlap=overlap, now=now)
     rotated.save(args.key_file)
@@ -125,7 +125,7 @@ def _key_rotate_in_token(args: argparse.Namespace, overlap: int) -> int:
     if args.did_web:
         _fail("--did-web: a key ring kept in a token rotates did:key identities only")
         return 2
-    now = int(time.time())
+    now = int(wall_now())
     old = load_token_ring(args.key_uri, now=now).current
     rotated = rotate_token_ring(args.key_uri, overlap=overlap, now=now)
     out: dict[str, Any] = {

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -55,6 +54,7 @@ from a2a_secure.identity.did import did_web_host_port, public_key_from_multibase
 from a2a_secure.identity.keys import check_public_key
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
 from a2a_secure.identity.rfc3339 import parse_expires
+from a2a_secure.system import mono_now
 
 __all__ = [
     "ACCEPTED_MEDIA_TYPES",
@@ -586,7 +586,7 @@ def make_resolver(
     *,
     cache_ttl: float = 300.0,
     max_cache_entries: int = 10_000,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = mono_now,
     timeout: float = DEFAULT_TIMEOUT,
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY,

@@ -22,6 +22,7 @@ from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import did_key_from_public_key, key_id_for_did_key
 from a2a_secure.identity.ed25519 import SIGNATURE_LEN, check_public_key, verify_signature
+from a2a_secure.system import wall_now
 
 __all__ = [
     "KeyFileError",
@@ -321,11 +322,10 @@ class Identity:
 
         Returns an ``a2a_secure.delegation.Chain`` of one link.
         """
-        import time  # noqa: PLC0415
 
         from a2a_secure.delegation import issue  # noqa: PLC0415 - the value layer above
 
-        at = time.time() if now is None else now
+        at = wall_now() if now is None else now
         return issue(self, to=to, goals=goals, ttl=ttl, now=at, targets=targets, max_priority=max_priority)
 
     def __repr__(self) -> str:

@@ -13,7 +13,6 @@ temporary label, the ring record written, and only then are the labels swapped.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, Final
 
 from a2a_secure.identity import encoding
@@ -21,6 +20,7 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.pkcs11 import DERIVE_SUFFIX, TokenSession, _pkcs11, generate_in_token, token_key
 from a2a_secure.identity.pkcs11_uri import Pkcs11Uri, TokenError
 from a2a_secure.identity.rotation import DEFAULT_OVERLAP, KeyRing, RetiredKey
+from a2a_secure.system import wall_now
 
 __all__ = ["load_token_ring", "rotate_token_ring"]
 
@@ -72,7 +72,7 @@ def load_token_ring(uri: str | Pkcs11Uri, now: float | None = None) -> KeyRing:
     label = _label(parsed)
     current = Identity(token_key(parsed), label[:128])
     record = _read_record(token_key(parsed)._session, label)  # the same shared session
-    t = time.time() if now is None else now
+    t = wall_now() if now is None else now
     retired: list[RetiredKey] = []
     for item in record.get("retired", []):
         if not isinstance(item, dict):
@@ -121,7 +121,7 @@ def rotate_token_ring(
     """Generate the next key in the token, retire the current one for ``overlap`` seconds."""
     parsed = uri if isinstance(uri, Pkcs11Uri) else Pkcs11Uri.parse(uri)
     label = _label(parsed)
-    t = int(time.time() if now is None else now)
+    t = int(wall_now() if now is None else now)
     ring = load_token_ring(parsed, now=t)
     if not ring.current.did.startswith("did:key:"):
         raise TokenError("a token key ring rotates did:key identities")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import os
 import re
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ from a2a_secure.errors import (
     InternalError,
     MethodNotFound,
     PayloadTooLarge,
+    SessionUnknown,
     UnsupportedMediaType,
 )
 from a2a_secure.identity import did as did_module
@@ -60,7 +61,8 @@ from a2a_secure.protocol.server import (
     Reply,
     ServerLimits,
 )
-from a2a_secure.protocol.server.dispatcher import Admission
+from a2a_secure.protocol.server.admission import admit_action
+from a2a_secure.protocol.server.dispatcher import InnerGoal
 from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolService
 from a2a_secure.protocol.wire import (
     EnvelopeError,
@@ -75,6 +77,7 @@ from a2a_secure.runtime.sweeper import SessionSweeper
 from a2a_secure.store.actions import ActionStore
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
+from a2a_secure.system import mono_clock_of, mono_now, wall_clock_of, wall_now
 from a2a_secure.telemetry import tracing
 from a2a_secure.telemetry.observer import ServerObserver
 
@@ -352,8 +355,8 @@ class AgentServer(IntentDispatcher):
         audit: Auditor | AuditHook | None = None,
         limits: ServerLimits | None = None,
         max_body: int = DEFAULT_MAX_BODY,
-        clock: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = wall_now,
+        monotonic: Callable[[], float] = mono_now,
         key_ring: KeyRing | None = None,
         revocations: Iterable[Revocations] = (),
         priority_rights: PriorityRights | None = None,
@@ -377,7 +380,7 @@ class AgentServer(IntentDispatcher):
         :class:`~a2a_secure.telemetry.logs.JsonFormatter`). Traces need no setting: spans
         are made once the application configures an OpenTelemetry SDK."""
         super().__init__()
-        self._untimed: dict[str, tuple[Callable[[Any, IntentContext], Awaitable[Any]], Admission | None]] = {}
+        self._untimed: dict[str, tuple[Callable[[Any, IntentContext], Awaitable[Any]], InnerGoal | None]] = {}
         if key_ring is not None and key_ring.current.did != identity.did:
             raise ValueError("the key ring's current key is not the identity's")
         self.identity = identity
@@ -480,11 +483,11 @@ class AgentServer(IntentDispatcher):
         goal: str,
         handler: Callable[[Any, IntentContext], Awaitable[Any]],
         *,
-        admit: Admission | None = None,
+        inner: InnerGoal | None = None,
     ) -> None:
         """See :meth:`IntentDispatcher.add`; the card and core are rebuilt to list it."""
-        self._untimed[goal] = (handler, admit)  # timed again if metrics are turned on later
-        super().add(goal, self._observer.timed(goal, handler), admit=admit)
+        self._untimed[goal] = (handler, inner)  # timed again if metrics are turned on later
+        super().add(goal, self._observer.timed(goal, handler), inner=inner)
         self._card = None
         self._protocol = None
 
@@ -598,12 +601,17 @@ class AgentServer(IntentDispatcher):
         engine = self.approvals
 
         async def approve(inputs: Any, context: IntentContext) -> Any:
+            # The action's goal is admitted on this session as an intent for it would be.
+            session = await self.store.get_session(context.session_id, self._clock())
+            if session is None:
+                raise SessionUnknown("unknown, expired or closed session")
             return await engine.approve(
                 inputs,
                 approver=context.caller_did,
                 session_id=context.session_id,
                 sequence=context.sequence,
                 sealed=context.sealed,
+                admit=functools.partial(admit_action, self.protocol.config, session),
             )
 
         async def pending(inputs: Any, context: IntentContext) -> Any:
@@ -622,7 +630,7 @@ class AgentServer(IntentDispatcher):
         """Serve ``tool.list`` and ``tool.execute`` (each still needs the session's policy)."""
         catalog = ToolService(self, lambda: self._intent_schemas, self.store, self._clock)
         self.add(TOOL_LIST, catalog.list_tools)
-        self.add(TOOL_EXECUTE, catalog.execute, admit=catalog.admit_execute)
+        self.add(TOOL_EXECUTE, catalog.execute, inner=catalog.inner_of)
 
     def _reserved(self, goal: str) -> bool:
         """Whether ``goal`` runs only on behalf of principals the configuration names (§12.7)."""
@@ -712,10 +720,10 @@ class AgentServer(IntentDispatcher):
                 manifest_hash=self.manifest_hash,
                 limits=self.limits,
                 audit=self._audit,
-                clock=self._clock,
-                monotonic=self._monotonic,
+                clock=wall_clock_of(self._clock),
+                monotonic=mono_clock_of(self._monotonic),
                 key_guard=KeyGuard(
-                    ring=self.key_ring, revocations=self.revocations, monotonic=self._monotonic
+                    ring=self.key_ring, revocations=self.revocations, monotonic=mono_clock_of(self._monotonic)
                 ),
                 priority_rights=self.priority_rights,
                 # Told of each request only when it has somewhere to go: metrics or log lines,

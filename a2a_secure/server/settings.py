@@ -12,7 +12,6 @@ is read and whether the command line can give it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import IntentDispatcher, ServerLimits
 from a2a_secure.protocol.tools import TOOL_LIST
 from a2a_secure.store.memory import MemoryStore
+from a2a_secure.system import mono_now, wall_now
 
 if TYPE_CHECKING:
     from a2a_secure.identity.rotation import KeyRing
@@ -104,9 +104,9 @@ def _give_metrics(server: AgentServer, metrics: Any) -> None:
     server.metrics = metrics
     server._observer.metrics = metrics
     # The handlers registered before metrics were on are timed from now on too.
-    for goal, (handler, admit) in server._untimed.items():
+    for goal, (handler, inner) in server._untimed.items():
         if goal in server._handlers:
-            IntentDispatcher.add(server, goal, server._observer.timed(goal, handler), admit=admit)
+            IntentDispatcher.add(server, goal, server._observer.timed(goal, handler), inner=inner)
     _rebuild(server)
 
 
@@ -162,8 +162,8 @@ SETTINGS: Mapping[str, Setting] = {
     "audit": Setting(lambda s: s._audit, _default(None), _give_audit, "--audit-log"),
     "limits": Setting(lambda s: s.limits, _default(ServerLimits()), _attr("limits"), "--policy"),
     "max_body": Setting(lambda s: s.max_body, _never),
-    "clock": Setting(lambda s: s._clock, _default(time.time)),
-    "monotonic": Setting(lambda s: s._monotonic, _default(time.monotonic)),
+    "clock": Setting(lambda s: s._clock, _default(wall_now)),
+    "monotonic": Setting(lambda s: s._monotonic, _default(mono_now)),
     "key_ring": Setting(
         lambda s: s.key_ring, _default(None), _attr("key_ring"), "--key-file", _combine_rings
     ),

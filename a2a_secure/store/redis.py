@@ -97,7 +97,6 @@ import contextlib
 import logging
 import math
 import os
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -127,6 +126,7 @@ from a2a_secure.store.redis_sessions import (
     _OPEN_SESSION,
     RedisSessions,
 )
+from a2a_secure.system import mono_now, wall_now
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -401,7 +401,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
             # instead of failing once per stale pooled connection.
             with contextlib.suppress(Exception):
                 await self._r.connection_pool.disconnect(inuse_connections=False)
-        now = time.monotonic()
+        now = mono_now()
         if unexpected:
             self._log_unexpected(exc, now)
         elif now - self._last_logged >= 10.0:
@@ -439,7 +439,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
 
     def _refresh_slots(self) -> None:
         """Read the cluster's slot map again, at most every 200 ms, one read at a time."""
-        now = time.monotonic()
+        now = mono_now()
         if (self._refresh is not None and not self._refresh.done()) or now - self._last_refresh < 0.2:
             return
         self._last_refresh = now
@@ -686,7 +686,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
     # -- introspection (tests, metrics) ---------------------------------------------------------
     async def counts(self, now: float | None = None) -> dict[str, int]:
         """Live pending handshakes and sessions (members of the sorted sets not yet expired)."""
-        t = _num(time.time() if now is None else now)
+        t = _num(wall_now() if now is None else now)
         if self._spread:
             pending_keys = [self._k_pending_shard(i) for i in range(rc.MAX_SHARDS)]
             session_keys = [self._k_session_shard(i) for i in range(rc.MAX_SHARDS)]

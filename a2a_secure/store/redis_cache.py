@@ -11,11 +11,10 @@ bounded by the entries due (:class:`~a2a_secure.store.expiry.ExpiryIndex`).
 
 from __future__ import annotations
 
-import time
-
 from a2a_secure.store.base import SessionRecord
 from a2a_secure.store.expiry import SWEEP_LIMIT, ExpiryIndex
 from a2a_secure.store.redis_keys import RedisKeys
+from a2a_secure.system import mono_now
 
 __all__ = ["RedisSessionCache"]
 
@@ -26,7 +25,7 @@ class RedisSessionCache(RedisKeys):
     def _cache_put(self, session: SessionRecord) -> None:
         if self._cache_ttl <= 0 or self._cache_size <= 0:
             return
-        self._cache[session.session_id] = (time.monotonic() + self._cache_ttl, session)
+        self._cache[session.session_id] = (mono_now() + self._cache_ttl, session)
         self._cache.move_to_end(session.session_id)
         self._cache_expiry.add(session.expires_at, session.session_id)
         while len(self._cache) > self._cache_size:
@@ -37,7 +36,7 @@ class RedisSessionCache(RedisKeys):
         hit = self._cache.get(session_id)
         if hit is None:
             return None
-        if hit[0] <= time.monotonic():
+        if hit[0] <= mono_now():
             self._cache_drop(session_id)
             return None
         return hit[1]
@@ -63,7 +62,7 @@ class RedisSessionCache(RedisKeys):
         how many were dropped.
         """
         cache, gone = self._cache, 0
-        ended = time.monotonic()
+        ended = mono_now()
         while cache and gone < limit:
             sid, (end, _record) = next(iter(cache.items()))
             if end > ended:

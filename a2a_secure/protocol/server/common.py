@@ -23,12 +23,14 @@ from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
 from a2a_secure.store.base import Store, StoredReply
+from a2a_secure.system import MonoClock, WallClock
 
 __all__ = [
     "HANDSHAKE_METHODS",
     "INTENT_METHODS",
     "AuditHook",
     "Clock",
+    "MonoClock",
     "RandomSource",
     "Reply",
     "ServerConfig",
@@ -42,7 +44,7 @@ HANDSHAKE_METHODS = frozenset(("hello", "proof", "accept_policy"))
 INTENT_METHODS = frozenset(("intent", "close"))
 
 AuditHook = Callable[..., object]
-Clock = Callable[[], float]
+Clock = WallClock  # Unix seconds; the monotonic clock is a MonoClock (a2a_secure.system)
 RandomSource = Callable[[int], bytes]
 
 
