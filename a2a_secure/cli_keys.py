@@ -132,7 +132,7 @@ def _key_rotate_in_token(args: argparse.Namespace, overlap: int) -> int:
         "did": rotated.current.did,
         "kid": rotated.current.kid,
         "retired_kid": old.kid,
-        "overlap_until": now + overlap,
+        "overlap_until": iso_time(now + overlap),
         "previous_did": old.did,
         "rotation_statements": list(rotated.statements),
     }
