@@ -69,7 +69,8 @@ OTLP_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROPAGATED = (b"traceparent", b"tracestate")
 _RPC = {"rpc.system": "jsonrpc", "rpc.service": "a2a_secure", "rpc.jsonrpc.version": JSONRPC_VERSION}
 _cache: list[Any] = [None, None]  # the provider last seen, and its tracer (None: no SDK)
-# W3C Trace Context, section 3.2 (traceparent): version (not ff), trace id and parent id (neither all zeros), flags.
+# W3C Trace Context, section 3.2 (traceparent): version (not ff), trace id and parent id
+# (neither all zeros), flags.
 _TRACEPARENT = re.compile(r"(?!ff)[0-9a-f]{2}-(?!0{32})([0-9a-f]{32})-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 _MAX_TRACESTATE = 512
 # Without an SDK: the headers of a trace context given from outside, sent on unchanged...
