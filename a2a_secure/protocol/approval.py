@@ -284,12 +284,6 @@ class ApprovalEngine:
         own = None if approvers is None else frozenset(approver_dids(approvers))
         self._executors[action] = _Registered(executor, own)
 
-    def adopt(self, other: ApprovalEngine) -> None:
-        """Take ``other``'s executors, approvers and settings (serving its intents here)."""
-        self._executors.update(other._executors)
-        self._approvers = self._approvers | other._approvers
-        self.settings = other.settings
-
     @property
     def actions(self) -> list[str]:
         """The names of the registered actions, sorted."""
