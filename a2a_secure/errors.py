@@ -227,9 +227,6 @@ class DIDResolutionError(A2AError):
     default_message = "DID could not be resolved"
 
 
-_POOLS = ("own", "shared")  # the full bounds a 503's ``data.pool`` names
-
-
 class Unavailable(A2AError):
     """Rate limited, server full, or shared store unavailable; retry after ``retry_after``."""
 
@@ -245,17 +242,13 @@ class Unavailable(A2AError):
         data: dict[str, Any] | None = None,
     ) -> None:
         self.retry_after = max(1, int(retry_after))
-        merged = {"retry_after": self.retry_after}
+        merged: dict[str, Any] = {"retry_after": self.retry_after}
         if data:
             merged.update(data)
+        # A full bound says which pool is full: "own" (this caller's quota) or "shared".
+        pool = merged.get("pool")
+        self.pool: str | None = pool if pool in ("own", "shared") else None
         super().__init__(message, data=merged)
-
-    @property
-    def pool(self) -> str | None:
-        """Which full bound refused (``data.pool``): ``"own"``, this caller's own quota, or
-        ``"shared"``, the pool strangers share; None when the answer does not say."""
-        value = self.data.get("pool") if self.data is not None else None
-        return value if value in _POOLS else None
 
 
 class PeerUnreachable(Unavailable):
@@ -338,7 +331,8 @@ def error_for_code(code: int, message: str, data: dict[str, Any] | None = None) 
         if data and type(data.get("retry_after")) is int:
             retry = data["retry_after"]
         pool = data.get("pool") if data else None
-        return Unavailable(message, retry_after=retry, data={"pool": pool} if pool in _POOLS else None)
+        kept = {"pool": pool} if pool in ("own", "shared") else None
+        return Unavailable(message, retry_after=retry, data=kept)
     return cls(message, data=data)
 
 
