@@ -38,8 +38,8 @@ from a2a_secure.errors import Unavailable
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.server import IntentContext, ServerLimits
 from a2a_secure.server.app import AgentServer
-from a2a_secure.server.run import app_from_env
-from a2a_secure.server.settings import lease_setting, load_scheduling
+from a2a_secure.server.run import app_from_env, load_scheduling
+from a2a_secure.server.timing import lease_setting
 from a2a_secure.store.base import StoredReply
 from a2a_secure.store.intents import ClaimKind
 from a2a_secure.store.memory import MemoryStore
