@@ -370,3 +370,25 @@ async def test_a_start_whose_reply_was_lost_is_given_back_and_the_resend_runs() 
         assert resp.status_code == 200, resp.text
         assert s.verify_result(again, resp.json()["result"]).result == {"inputs": {"k": 6}, "run": 1}
     assert runs == Counter({"G" * 22: 1})
+
+
+async def test_a_worker_started_while_redis_is_down_comes_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The campaign killed a worker while Redis restarted: the supervisor's new worker failed
+    its start-up check, and uvicorn stopped the whole server. The check now says so (once,
+    naming the URL) and the worker comes up, answering 503 until Redis is back."""
+    import logging
+    import socket
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        down = closed.getsockname()[1]
+    key = tmp_path / "agent.key"
+    identity("restarted").save(key)
+    env = {"A2A_SECURE_KEY_FILE": str(key), "A2A_SECURE_REDIS_URL": f"redis://127.0.0.1:{down}/0"}
+    app = app_from_env(env)
+    with caplog.at_level(logging.ERROR, logger="a2a_secure.server"):
+        async with app.router.lifespan_context(app):
+            pass
+    assert f"Redis at redis://127.0.0.1:{down}/0 does not answer" in caplog.text

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -99,6 +100,8 @@ __all__ = [
     "serve",
     "wait_setting",
 ]
+
+_log = logging.getLogger("a2a_secure.server")
 
 ENV = {
     "key_file": "A2A_SECURE_KEY_FILE",
@@ -388,7 +391,13 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         check = getattr(server.store, "check", None)
         if check is not None:  # a Redis that does not answer: said once, naming the URL
-            await check()
+            try:
+                await check()
+            except ConnectionError as exc:
+                # Not fatal: a worker the supervisor starts again (after a crash) while Redis
+                # restarts must come up and answer 503 until Redis is back; a failed start
+                # would stop the whole server. ``serve`` checks Redis before it starts.
+                _log.error("%s", exc)
         try:
             async with own(_app):
                 yield
