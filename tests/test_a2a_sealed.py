@@ -73,7 +73,7 @@ from a2a_secure.server.app import AgentServer
 from a2a_secure.testing import serve_app
 
 SEALED = ServerLimits(sealed_intents=True)
-PLAIN = ServerLimits()
+PLAIN = ServerLimits(sealed_intents=False)  # a server that turned sealing off
 CARD_PATH = "/.well-known/agent-card.json"
 FAST_RETRY = RetryPolicy(attempts=2, base=0.01, cap=0.02)
 # What the caller asks and what the agent answers: distinct words, so each is looked for.
@@ -454,7 +454,7 @@ def test_the_declared_extensions_are_signed_and_checked_like_the_other_params() 
 
 
 def test_a_card_builder_may_declare_only_what_the_server_serves() -> None:
-    plain = AgentServer(SERVER, Policy(), limits=ServerLimits(intent_id_retention=0))
+    plain = AgentServer(SERVER, Policy(), limits=ServerLimits(intent_id_retention=0, sealed_intents=False))
     assert plain.card["a2a_secure_extensions"] == ["priority"]
     for claimed in (["priority", "sealed"], ["sealed"], ["priority", "priority"], [], "priority", [1]):
         plain.set_card_builder(lambda card, claimed=claimed: {**card, "a2a_secure_extensions": claimed})

@@ -43,6 +43,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from a2a_secure.delegation import check_member as check_delegation_member
 from a2a_secure.errors import A2AError, AuthenticationFailed, InternalError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.validate import MAX_SAFE_INT, require_b64u_bytes
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANSWER_KEY_MEMBER",
+    "CHAIN_MEMBER",
     "KEY_BYTES",
     "KEY_MEMBER",
     "SEALED",
@@ -67,6 +69,7 @@ __all__ = [
     "derive_keys",
     "from_claim",
     "nonce",
+    "open_intent_delegation",
     "open_intent_inputs",
     "parse_seal_key",
     "record_sealer",
@@ -82,6 +85,8 @@ KEY_MEMBER: Final = "seal_key"
 """The signed handshake member carrying a side's ephemeral X25519 public key."""
 ANSWER_KEY_MEMBER: Final = "sealed_key"
 """The ``intent`` member carrying, sealed, the answer key of an intent with an intent_id."""
+CHAIN_MEMBER: Final = "sealed_delegation"
+"""The ``intent`` member carrying, sealed, what ``delegation`` would have been (§12.7)."""
 KEY_BYTES: Final = 32
 LABEL: Final = "a2a-secure/sealed/v1"
 _INFO: Final = (LABEL + " keys").encode("ascii")
@@ -96,6 +101,7 @@ class Part(enum.IntEnum):
     ERROR_DATA = 3  # server → client: an error's data (besides response_jws, retry_after)
     EVENT = 4  # server → client: a §6.4 event's result
     ANSWER_KEY = 5  # client → server: the answer key of an intent with an intent_id
+    DELEGATION = 6  # client → server: intent.delegation, the chain or its name (§12.7)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +285,14 @@ class SessionSealer:
             raise err("the answer key is not 32 bytes")
         return key
 
+    def seal_delegation(self, sequence: int, goal: str, value: Any) -> str:
+        """The ``sealed_delegation`` member: ``value`` (a chain's links, or its name) sealed."""
+        return self._seal(self._c2s, "c2s", sequence, Part.DELEGATION, 0, goal, value)
+
+    def open_delegation(self, sequence: int, goal: str, token: str) -> Any:
+        """The JSON value sealed in a ``sealed_delegation`` member, else -32040 (types unchecked)."""
+        return self._open(self._c2s, "c2s", sequence, Part.DELEGATION, 0, goal, token, 3)
+
     # -- server → client --------------------------------------------------------------------
     def seal_result(self, sequence: int, request_hash: str, result: Any) -> str:
         """The sealed ``result`` of the answer to the request ``request_hash``."""
@@ -385,23 +399,41 @@ def open_intent_inputs(
     """The inputs a handler gets, and the intent's answer key if it has an intent_id (§12.6).
 
     A sealed session takes only sealed intents, and a session without keys none: either
-    mismatch is a signed -32602 (the sequence is not used up), and so is an intent_id on a
-    sealed session without its ``sealed_key`` (or a ``sealed_key`` without an intent_id).
-    Values that do not open are -32040. Called after the signature check: what is opened
-    is what the client signed.
+    mismatch is a signed -32602 (the sequence is not used up), and so are a clear chain on a
+    sealed session and an intent_id on a sealed session without its ``sealed_key`` (or a
+    ``sealed_key`` without an intent_id). Values that do not open are -32040. Called after
+    the signature check: what is opened is what the client signed.
     """
     if sealer is None:
-        if intent.sealed is not None or intent.sealed_key is not None:
+        if intent.sealed is not None or intent.sealed_key is not None or intent.sealed_delegation is not None:
             raise InvalidParams("sealed inputs on a session that agreed on no sealing keys")
         return intent.inputs, None
     if intent.sealed is None:
         raise InvalidParams("this session is sealed: its intents carry sealed inputs")
+    if intent.delegation is not None:
+        raise InvalidParams("this session is sealed: a delegation chain travels as sealed_delegation")
     if (intent.intent_id is None) != (intent.sealed_key is None):
         raise InvalidParams("on a sealed session, an intent has sealed_key exactly when it has an intent_id")
     inputs = sealer.open_inputs(sequence, intent.goal, intent.sealed_bytes)
     if intent.intent_id is None or intent.sealed_key is None:
         return inputs, None
     return inputs, sealer.open_answer_key(sequence, intent.goal, intent.intent_id, intent.sealed_key)
+
+
+def open_intent_delegation(
+    sealer: SessionSealer | None, intent: Intent, sequence: int
+) -> tuple[str, ...] | str | None:
+    """The chain ``intent`` acts under, as ``intent.delegation`` has it: opened when sealed.
+
+    Called after :func:`open_intent_inputs` (which refuses a chain in the wrong form for the
+    session). A sealed chain that does not open, or opens to another type than a clear
+    ``delegation`` member may have (a non-empty array of strings, or a hash string), is -32040.
+    """
+    token = intent.sealed_delegation
+    if token is None or sealer is None:
+        return intent.delegation
+    value = sealer.open_delegation(sequence, intent.goal, token)
+    return check_delegation_member(value, AuthenticationFailed)
 
 
 def seal_error_data(
@@ -453,7 +485,7 @@ def claim_intent(intent: Mapping[str, Any], inputs: Any, answer_key: bytes) -> d
     ``sealed`` and ``sealed_key`` differ per session; the inputs enter as a MAC under the
     answer key instead, so the stored hash says nothing about them to whoever reads the store.
     """
-    out = {k: v for k, v in intent.items() if k not in (SEALED, ANSWER_KEY_MEMBER)}
+    out = {k: v for k, v in intent.items() if k not in (SEALED, ANSWER_KEY_MEMBER, CHAIN_MEMBER)}
     mac = hmac.new(answer_key, encoding.jcs(inputs), hashlib.sha256).hexdigest()
     out["inputs"] = "hmac-sha256:" + mac
     return out

@@ -125,7 +125,13 @@ def wait_setting(name: str, text: str) -> int:
 
 
 # Members of a policy file that configure this server, not the negotiated policy (§12.3).
-SERVER_MEMBERS = ("priority_rights", "max_concurrent_intents", "max_queued_intents", "sealed_intents")
+SERVER_MEMBERS = (
+    "priority_rights",
+    "max_concurrent_intents",
+    "max_queued_intents",
+    "sealed_intents",
+    "require_sealed",
+)
 
 
 def _read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -157,11 +163,15 @@ def load_scheduling(path: str | os.PathLike[str] | None) -> tuple[PriorityRights
             if not (value is None and name == "max_concurrent_intents") and type(value) is not int:
                 raise ValueError(f"{path}: {name} must be an integer")
             bounds[name] = value
-    if "sealed_intents" in data:  # PROTOCOL.md §12.6
-        if type(data["sealed_intents"]) is not bool:
-            raise ValueError(f"{path}: sealed_intents must be true or false")
-        bounds["sealed_intents"] = data["sealed_intents"]
-    return rights, ServerLimits(**bounds)
+    for name in ("sealed_intents", "require_sealed"):  # PROTOCOL.md §12.6
+        if name in data:
+            if type(data[name]) is not bool:
+                raise ValueError(f"{path}: {name} must be true or false")
+            bounds[name] = data[name]
+    try:
+        return rights, ServerLimits(**bounds)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def _load_object(spec: str) -> Any:

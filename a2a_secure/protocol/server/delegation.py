@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from a2a_secure.delegation import (
     CHAIN_UNKNOWN,
+    CHAIN_UNKNOWN_MEMBER,
     DELEGATION,
     REVOCATION_PREFIX,
     Chain,
@@ -35,12 +36,24 @@ from a2a_secure.errors import A2AError, DIDResolutionError, InternalError, Inval
 from a2a_secure.protocol.keyguard import revoked_message
 from a2a_secure.protocol.models import Intent
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY
+from a2a_secure.protocol.sealing import CHAIN_MEMBER
 from a2a_secure.protocol.server.common import ServerConfig
 from a2a_secure.store.base import SessionRecord
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.store.revocation import FileRevocations, Revocation, RevocationStore, StoreRevocations
 
-__all__ = ["MAX_CACHED_CHAINS", "NO_DELEGATION", "DelegationGuard", "Verdict", "claim_form"]
+__all__ = [
+    "MAX_CACHED_CHAINS",
+    "NO_DELEGATION",
+    "REASON_MEMBER",
+    "DelegationGuard",
+    "Verdict",
+    "claim_form",
+    "quiet_refusal",
+]
+
+REASON_MEMBER: Final = "reason"
+"""The member of a sealed session's delegation refusal ``data`` with the full message (§12.7)."""
 
 # Verified chains kept by this process, all sessions together (a chain is at most 16 KiB of
 # tokens: 64 MiB at worst), least recently used first out.
@@ -56,6 +69,19 @@ class Verdict:
 
 
 NO_DELEGATION: Final = Verdict()
+
+
+def quiet_refusal(exc: DelegationRefused) -> DelegationRefused:
+    """``exc`` as a sealed session gives it: a message naming nothing of the chain (§12.7).
+
+    The message is never sealed; the full one goes in ``data.reason``, sealed with the rest of
+    the error's data (beside ``chain_unknown``, which keeps its text's ending).
+    """
+    data = dict(exc.data or {})
+    data[REASON_MEMBER] = exc.message
+    unknown = CHAIN_UNKNOWN_MEMBER in data
+    message = f"delegation refused: chain {CHAIN_UNKNOWN}" if unknown else "delegation refused"
+    return DelegationRefused(message, data=data)
 
 
 def claim_form(intent_obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -97,17 +123,31 @@ class DelegationGuard:
         self._lists: tuple[tuple[object, object], tuple[Any, ...], bool] | None = None
 
     def check_member(self, intent: Intent) -> None:
-        """Step 1 for a server without the extension: ``delegation`` is an unknown member."""
-        if self._config.delegation is None:
-            raise InvalidParams(f"intent: unexpected member {DELEGATION!r}")
+        """Step 1: ``delegation`` is an unknown member at a server without the extension, and
+        ``sealed_delegation`` at one that does not declare both it and sealed intents (§12.6)."""
+        cfg = self._config
+        if cfg.delegation is None:
+            name = DELEGATION if intent.delegation is not None else CHAIN_MEMBER
+            raise InvalidParams(f"intent: unexpected member {name!r}")
+        if intent.sealed_delegation is not None and not cfg.limits.sealed_intents:
+            raise InvalidParams(f"intent: unexpected member {CHAIN_MEMBER!r} (this server does not seal)")
 
-    async def verdict(self, session: SessionRecord, intent: Intent, now: float) -> Verdict:
-        """The chain ``intent`` acts under, checked for this use, or why it is refused."""
+    async def verdict(
+        self, session: SessionRecord, intent: Intent, now: float, value: tuple[str, ...] | str | None = None
+    ) -> Verdict:
+        """The chain ``intent`` acts under, checked for this use, or why it is refused.
+
+        ``value``: the chain, opened when it came sealed (by default ``intent.delegation``).
+        On a sealed session a refusal names nothing of the chain in its message (§12.7): the
+        message is never sealed, its ``data`` is.
+        """
+        if value is None:
+            value = intent.delegation
         rules = self._config.delegation
-        if intent.delegation is None and (rules is None or not rules.required_principals):
+        if value is None and (rules is None or not rules.required_principals):
             return NO_DELEGATION
         try:
-            chain = None if intent.delegation is None else await self._chain(session, intent.delegation)
+            chain = None if value is None else await self._chain(session, value)
             if chain is not None:
                 priority = intent.priority or DEFAULT_PRIORITY
                 chain.check_use(
@@ -122,6 +162,8 @@ class DelegationGuard:
                 refused = rules.refusal(intent.goal, chain)
                 if refused is not None:
                     raise refused
+        except DelegationRefused as exc:
+            return Verdict(refusal=quiet_refusal(exc) if session.seal_keys else exc)
         except A2AError as exc:
             return Verdict(refusal=exc)
         return Verdict(chain=chain)
@@ -139,7 +181,8 @@ class DelegationGuard:
             return hit
         if isinstance(value, str):
             # Another worker, or a chain this one has since let go: the client sends it again.
-            raise DelegationRefused(f"delegation refused: chain {ref} {CHAIN_UNKNOWN}")
+            message = f"delegation refused: chain {ref} {CHAIN_UNKNOWN}"
+            raise DelegationRefused(message, data={CHAIN_UNKNOWN_MEMBER: ref})
         chain = parse_chain(value)
         keys = await self._resolve_keys(chain)
         verify_signatures(chain, keys.__getitem__)
