@@ -512,7 +512,10 @@ class A2AClient:
             try:
                 _status, result, error, _ra = await self._with_retries(url, method, msg, signed=False)
                 if error is not None:
-                    raise self._plain_error(error)
+                    refused = self._plain_error(error)
+                    if method == "accept_policy":  # §12.6: a server's own refusal is signed
+                        refused.signed = hs.refusal_is_signed(error, msg)
+                    raise refused
                 if nxt is not None:
                     msg = nxt(result)
                     if method == "hello" and self.sealed is not False:

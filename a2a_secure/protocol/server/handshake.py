@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from a2a_secure.errors import A2AError, AuthenticationFailed, HandshakeUnknown, PolicyViolation, Unavailable
+from a2a_secure.errors import AuthenticationFailed, HandshakeUnknown, PolicyViolation, Unavailable
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign, jws_verify
 from a2a_secure.identity.resolver import ResolvedDID
@@ -30,18 +30,17 @@ from a2a_secure.protocol.models import (
     ProofPayload,
     PublicKeyEntry,
 )
+from a2a_secure.protocol.refusal import sign_refusal
 from a2a_secure.protocol.server.auditing import AuditFields
 from a2a_secure.protocol.server.common import Clock, RandomSource, ServerConfig, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.validate import is_fresh
 from a2a_secure.store.base import OpenResult, PendingHandshake, SessionRecord
 
-__all__ = ["REFUSAL_MEMBER", "SEALED_REQUIRED", "HandshakeResponder"]
+__all__ = ["SEALED_REQUIRED", "HandshakeResponder"]
 
 SEALED_REQUIRED = "sealed intents required: accept_policy carries no seal_key"
 """The message of the refusal of a session without seal keys at a server that requires them."""
-REFUSAL_MEMBER = "refusal_jws"
-"""The ``data`` member of a signed handshake refusal (``a2a-refusal+jws``)."""
 
 
 class HandshakeResponder:
@@ -192,21 +191,6 @@ class HandshakeResponder:
             "policy_signature": pending.policy_signature,
         }
 
-    def _refusal(self, pending: PendingHandshake, accept_jws: str, now_i: int, exc: A2AError) -> A2AError:
-        """``exc`` with ``data.refusal_jws``: the server's signature over it, bound to this
-        handshake and the refused ``accept_jws`` (§12.6, "Sealing required")."""
-        payload = {
-            "nonce_a": pending.nonce_a,
-            "nonce_b": pending.nonce_b,
-            "client_did": pending.client_did,
-            "server_did": self._config.identity.did,
-            "accept_hash": m.request_hash(accept_jws),
-            "error": {"code": exc.code, "message": exc.message},
-            "timestamp": now_i,
-        }
-        exc.data = {REFUSAL_MEMBER: jws_sign(payload, self._config.identity, m.Typ.REFUSAL)}
-        return exc
-
     # -- §5.5 ACCEPT_POLICY → §5.6 SESSION ------------------------------------------------
     async def accept(self, params: Any, audit: AuditFields) -> dict[str, Any]:
         """Verify an ACCEPT_POLICY, open the session and answer with the signed SESSION."""
@@ -247,7 +231,15 @@ class HandshakeResponder:
         if client_seal is None and cfg.limits.require_sealed:
             # §12.6: the one place every door that opens a session decides it (the /a2a
             # handshake, the A2A binding, serve --app); signed, the pending handshake kept.
-            raise self._refusal(pending, accept.accept_jws, now_i, PolicyViolation(SEALED_REQUIRED))
+            raise sign_refusal(
+                PolicyViolation(SEALED_REQUIRED),
+                cfg.identity,
+                nonce_a=pending.nonce_a,
+                nonce_b=pending.nonce_b,
+                client_did=pending.client_did,
+                accept_jws=accept.accept_jws,
+                now=now_i,
+            )
         session_id = encoding.b64u_encode(self._random(m.SESSION_ID_BYTES))
         expires_at = now_i + pending.policy.session_timeout
         seal_keys, server_seal = b"", None
