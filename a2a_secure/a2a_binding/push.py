@@ -23,7 +23,7 @@ import socket
 from collections.abc import Awaitable, Callable, Collection
 from urllib.parse import urlsplit
 
-from a2a_secure.identity.addresses import host_name_blocked, is_public_address
+from a2a_secure.identity.addresses import Reach, address_reach, host_reach, may_point
 
 __all__ = ["PushUrlPolicy"]
 
@@ -39,11 +39,13 @@ async def _getaddrinfo(host: str, port: int) -> list[str]:
 class PushUrlPolicy:
     """A ``push_url_validator``: True only for a URL the server may safely POST to.
 
-    The URL must be ``https`` (``allow_http=True`` also takes ``http``), name a host without
-    user info, and that host must not be a blocked name (``localhost``, names without a dot,
-    ``*.internal``, ``*.local`` …) and must resolve only to public unicast addresses. Hosts
-    in ``allow_hosts`` (exact, lower case) skip the address rules: for a known internal
-    receiver. Any failure, including a name that does not resolve, is a refusal.
+    The URL must be ``https`` (``allow_http=True`` also takes ``http``) and name a host
+    without user info. It is the caller's word, a remote document's, so the host may point no
+    further in than ``origin``, the network such callers come from (by default public, the
+    strictest: :class:`~a2a_secure.identity.addresses.Reach`): its name judged as a name
+    (``localhost``, names without a dot, ``*.internal``, ``*.local`` …), and every address
+    it resolves to. Hosts in ``allow_hosts`` (exact, lower case) skip the rule: for a known
+    internal receiver. Any failure, including a name that does not resolve, is a refusal.
     """
 
     def __init__(
@@ -53,11 +55,13 @@ class PushUrlPolicy:
         allow_http: bool = False,
         resolve: Resolve = _getaddrinfo,
         timeout: float = 2.0,
+        origin: Reach = Reach.PUBLIC,
     ) -> None:
         self.allow_hosts = frozenset(h.lower() for h in allow_hosts)
         self.schemes = frozenset(("https", "http") if allow_http else ("https",))
         self._resolve = resolve
         self._timeout = timeout
+        self.origin = origin
 
     async def __call__(self, url: str) -> bool:
         """True if notifications may go to ``url``."""
@@ -72,16 +76,19 @@ class PushUrlPolicy:
         if host in self.allow_hosts:
             return True
         try:
-            return is_public_address(ipaddress.ip_address(host))
+            return self._reaches(address_reach(ipaddress.ip_address(host)))
         except ValueError:
             pass  # a name
-        if host_name_blocked(host):
+        if not self._reaches(host_reach(host)):
             return False
         try:
             async with asyncio.timeout(self._timeout):
                 addresses = await self._resolve(host, port)
             return bool(addresses) and all(
-                "%" not in a and is_public_address(ipaddress.ip_address(a)) for a in addresses
+                "%" not in a and self._reaches(address_reach(ipaddress.ip_address(a))) for a in addresses
             )
         except (OSError, ValueError, TimeoutError):
             return False
+
+    def _reaches(self, target: Reach) -> bool:
+        return may_point(target, self.origin)  # the rule of every address a document names
