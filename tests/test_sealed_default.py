@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from http_helpers import SECRET, identity
+from test_sealed_http import RecordingTransport
 
 from a2a_secure.client import extensions as card_extensions
 from a2a_secure.client.http import A2AClient, RetryPolicy
@@ -41,26 +42,11 @@ def _fresh_card_cache() -> None:
     card_extensions.forget()
 
 
-class Relay(httpx.AsyncBaseTransport):
-    """Carries a client's HTTP and keeps every request and response body it carried."""
-
-    def __init__(self) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
-        self.seen: list[bytes] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.seen.append(await request.aread())
-        resp = await self.inner.handle_async_request(request)
-        body = await resp.aread()
-        await resp.aclose()
-        self.seen.append(body)
-        return httpx.Response(resp.status_code, headers=resp.headers, content=body)
+class Relay(RecordingTransport):
+    """The recording relay of tests/test_sealed_http.py, asked whether a text crossed it."""
 
     def holds(self, text: str) -> bool:
         return any(text.encode() in body for body in self.seen)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def accepting_chains(server: AgentServer) -> None:
