@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,7 @@ from a2a_secure.registry import (
     RegistryEntryError,
     RegistryError,
 )
+from a2a_secure.system import wall_now
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -265,7 +265,7 @@ class A2AAgent:
             self.identity,
             to=to,
             goals=goals,
-            now=time.time(),
+            now=wall_now(),
             ttl=ttl,
             targets=targets,
             max_priority=max_priority,

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from a2a_secure import __version__
+from a2a_secure.cli_identity import add_key_options, key_source
 from a2a_secure.cli_registry import (
     _SUBCOMMANDS,
     PROG,
@@ -38,6 +39,7 @@ from a2a_secure.errors import A2AError
 from a2a_secure.identity.did import did_web_document, did_web_to_url
 from a2a_secure.identity.keys import Identity, public_key_entry
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
+from a2a_secure.identity.sources import load_identity, load_key_ring
 from a2a_secure.telemetry import tracing
 from a2a_secure.terminal import printable, printable_json
 
@@ -100,6 +102,12 @@ def _build_keygen(subparsers: Subparsers) -> None:
     )
     parser.add_argument("--out", metavar="FILE", help="key file to write (mode 0600)")
     parser.add_argument(
+        "--key-uri",
+        metavar="URI",
+        help="generate the key inside this PKCS#11 token instead (RFC 7512 URI with object=LABEL):"
+        " sensitive, never extractable; the token's PIN as for every --key-uri",
+    )
+    parser.add_argument(
         "--agent-id",
         default=DEFAULT_AGENT_ID,
         help=f"agent id stored in the key file (default {DEFAULT_AGENT_ID})",
@@ -109,6 +117,19 @@ def _build_keygen(subparsers: Subparsers) -> None:
 
 
 def _keygen(args: argparse.Namespace) -> int:
+    if args.key_uri is not None:
+        if args.out is not None:
+            _fail("--out and --key-uri are two places for one key: give one")
+            return 2
+        from a2a_secure.identity.pkcs11 import generate_token_identity  # noqa: PLC0415 - pkcs11 extra
+        from a2a_secure.identity.pkcs11_uri import Pkcs11Uri  # noqa: PLC0415
+
+        uri = Pkcs11Uri.parse(args.key_uri)
+        identity = generate_token_identity(uri)
+        print(f"key: {uri.without_secrets()} (generated in the token, not extractable)")
+        print(f"kid: {identity.kid}")
+        print(identity.did)
+        return 0
     identity = Identity.generate(args.agent_id)
     if args.out is None:
         print("a2a-secure: keep A2A_PRIVATE_KEY secret; anyone who has it is this agent", file=sys.stderr)
@@ -129,13 +150,13 @@ def _build_did(subparsers: Subparsers) -> None:
     did = add_command_group(subparsers, "did", "show, publish and resolve DIDs")
 
     show = did.add_parser("show", help="print the DID, key id and public key entry of a key file")
-    show.add_argument("--key-file", required=True, metavar="FILE")
+    add_key_options(show)
     show.set_defaults(handler=_did_show)
 
     document = did.add_parser(
         "document", help="print the did:web DID document (did.json) for a key file's key"
     )
-    document.add_argument("--key-file", required=True, metavar="FILE")
+    add_key_options(document)
     document.add_argument("--did-web", required=True, metavar="DID", help="the did:web DID to publish")
     document.add_argument("--fragment", default="key-1", help="fragment of the key id (default key-1)")
     document.add_argument(
@@ -156,7 +177,7 @@ def _build_did(subparsers: Subparsers) -> None:
 
 
 def _did_show(args: argparse.Namespace) -> int:
-    identity = Identity.load(args.key_file)
+    identity = load_identity(key_source(args))
     print_json(
         {
             "agent_id": identity.agent_id,
@@ -169,9 +190,8 @@ def _did_show(args: argparse.Namespace) -> int:
 
 
 def _did_document(args: argparse.Namespace) -> int:
-    from a2a_secure.identity.rotation import KeyRing  # noqa: PLC0415
 
-    ring = KeyRing.load(args.key_file)
+    ring = load_key_ring(key_source(args))
     identity = ring.current
     if identity.did == args.did_web:  # a rotated did:web key file: retired keys are listed too
         document = ring.did_document(endpoint=args.endpoint)
@@ -222,7 +242,7 @@ def _build_serve(subparsers: Subparsers) -> None:
             " intent) under the given policy (default: all intents, 1000 per hour, one-hour sessions)."
         ),
     )
-    parser.add_argument("--key-file", required=True, metavar="FILE")
+    add_key_options(parser)
     parser.add_argument("--policy", metavar="FILE", help="policy JSON (missing members take defaults)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
@@ -290,7 +310,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         serve(
-            args.key_file,
+            key_source(args),
             host=args.host,
             port=args.port,
             workers=args.workers,
@@ -319,7 +339,7 @@ def _serve(args: argparse.Namespace) -> int:
 @subcommand("call")
 def _build_call(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("call", help="send one signed intent and print the verified result")
-    parser.add_argument("--key-file", required=True, metavar="FILE")
+    add_key_options(parser)
     parser.add_argument("--to", required=True, metavar="DID|NAME", help="the agent's DID or registry name")
     parser.add_argument("--endpoint", metavar="URL", help="the agent's base URL")
     parser.add_argument("--registry", metavar="FILE", help="agent_registry.json")
@@ -399,7 +419,7 @@ def _call(args: argparse.Namespace) -> int:
     from a2a_secure.agent import A2AAgent  # noqa: PLC0415
     from a2a_secure.identity import encoding  # noqa: PLC0415
 
-    identity = Identity.load(args.key_file)
+    identity = load_identity(key_source(args))
     inputs = encoding.loads(args.inputs.encode())
     if not isinstance(inputs, dict):
         _fail("--inputs must be a JSON object")
@@ -462,7 +482,7 @@ def _build_approve(subparsers: Subparsers) -> None:
             " nothing unless --yes is given."
         ),
     )
-    parser.add_argument("--key-file", required=True, metavar="FILE", help="the approver's own key")
+    add_key_options(parser, "the approver's own key file")
     parser.add_argument("--to", required=True, metavar="DID|NAME", help="the agent's DID or registry name")
     parser.add_argument("--action-id", required=True, metavar="ID")
     parser.add_argument("--reject", action="store_true", help="reject the action instead")
@@ -486,7 +506,7 @@ def _approve(args: argparse.Namespace) -> int:
     if not args.yes and (sys.stdin is None or not sys.stdin.isatty()):
         _fail("stdin is not a terminal, so nobody can confirm: nothing signed (--yes signs without asking)")
         return 1
-    identity = Identity.load(args.key_file)
+    identity = load_identity(key_source(args))
     registry, target = _registry_for(args)
 
     async def run() -> Any:
@@ -594,7 +614,7 @@ def _build_mcp(subparsers: Subparsers) -> None:
             " Install with: pip install 'a2a-secure[mcp]'."
         ),
     )
-    parser.add_argument("--key-file", required=True, metavar="FILE", help="this client's key file")
+    add_key_options(parser, "this client's key file")
     parser.add_argument("--registry", required=True, metavar="FILE", help="agent_registry.json")
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     parser.add_argument("--host", default="127.0.0.1", help="http transport: loopback address to bind")
@@ -636,7 +656,7 @@ def _mcp(args: argparse.Namespace) -> int:
         except ValueError as exc:
             _fail(str(exc))
             return 2
-    identity = Identity.load(args.key_file)
+    identity = load_identity(key_source(args))
     addresses = _address_policy(args)
     registry = AgentRegistry.load(args.registry, addresses=addresses)
     agent = A2AAgent(

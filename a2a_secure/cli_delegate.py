@@ -10,14 +10,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
+from a2a_secure.cli_identity import add_key_options, key_source
 from a2a_secure.cli_registry import Subparsers, _fail, subcommand
 from a2a_secure.delegation import MAX_TTL, Chain, issue, load_chain
 from a2a_secure.errors import InvalidParams
-from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.rotation import parse_duration
+from a2a_secure.identity.sources import load_identity
+from a2a_secure.system import wall_now
 
 __all__ = ["read_chain"]
 
@@ -42,7 +43,7 @@ def _build_delegate(subparsers: Subparsers) -> None:
             " add one narrower hop to that chain (the key file must be its audience)."
         ),
     )
-    parser.add_argument("--key-file", required=True, metavar="FILE", help="the issuer's key file")
+    add_key_options(parser, "the issuer's key file")
     parser.add_argument("--to", required=True, metavar="DID", help="the DID that may act")
     parser.add_argument(
         "--goals", metavar="A,B", help="the goals allowed ('*' for all; default: the parent's)"
@@ -62,7 +63,7 @@ def _build_delegate(subparsers: Subparsers) -> None:
 
 
 def _delegate(args: argparse.Namespace) -> int:
-    identity = Identity.load(args.key_file)
+    identity = load_identity(key_source(args))
     goals = None if args.goals is None else [g.strip() for g in args.goals.split(",") if g.strip()]
     try:
         ttl = None if args.ttl is None else parse_duration(args.ttl)
@@ -72,7 +73,7 @@ def _delegate(args: argparse.Namespace) -> int:
     if ttl is not None and not 0 < ttl <= MAX_TTL:
         _fail(f"--ttl must be between 1 s and {MAX_TTL // 86400} days")
         return 2
-    now = time.time()
+    now = wall_now()
     if args.parent:
         chain = read_chain(args.parent).further(
             identity,

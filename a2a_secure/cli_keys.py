@@ -12,15 +12,16 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from a2a_secure.cli_identity import add_key_options
 from a2a_secure.cli_registry import Subparsers, _fail, add_command_group, print_json, subcommand
 from a2a_secure.delegation import REVOCATION_PREFIX as TOKEN_PREFIX
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity.rotation import DEFAULT_OVERLAP, KeyRing, parse_duration
 from a2a_secure.store.revocation import FileRevocations, Revocations, StoreRevocations, check_target
+from a2a_secure.system import wall_now
 from a2a_secure.terminal import printable
 
 __all__: list[str] = []
@@ -57,7 +58,7 @@ def _build_key(subparsers: Subparsers) -> None:
             " /.well-known/a2a-rotation.json, that peers follow once."
         ),
     )
-    rotate.add_argument("--key-file", required=True, metavar="FILE")
+    add_key_options(rotate)
     rotate.add_argument(
         "--overlap",
         default=str(DEFAULT_OVERLAP),
@@ -81,6 +82,8 @@ def _key_rotate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _fail(str(exc))
         return 2
+    if args.key_uri:
+        return _key_rotate_in_token(args, overlap)
     ring = KeyRing.load(args.key_file)
     if args.did_web:
         if not ring.current.did.startswith("did:key:") and ring.current.did != args.did_web:
@@ -88,7 +91,7 @@ def _key_rotate(args: argparse.Namespace) -> int:
             return 1
         if ring.current.did.startswith("did:key:"):
             ring = KeyRing(ring.current.with_did_web(args.did_web, f"{args.did_web}#{args.fragment}"))
-    now = int(time.time())
+    now = int(wall_now())
     old = ring.current
     rotated = ring.rotate(overlap=overlap, now=now)
     rotated.save(args.key_file)
@@ -105,6 +108,32 @@ def _key_rotate(args: argparse.Namespace) -> int:
         )
         out["previous_did"] = old.did
         out["rotation_statement"] = str(path)
+    auditor = _auditor(args.audit_log)
+    if auditor is not None:
+        auditor.record(event="rotate", status="success", client_did=old.kid, server_did=rotated.current.did)
+        auditor.close()
+    print_json(out)
+    return 0
+
+
+def _key_rotate_in_token(args: argparse.Namespace, overlap: int) -> int:
+    """``key rotate --key-uri``: the next key is generated in the token, the ring kept there."""
+    from a2a_secure.identity.pkcs11_ring import load_token_ring, rotate_token_ring  # noqa: PLC0415
+
+    if args.did_web:
+        _fail("--did-web: a key ring kept in a token rotates did:key identities only")
+        return 2
+    now = int(wall_now())
+    old = load_token_ring(args.key_uri, now=now).current
+    rotated = rotate_token_ring(args.key_uri, overlap=overlap, now=now)
+    out: dict[str, Any] = {
+        "did": rotated.current.did,
+        "kid": rotated.current.kid,
+        "retired_kid": old.kid,
+        "overlap_until": now + overlap,
+        "previous_did": old.did,
+        "rotation_statements": list(rotated.statements),
+    }
     auditor = _auditor(args.audit_log)
     if auditor is not None:
         auditor.record(event="rotate", status="success", client_did=old.kid, server_did=rotated.current.did)

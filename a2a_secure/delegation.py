@@ -150,10 +150,15 @@ def check_bounds(tokens: Sequence[str], error: ErrorType = DelegationRefused) ->
 
 
 def reference_of(value: tuple[str, ...] | str) -> str:
-    """The chain's name: the hash of its leaf token (a reference names itself)."""
+    """The chain's name: the hash of its leaf token (a reference names itself).
+
+    A token is ASCII (base64url and dots) once it has passed check 2; the name is taken before
+    that, of whatever strings the member holds, so any other character is hashed as UTF-8
+    (such a chain is then refused at check 2, signed, like any other malformed link).
+    """
     if isinstance(value, str):
         return value
-    return encoding.hash_bytes(value[-1].encode("ascii"))
+    return encoding.hash_bytes(value[-1].encode("utf-8", "surrogatepass"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,8 +356,15 @@ class Chain:
     ) -> DelegationRefused | None:
         """Why this chain does not cover ``goal`` from ``client_did`` at ``server_did`` now, or None.
 
-        Checked at every use: the time moves, and one chain serves many intents.
+        Checked at every use: the time moves, and one chain serves many intents. The two
+        halves: :meth:`refusal_now` (checks 6-7) and :meth:`refusal_for` (check 8).
         """
+        return self.refusal_now(now=now, client_did=client_did, server_did=server_did) or self.refusal_for(
+            goal, priority
+        )
+
+    def refusal_now(self, *, now: float, client_did: str, server_did: str) -> DelegationRefused | None:
+        """Checks 6 and 7 (§12.7): whoever uses it, here, now; None when they pass."""
         if self.audience != client_did:
             return _refuse("the chain is delegated to another DID than this session's client")
         for at, link in enumerate(self.links):
@@ -362,6 +374,12 @@ class Chain:
                 return _refuse(f"not valid before {link.nbf}", at)
             if link.targets is not None and server_did not in link.targets:
                 return _refuse("this agent is not among the link's targets", at)
+        return None
+
+    def refusal_for(self, goal: str, priority: int = DEFAULT_PRIORITY) -> DelegationRefused | None:
+        """Check 8 (§12.7): ``goal`` at ``priority`` is within the chain's scope; None when it is.
+
+        Made for every goal the intent runs, a goal run inside another included."""
         leaf = self.leaf
         if not leaf.allows_goal(goal):
             return _refuse(f"goal {goal[:64]!r} is outside the delegated goals")
@@ -515,13 +533,22 @@ class DelegationRules:
 
     def refusal(self, goal: str, chain: Chain | None) -> A2AError | None:
         """Why ``goal`` may not run with ``chain`` (None: no chain), or None."""
+        return self.refusal_of(goal, None if chain is None else chain.principal)
+
+    def refusal_of(self, goal: str, principal: str | None) -> A2AError | None:
+        """Why ``goal`` may not run on behalf of ``principal`` (None: nobody's), or None.
+
+        ``principal``: the principal of a chain that covers ``goal`` (a verified chain's root
+        issuer, or the one stored with an action asked under such a chain), never a DID a
+        request names.
+        """
         allowed = self.required_principals.get(goal)
         if allowed is None:
             return None
-        if chain is None:
+        if principal is None:
             return _refuse(
                 f"intent {goal[:64]!r} runs only on behalf of a principal: send a delegation chain"
             )
-        if chain.principal not in allowed:
-            return _refuse(f"intent {goal[:64]!r} may not run on behalf of {chain.principal[:128]}")
+        if principal not in allowed:
+            return _refuse(f"intent {goal[:64]!r} may not run on behalf of {principal[:128]}")
         return None

@@ -40,7 +40,6 @@ import contextlib
 import ipaddress
 import logging
 import sys
-import time
 from typing import Any
 
 import mcp_types as types
@@ -52,6 +51,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from a2a_secure import __version__
 from a2a_secure.agent import A2AAgent
 from a2a_secure.llm_tools import META_PREFIX, ToolCallError, ToolResult, ToolSpec
+from a2a_secure.system import wall_now
 from a2a_secure.telemetry import tracing
 from a2a_secure.terminal import printable
 
@@ -75,7 +75,7 @@ def in_scope(agent: A2AAgent, specs: list[ToolSpec]) -> list[ToolSpec]:
     chain = agent.on_behalf_of
     if chain is None:
         return specs
-    now = time.time()
+    now = wall_now()
     return [
         s
         for s in specs

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.addresses import AddressPolicy, Reach
 from a2a_secure.identity.did import check_did_syntax
 from a2a_secure.identity.rotation import RotationFollower, verify_rotation_statement
+from a2a_secure.system import wall_now
 
 __all__ = [
     "AgentNotFound",
@@ -192,7 +192,7 @@ class AgentRegistry:
         statements rotate, or when a statement is refused.
         """
         tokens = [statements] if isinstance(statements, str) else list(statements)
-        t = time.time() if now is None else now
+        t = wall_now() if now is None else now
         olds = {verify_rotation_statement(tok, now=t).did for tok in tokens}
         pinned = sorted({e.did for e in self._entries.values() if e.did in olds})
         if not pinned:

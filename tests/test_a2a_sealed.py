@@ -209,12 +209,14 @@ async def bridged(
     delegation: DelegationRules | None = None,
     push: bool = False,
     push_when_sealed: bool = False,
+    card_push: bool | None = None,
 ) -> AsyncIterator[Site]:
     """A sealing (by default) AgentServer with the A2A bridge on uvicorn, reached directly, or
     ``via`` a recording TCP relay ("tap") or an HTTP proxy ("front"). With ``push``, the
-    agent sends push notifications (the SDK's sender) to a webhook on loopback."""
+    agent sends push notifications (the SDK's sender) to a webhook on loopback; ``card_push``
+    sets the card's ``capabilities.push_notifications`` apart (default: ``push``)."""
     executor = Shout(delay)
-    card = template_card(push=push)
+    card = template_card(push=push if card_push is None else card_push)
     received: list[dict[str, Any]] = []
     async with contextlib.AsyncExitStack() as stack:
         sender = configs = None
@@ -233,7 +235,7 @@ async def bridged(
 
             hook_url = await stack.enter_async_context(serve_app(hook))
             configs = InMemoryPushNotificationConfigStore()
-            http = await stack.enter_async_context(httpx.AsyncClient())
+            http = await stack.enter_async_context(validator.client())
             sender = BasePushNotificationSender(http, configs, push_url_validator=validator)
         handler = DefaultRequestHandler(
             agent_executor=executor,
@@ -602,6 +604,45 @@ async def test_a_sealed_session_sets_up_no_push_notifications() -> None:
         assert (await sealed.session_for(site.did)).sealed and not (await plain.session_for(site.did)).sealed
     assert site.executor.calls == 3
     assert not any("MERGER" in json.dumps(b) or "merger" in json.dumps(b) for b in site.webhook)
+
+
+async def test_a_sealed_message_is_refused_when_the_sdk_will_not_say_whether_its_task_has_a_webhook() -> None:
+    # A card without capabilities.push_notifications: the SDK refuses to list a task's
+    # configs, yet still stores a config sent with a message and still posts to it.
+    async with (
+        bridged(push=True, card_push=False, delay=0.1) as site,
+        site.a2a_client("alice", sealed=True) as sealed,
+        site.a2a_client("alice", sealed=False) as plain,
+    ):
+        plain_sdk = site.sdk_client(plain, streaming=False)
+        asked = send_request(
+            "plain words", return_immediately=True, task_push_notification_config=hooked(site)
+        )
+        _kinds, hooked_task = await text_of(plain_sdk, asked)
+        assert await wait_for(lambda: any("PLAIN" in json.dumps(b) for b in site.webhook))
+        follow_up = send_request(ASKED)
+        follow_up.message.task_id = hooked_task.id
+        follow_up.message.context_id = hooked_task.context_id
+        for sdk in (site.sdk_client(sealed, streaming=False), site.sdk_client(sealed)):
+            with pytest.raises(PushNotificationNotSupportedError) as info:
+                await text_of(sdk, follow_up)
+            assert getattr(info.value.__cause__, "signed", False) is True
+        assert (await sealed.session_for(site.did)).sealed
+    assert site.executor.calls == 1
+    assert not any("MERGER" in json.dumps(b) or "merger" in json.dumps(b) for b in site.webhook)
+
+
+async def test_a_sealed_follow_up_to_an_agent_that_never_pushes_still_runs() -> None:
+    # No sender at all (a card without push, the SDK given no push machinery): nothing can
+    # reach a webhook, so a sealed conversation goes on.
+    async with bridged(delay=0.2) as site, site.a2a_client("alice", sealed=True) as sealed:
+        sdk = site.sdk_client(sealed, streaming=False)
+        _kinds, task = await text_of(sdk, send_request("plain words", return_immediately=True))
+        follow_up = send_request(ASKED)
+        follow_up.message.task_id = task.id
+        follow_up.message.context_id = task.context_id
+        await text_of(sdk, follow_up)
+    assert site.executor.calls == 2 and not site.webhook
 
 
 async def test_an_operator_may_allow_push_notifications_on_sealed_sessions() -> None:

@@ -246,20 +246,22 @@ def test_a_token_id_is_a_revocation_target() -> None:
 
 
 def test_the_server_keeps_a_bounded_number_of_verified_chains(monkeypatch: pytest.MonkeyPatch) -> None:
-    from types import SimpleNamespace
+    from a2a_secure.protocol.server import chain_cache
+    from a2a_secure.protocol.server.chain_cache import ChainCache, Kept
 
-    from a2a_secure.protocol.server import delegation as server_side
-
-    monkeypatch.setattr(server_side, "MAX_CACHED_CHAINS", 3)
-    guard = server_side.DelegationGuard(SimpleNamespace(delegation=DelegationRules(max_cached_chains=2)))  # type: ignore[arg-type]
-    chains = [person_chain(ttl=3600 + i) for i in range(5)]
+    monkeypatch.setattr(chain_cache, "MAX_CACHED_CHAINS", 3)
+    cache = ChainCache()
+    chains = [person_chain(ttl=3600 + i) for i in range(6)]
     for chain in chains[:3]:
-        guard._keep("s1", chain)
-    assert list(guard._verified) == [("s1", chains[1].hash), ("s1", chains[2].hash)]  # 2 per session
-    for chain in chains[3:]:
-        guard._keep("s2", chain)
-    # 3 in all: the least recently used one went, and its session's index with it.
-    assert list(guard._verified) == [("s1", chains[2].hash), ("s2", chains[3].hash), ("s2", chains[4].hash)]
-    assert guard._per_session == {"s1": [chains[2].hash], "s2": [chains[3].hash, chains[4].hash]}
-    guard.forget("s2")
-    assert list(guard._verified) == [("s1", chains[2].hash)] and "s2" not in guard._per_session
+        cache.keep("s1", Kept(chain), 2)
+    assert cache.names("s1") == [chains[1].hash, chains[2].hash] and len(cache) == 2  # 2 per session
+    cache.keep("s2", Kept(chains[3]), 2)  # 3 in all
+    # Past the bound, a session that holds chains of its own gives up its own oldest first.
+    cache.keep("s2", Kept(chains[4]), 2)
+    assert cache.names("s1") == [chains[1].hash, chains[2].hash] and cache.names("s2") == [chains[4].hash]
+    # One with none of its own takes the least recently used session's oldest.
+    assert cache.get("s1", chains[1].hash) is not None  # s1 used: s2 is now the least recent
+    cache.keep("s3", Kept(chains[5]), 2)
+    assert cache.names("s2") == [] and cache.names("s3") == [chains[5].hash] and len(cache) == 3
+    cache.forget("s1")
+    assert cache.names("s1") == [] and len(cache) == 1

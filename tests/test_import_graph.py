@@ -208,6 +208,7 @@ def test_the_runtime_is_where_the_waiting_is() -> None:
         "a2a_secure.runtime.runner",
         "a2a_secure.runtime.stream_pump",
         "a2a_secure.runtime.stream_record",
+        "a2a_secure.runtime.sweeper",
     }
 
 

@@ -800,3 +800,48 @@ async def test_agents_as_tools_call_over_a_sealed_session() -> None:
     assert echoed.status == counted.status == "success", (echoed, counted)
     assert SECRET in json.dumps(echoed.content) and SECRET in json.dumps(counted.content)
     assert server.calls["echo"] == 1 and server.calls["count"] == 1  # type: ignore[attr-defined]
+
+
+def _kept_token(store: MemoryStore) -> str:
+    """The one claim's kept answer (its sealed result) as the store holds it."""
+    from a2a_secure.store.base import StoredReply
+
+    (state,) = store._claims.values()
+    assert state.reply is not None
+    token = StoredReply.from_dict(encoding.loads(state.reply)).result
+    assert isinstance(token, str)
+    return token
+
+
+async def test_an_intent_id_that_runs_again_never_seals_under_the_same_key_and_nonce() -> None:
+    # The answer key is the same for every run of an intent_id (the client derives it): a
+    # claim the store forgot (its retention ended) runs again, and its answer must not be
+    # sealed under the nonce of the first, or the two ciphertexts XOR to the two answers'.
+    server = exactly_once_server()
+    did, store = server.identity.did, server.store
+    assert isinstance(store, MemoryStore)
+    intent = {"goal": "book", "inputs": {"room": SECRET}}
+    async with serve_app(server.app()) as url, A2AClient(identity("alice"), sealed=True) as alice:
+        first = await alice.request(did, intent, endpoint=url, intent_id="T" * 22)
+        kept_first = _kept_token(store)
+        for key in list(store._claims):
+            store._drop_claim(key)  # what the end of its retention does
+        await alice.close_session(did)
+        second = await alice.request(did, intent, intent_id="T" * 22)
+        kept_second = _kept_token(store)
+    assert first.result["run"] == 1 and second.result["run"] == 2
+    assert kept_first != kept_second
+    # Each carries its own nonce: the ciphertexts do not XOR to the answers' XOR (a shared
+    # nonce, the two-time pad, would leave it so: the same keystream on both).
+    bodies = [_sealed_body(t) for t in (kept_first, kept_second)]
+    plain = [encoding.dumps(r.result) for r in (first, second)]
+    xor_c = bytes(a ^ b for a, b in zip(*bodies, strict=False))
+    xor_p = bytes(a ^ b for a, b in zip(*plain, strict=False))
+    assert xor_c[: len(xor_p)] != xor_p
+
+
+def _sealed_body(token: str) -> bytes:
+    """A kept answer's ciphertext, without the nonce kept in front of it (ClaimBox)."""
+    if token.startswith("2."):
+        return encoding.b64u_decode(token[2:])[12:]
+    return encoding.b64u_decode(token)  # a claim kept with a fixed nonce

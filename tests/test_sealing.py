@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from a2a_secure.errors import AuthenticationFailed, InvalidParams, PolicyViolation
 from a2a_secure.identity import encoding
+from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol import sealing
 from a2a_secure.protocol.sealing import EphemeralKey, Part, SessionKeys, SessionSealer
 
@@ -293,12 +296,20 @@ def test_an_intent_id_on_a_sealed_session_brings_its_answer_key() -> None:
 
 
 def test_the_answer_key_is_stable_per_intent_and_secret_per_client() -> None:
-    seed, other = bytes(32), bytes([1]) * 32
-    k = sealing.derive_answer_key(seed, "did:key:zS", "i" * 22)
-    assert k == sealing.derive_answer_key(seed, "did:key:zS", "i" * 22) and len(k) == 32
+    seed = bytes(32)
+    mine, other = (
+        Identity.from_seed(seed, "a").derive_key,
+        Identity.from_seed(bytes([1]) * 32, "b").derive_key,
+    )
+    k = sealing.derive_answer_key(mine, "did:key:zS", "i" * 22)
+    assert k == sealing.derive_answer_key(mine, "did:key:zS", "i" * 22) and len(k) == 32
     assert k != sealing.derive_answer_key(other, "did:key:zS", "i" * 22)
-    assert k != sealing.derive_answer_key(seed, "did:key:zT", "i" * 22)
-    assert k != sealing.derive_answer_key(seed, "did:key:zS", "j" * 22)
+    assert k != sealing.derive_answer_key(mine, "did:key:zT", "i" * 22)
+    assert k != sealing.derive_answer_key(mine, "did:key:zS", "j" * 22)
+    # A key file's holder derives as before holders existed: HKDF-SHA256 of the seed, so a
+    # client that restarts on a new version still brings the answer key its first send did.
+    info = b"a2a-secure/sealed/v1 answer key|did:key:zS|" + b"i" * 22
+    assert k == HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(seed)
 
 
 def test_a_claim_hashes_the_inputs_under_the_answer_key() -> None:
@@ -318,16 +329,20 @@ def test_a_kept_answer_moves_from_one_session_to_another_only_through_the_answer
 
     first_client, first_server = pair()
     second_client, second_server = pair(OTHER_SID)
-    box = sealing.ClaimBox(bytes(range(32)), "i" * 22)
+    box = sealing.ClaimBox(bytes(range(32)), "i" * 22, seeded("box"))
     answer = StoredReply(200, result=first_server.seal_result(2, REQ_HASH, {"ok": "the room"}), signed_at=5)
     kept = sealing.to_claim(answer, first_server, 2, REQ_HASH, box)
     assert "the room" not in encoding.dumps(kept.to_dict()).decode()
     again = sealing.from_claim(kept, 7, OTHER_HASH, box, second_server)
     assert second_client.open_result(7, OTHER_HASH, again.result) == {"ok": "the room"}
     with pytest.raises(AuthenticationFailed, match="answer key"):
-        sealing.from_claim(kept, 7, OTHER_HASH, sealing.ClaimBox(bytes(32), "i" * 22), second_server)
+        sealing.from_claim(
+            kept, 7, OTHER_HASH, sealing.ClaimBox(bytes(32), "i" * 22, seeded("box")), second_server
+        )
     with pytest.raises(AuthenticationFailed, match="answer key"):
-        sealing.from_claim(kept, 7, OTHER_HASH, sealing.ClaimBox(bytes(range(32)), "j" * 22), second_server)
+        sealing.from_claim(
+            kept, 7, OTHER_HASH, sealing.ClaimBox(bytes(range(32)), "j" * 22, seeded("box")), second_server
+        )
     events = (
         {
             "status": "success",
@@ -343,6 +358,41 @@ def test_a_kept_answer_moves_from_one_session_to_another_only_through_the_answer
     assert again.events is not None and again.events[1]["result"] is None
     assert second_client.open_event(7, OTHER_HASH, 0, False, again.events[0]["result"]) == {"i": 0}
     assert first_client is not second_client
+
+
+def test_a_claim_box_never_seals_twice_under_one_key_and_nonce() -> None:
+    # One intent_id, one answer key, run again after its claim lapsed: a fresh box each run
+    # (as the server builds one per request, from its random source).
+    key, iid = bytes(range(32)), "i" * 22
+    first = sealing.ClaimBox(key, iid, seeded("run")).seal(Part.RESULT, 0, True, {"run": 1})
+    second = sealing.ClaimBox(key, iid, seeded("run2")).seal(Part.RESULT, 0, True, {"run": 2})
+    again = sealing.ClaimBox(key, iid, seeded("run3"))
+    third = [again.seal(Part.RESULT, 0, True, {"run": 3}) for _ in range(2)]
+    nonces = [encoding.b64u_decode(t.removeprefix("2."))[:12] for t in (first, second, *third)]
+    assert all(t.startswith("2.") for t in (first, second, *third))
+    assert len(set(nonces)) == 4  # one box draws a new nonce per seal too
+    opener = sealing.ClaimBox(key, iid, seeded("other"))
+    assert opener.open(Part.RESULT, 0, True, first) == {"run": 1}
+    assert opener.open(Part.RESULT, 0, True, second) == {"run": 2}
+    # Moved to another place, or cut short: it does not open.
+    with pytest.raises(AuthenticationFailed):
+        opener.open(Part.EVENT, 0, True, first)
+    for cut in ("2.", "2." + first[2:12]):
+        with pytest.raises(AuthenticationFailed):
+            opener.open(Part.RESULT, 0, True, cut)
+
+
+def test_a_claim_kept_with_the_fixed_nonce_still_opens() -> None:
+    # An answer kept before nonces were drawn: nonce(1, part, index), no head.
+    from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+    key, iid = bytes(range(32)), "i" * 22
+    where = f"{sealing.LABEL}|claim|{iid}|event|3|partial".encode()
+    old = ChaCha20Poly1305(key).encrypt(sealing.nonce(1, Part.EVENT, 3), b'{"i":3}', where)
+    box = sealing.ClaimBox(key, iid, seeded("box"))
+    assert box.open(Part.EVENT, 3, False, encoding.b64u_encode(old)) == {"i": 3}
+    with pytest.raises(AuthenticationFailed):
+        box.open(Part.EVENT, 3, True, encoding.b64u_encode(old))
 
 
 def test_error_data_is_sealed_but_retry_after_stays_readable() -> None:

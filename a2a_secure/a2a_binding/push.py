@@ -9,31 +9,35 @@ address rules the did:web resolver uses::
 
     policy = PushUrlPolicy()
     handler = DefaultRequestHandler(..., push_config_store=store, push_url_validator=policy)
-    sender = BasePushNotificationSender(client, store, push_url_validator=policy)
+    sender = BasePushNotificationSender(policy.client(), store, push_url_validator=policy)
 
 The handler checks the URL when a config is created; the sender checks it again before each
-notification, so a name that later resolves to a private address is refused then too.
+notification. The sender's HTTP client must then connect to the address that was checked,
+not to whatever the name resolves to a moment later (DNS rebinding): :meth:`PushUrlPolicy.client`
+resolves the name once more, applies the same rules to that answer and dials one of its
+addresses, with ``Host`` and TLS kept for the name (:mod:`a2a_secure.identity.dial`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
-import socket
-from collections.abc import Awaitable, Callable, Collection
-from urllib.parse import urlsplit
+import ssl
+from collections.abc import Callable, Collection
 
-from a2a_secure.identity.addresses import Reach, address_reach, host_reach, may_point
+import httpx
+
+from a2a_secure.errors import InvalidParams
+from a2a_secure.identity.addresses import Reach, address_reach, host_reach, may_point, parse_http_url
+from a2a_secure.identity.dial import AddressRefused, PinnedTransport, Resolve, resolve_checked, system_resolve
 
 __all__ = ["PushUrlPolicy"]
 
-# (host, port) -> the addresses the host resolves to.
-Resolve = Callable[[str, int], Awaitable[list[str]]]
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-async def _getaddrinfo(host: str, port: int) -> list[str]:
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return [str(info[4][0]) for info in infos]
+def _any_address(_addr: _Address) -> bool:
+    return True
 
 
 class PushUrlPolicy:
@@ -44,8 +48,12 @@ class PushUrlPolicy:
     further in than ``origin``, the network such callers come from (by default public, the
     strictest: :class:`~a2a_secure.identity.addresses.Reach`): its name judged as a name
     (``localhost``, names without a dot, ``*.internal``, ``*.local`` …), and every address
-    it resolves to. Hosts in ``allow_hosts`` (exact, lower case) skip the rule: for a known
-    internal receiver. Any failure, including a name that does not resolve, is a refusal.
+    it resolves to (:func:`~a2a_secure.identity.addresses.may_point`, the rule of every
+    address a document names). Hosts in ``allow_hosts`` (exact, lower case) skip the rule:
+    for a known internal receiver. Any failure, including a name that does not resolve, is
+    a refusal. The
+    notifications themselves go through :meth:`client`, which dials only an address these
+    rules allowed at that moment.
     """
 
     def __init__(
@@ -53,7 +61,7 @@ class PushUrlPolicy:
         *,
         allow_hosts: Collection[str] = (),
         allow_http: bool = False,
-        resolve: Resolve = _getaddrinfo,
+        resolve: Resolve = system_resolve,
         timeout: float = 2.0,
         origin: Reach = Reach.PUBLIC,
     ) -> None:
@@ -63,32 +71,43 @@ class PushUrlPolicy:
         self._timeout = timeout
         self.origin = origin
 
+    def addresses_for(self, host: str) -> Callable[[_Address], bool]:
+        """The address rule for ``host``: any address for an allow-listed host, else those no
+        further in than ``origin``."""
+        return _any_address if host in self.allow_hosts else self._reaches
+
+    def _reaches(self, addr: _Address) -> bool:
+        return may_point(address_reach(addr), self.origin)
+
     async def __call__(self, url: str) -> bool:
-        """True if notifications may go to ``url``."""
+        """True if notifications may go to ``url`` (its name's addresses as resolved now)."""
         try:
-            parts = urlsplit(url)
-            host = (parts.hostname or "").lower()
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:
+            parsed = parse_http_url(url, what="push URL")
+        except InvalidParams:  # every way the URL fails to parse
             return False
-        if parts.scheme not in self.schemes or not host or parts.username is not None or "%" in host:
+        host = parsed.host
+        if parsed.scheme not in self.schemes:
             return False
         if host in self.allow_hosts:
-            return True
-        try:
-            return self._reaches(address_reach(ipaddress.ip_address(host)))
-        except ValueError:
-            pass  # a name
-        if not self._reaches(host_reach(host)):
+            return True  # no address rule to apply (the client still dials what it resolved)
+        if parsed.address is None and not may_point(host_reach(host), self.origin):
             return False
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
         try:
             async with asyncio.timeout(self._timeout):
-                addresses = await self._resolve(host, port)
-            return bool(addresses) and all(
-                "%" not in a and self._reaches(address_reach(ipaddress.ip_address(a))) for a in addresses
-            )
-        except (OSError, ValueError, TimeoutError):
+                await resolve_checked(host, port, self.addresses_for(host), resolve=self._resolve)
+        except (AddressRefused, TimeoutError):
             return False
+        return True
 
-    def _reaches(self, target: Reach) -> bool:
-        return may_point(target, self.origin)  # the rule of every address a document names
+    def client(self, *, verify: ssl.SSLContext | bool = True, timeout: float = 10.0) -> httpx.AsyncClient:
+        """An HTTP client for the SDK's push sender that dials only addresses this policy allows.
+
+        Each request resolves its host once (with this policy's resolver), refuses it unless
+        every address is allowed, and connects to a checked address; no proxy from the
+        environment, no redirects.
+        """
+        transport = PinnedTransport(self.addresses_for, resolve=self._resolve, verify=verify)
+        return httpx.AsyncClient(
+            transport=transport, trust_env=False, follow_redirects=False, timeout=timeout
+        )

@@ -30,7 +30,8 @@ from typing import Any
 from a2a.auth.user import User
 from a2a.extensions.common import HTTP_EXTENSION_HEADER, get_requested_extensions
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers import RequestHandler
+from a2a.server.request_handlers import DefaultRequestHandler, RequestHandler
+from a2a.server.tasks import PushNotificationConfigStore
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
@@ -261,15 +262,35 @@ class A2ABridge:
             raise PushNotificationNotSupported(SEALED_PUSH_REFUSED)
         if method not in _SENDS or not request.message.task_id:
             return
-        listing = ListTaskPushNotificationConfigsRequest(
-            tenant=request.tenant, task_id=request.message.task_id
-        )
-        try:
-            found = await self.request_handler.on_list_task_push_notification_configs(listing, ctx)
-        except sdk_errors.A2AError:
-            return  # no push support, or no such task for this DID: nothing would be pushed
-        if found.configs:
+        if await self._may_push(request.tenant, request.message.task_id, ctx):
             raise PushNotificationNotSupported(SEALED_PUSH_REFUSED)
+
+    async def _may_push(self, tenant: str, task_id: str, ctx: ServerCallContext) -> bool:
+        """Whether a message to ``task_id`` could reach a webhook: True unless shown otherwise.
+
+        The SDK's own look-up answers it, and "no such task" (for this DID) means no. A
+        look-up the SDK refuses says nothing: a card without
+        ``capabilities.push_notifications`` makes it refuse, while the SDK still stores the
+        configs sent with messages and its sender still posts to them. Then the answer is
+        no only where it can be read: a ``DefaultRequestHandler`` with no sender never
+        posts, and one with a config store is asked directly. Anything else fails closed.
+        """
+        handler = self.request_handler
+        listing = ListTaskPushNotificationConfigsRequest(tenant=tenant, task_id=task_id)
+        try:
+            return bool((await handler.on_list_task_push_notification_configs(listing, ctx)).configs)
+        except sdk_errors.TaskNotFoundError:
+            return False
+        except sdk_errors.A2AError:
+            pass
+        if not isinstance(handler, DefaultRequestHandler):
+            return True
+        if getattr(handler, "_push_sender", True) is None:
+            return False
+        store = getattr(handler, "_push_config_store", None)
+        if not isinstance(store, PushNotificationConfigStore):
+            return True
+        return bool(await store.get_info_for_dispatch(task_id))  # what the sender would read
 
     async def _invoke(self, method: str, request: Any, ctx: ServerCallContext) -> Any:
         """Call the handler for a unary method; the JSON result, as the SDK's JSON-RPC sends it."""

@@ -46,7 +46,6 @@ import os
 import stat
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -61,6 +60,7 @@ from a2a_secure.audit.records import (
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign
 from a2a_secure.identity.keys import Identity
+from a2a_secure.system import wall_now
 
 if sys.platform != "win32":
     import fcntl
@@ -107,7 +107,7 @@ class JsonlAuditLog:
         identity: Identity | None = None,
         *,
         checkpoint_every: int = 100,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_now,
         fsync: bool = False,
         mode: int = 0o600,
     ) -> None:

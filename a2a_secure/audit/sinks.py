@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from a2a_secure.audit.records import AuditEvent, EventName, Role, Status
 from a2a_secure.errors import InternalError
+from a2a_secure.system import mono_now, wall_now
 
 __all__ = ["AuditSink", "AuditWriteError", "Auditor", "LoggingAuditSink", "MemoryAuditSink"]
 
@@ -91,7 +91,7 @@ class Auditor:
         sinks: Iterable[AuditSink] = (),
         *,
         role: Role | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_now,
         fail_closed: bool = False,
         on_error: Callable[[AuditSink, Exception], None] | None = None,
     ) -> None:
@@ -182,7 +182,7 @@ class Auditor:
 
     def _failed(self, sink: AuditSink, exc: Exception, what: str) -> None:
         desc = f"audit sink {type(sink).__name__} failed to {what}: {type(exc).__name__}: {exc}"[:300]
-        now = time.monotonic()
+        now = mono_now()
         with self._lock:
             self._failures += 1
             self._last_failure = desc

@@ -262,6 +262,31 @@ class _Peer(PeerState):
         self.endpoint = endpoint
         self.session: ClientSession | None = None
         self.lock = asyncio.Lock()
+        self.key_timer: asyncio.TimerHandle | None = None  # drops a sealed session's keys
+
+    def hold(self, session: ClientSession) -> None:
+        """Make ``session`` this peer's, and drop its sealing keys when it expires (§12.6),
+        whether or not it is used again: a timer, checked against the session's own clock."""
+        self.session = session
+        if self.key_timer is not None:
+            self.key_timer.cancel()
+            self.key_timer = None
+        if session.sealed:
+            self._keys_timer(session)
+
+    def _keys_timer(self, session: ClientSession) -> None:
+        left = session.drop_keys()
+        if left is not None:  # not ended yet by its clock: look again then
+            loop = asyncio.get_running_loop()
+            self.key_timer = loop.call_later(left + 0.05, self._keys_timer, session)
+        else:
+            self.key_timer = None
+
+    def forget_timer(self) -> None:
+        """Cancel the timer (the client is closing; its sessions go with it)."""
+        if self.key_timer is not None:
+            self.key_timer.cancel()
+            self.key_timer = None
 
 
 class A2AClient:
@@ -371,6 +396,8 @@ class A2AClient:
                 if send_close(peer.session):
                     with contextlib.suppress(A2AError, httpx.HTTPError):
                         await self.close_session(peer.did)
+        for peer in self._peers.values():
+            peer.forget_timer()
         if self._pool is not None:
             await self._pool.aclose()
         if self._own_http:
@@ -526,10 +553,9 @@ class A2AClient:
                 self._record(method, started, peer, error=exc)
                 raise
             if session is not None:
-                peer.session = session
+                peer.hold(session)
             self._record(method, started, peer, verified=True)
         assert session is not None
-        peer.session = session
         peer.new_session()
         if self.exactly_once is not False:
             peer.extensions = await self._server_extensions(peer, session)

@@ -30,12 +30,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, cast
 
 import h11
 import httpx
+
+from a2a_secure.system import mono_now
 
 __all__ = ["ConnectionPool", "StreamReply"]
 
@@ -449,7 +450,7 @@ class ConnectionPool:
 
     def _take_idle(self, origin: _Origin) -> _Connection | None:
         idle = self._idle.get(origin.key)
-        now = time.monotonic()
+        now = mono_now()
         while idle:
             conn = idle.pop()
             if conn.reusable() and now - conn.idle_since < self.keepalive_expiry:
@@ -463,7 +464,7 @@ class ConnectionPool:
         if self._closed or not conn.reusable() or len(idle) >= self._max_idle:
             conn.close()
             return
-        conn.idle_since = time.monotonic()
+        conn.idle_since = mono_now()
         idle.append(conn)
 
     async def _connect(self, origin: _Origin) -> _Connection:

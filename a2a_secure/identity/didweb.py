@@ -29,11 +29,8 @@ its TTL and never stores a failure (E13). Every failure here is a ``DIDResolutio
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
-import socket
 import ssl
-import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -52,10 +49,12 @@ from a2a_secure.identity.addresses import (
     is_loopback_address,
     is_public_address,
 )
+from a2a_secure.identity.dial import AddressRefused, resolve_checked, system_resolve
 from a2a_secure.identity.did import did_web_host_port, public_key_from_multibase, split_key_id
 from a2a_secure.identity.keys import check_public_key
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
 from a2a_secure.identity.rfc3339 import parse_expires
+from a2a_secure.system import mono_now
 
 __all__ = [
     "ACCEPTED_MEDIA_TYPES",
@@ -99,14 +98,13 @@ _PRIVATE_JWK_MEMBERS: Final = frozenset({"d", "p", "q", "dp", "dq", "qi", "k", "
 # a2a_secure.identity.addresses: every URL the SDK takes from a document goes through it too.
 
 
-def _parse_address(text: str) -> IPAddress:
-    # A scope id ("fe80::1%eth0") only exists for link-local addresses: refuse it outright.
-    if "%" in text:
-        raise DIDResolutionError("did:web host resolves to a scoped address")
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        raise DIDResolutionError("did:web host resolves to an unusable address") from None
+# resolve_checked's refusals, in this resolver's words.
+_REFUSALS: Final = {
+    "unresolved": "did:web host name does not resolve",
+    "unusable": "did:web host resolves to an unusable address",
+    "too_many": "did:web host name resolves to too many addresses",
+    "not_allowed": "did:web host resolves to a non-public address",
+}
 
 
 # -- TLS -----------------------------------------------------------------------------------
@@ -441,34 +439,20 @@ class DidWebResolver:
         except Exception:  # anything unforeseen is still only a resolution failure
             raise DIDResolutionError("did:web resolution failed") from None
 
-    async def _lookup(self, host: str, port: int) -> list[IPAddress]:
+    async def _answer(self, host: str, port: int) -> list[str]:
         override = self._overrides.get(host)
-        if override is not None:
-            texts: list[str] = list(override)
-        else:
-            loop = asyncio.get_running_loop()
-            try:
-                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-            except (OSError, UnicodeError):
-                raise DIDResolutionError("did:web host name does not resolve") from None
-            texts = [str(info[4][0]) for info in infos]
-        addresses: list[IPAddress] = []
-        for text in texts:
-            addr = _parse_address(text)
-            if addr not in addresses:
-                addresses.append(addr)
-        if not addresses:
-            raise DIDResolutionError("did:web host name does not resolve")
-        if len(addresses) > _MAX_ADDRESSES:
-            raise DIDResolutionError("did:web host name resolves to too many addresses")
-        return addresses
+        return list(override) if override is not None else await system_resolve(host, port)
 
     async def _fetch(self, host: str, port: int | None, path: str, deadline: float) -> bytes:
-        addresses = await self._lookup(host, port or 443)
-        # E3: ANY non-public answer refuses the name; a rebinding attacker mixes a public
-        # address with 127.0.0.1 and hopes the client picks the second.
-        if not all(self.address_allowed(a) for a in addresses):
-            raise DIDResolutionError("did:web host resolves to a non-public address")
+        # E3, and DNS rebinding: resolved once, ANY refused answer refuses the name (a
+        # rebinding attacker mixes a public address with 127.0.0.1 and hopes the client picks
+        # the second), and only those checked addresses are dialled (identity/dial.py).
+        try:
+            addresses = await resolve_checked(
+                host, port or 443, self.address_allowed, resolve=self._answer, max_addresses=_MAX_ADDRESSES
+            )
+        except AddressRefused as exc:
+            raise DIDResolutionError(_REFUSALS[exc.reason]) from None
         for addr in addresses[:_MAX_CONNECT_ATTEMPTS]:
             try:
                 return await self._fetch_from(addr, host, port, path, deadline)
@@ -602,7 +586,7 @@ def make_resolver(
     *,
     cache_ttl: float = 300.0,
     max_cache_entries: int = 10_000,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = mono_now,
     timeout: float = DEFAULT_TIMEOUT,
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY,

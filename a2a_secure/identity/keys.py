@@ -11,19 +11,24 @@ import logging
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import nacl.bindings
 import nacl.signing
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import did_key_from_public_key, key_id_for_did_key
 from a2a_secure.identity.ed25519 import SIGNATURE_LEN, check_public_key, verify_signature
+from a2a_secure.system import wall_now
 
 __all__ = [
     "KeyFileError",
     "Identity",
+    "KeyHolder",
+    "SeedKey",
     "check_public_key",
     "public_key_entry",
     "verify_signature",
@@ -52,19 +57,86 @@ def public_key_entry(kid: str, public_key: bytes) -> dict[str, str]:
     }
 
 
+@runtime_checkable
+class KeyHolder(Protocol):
+    """What holds an agent's Ed25519 private key and uses it without handing it out.
+
+    Every signature an agent makes (handshake, answers, stream events, delegation links,
+    approvals, audit checkpoints, rotation statements) goes through ``sign``; every key the
+    agent derives from its identity (sealed actions at rest, the answer keys of sealed
+    intent_ids) through ``derive_key``. A key file's seed is one holder (:class:`SeedKey`), a
+    PKCS#11 token another (:mod:`a2a_secure.identity.pkcs11`): no code path needs the private
+    key's bytes.
+    """
+
+    @property
+    def public_key(self) -> bytes:
+        """The raw 32-byte Ed25519 public key."""
+        ...
+
+    def sign(self, message: bytes) -> bytes:
+        """The 64-byte Ed25519 signature of ``message`` (RFC 8032, deterministic)."""
+        ...
+
+    def derive_key(self, info: bytes) -> bytes:
+        """32 secret bytes bound to this key and ``info``, the same on every call.
+
+        Only the key's holder can compute them; they are never sent. A holder that cannot
+        derive keys raises :class:`KeyFileError` naming what is missing.
+        """
+        ...
+
+    def export_seed(self) -> bytes:
+        """The 32-byte seed, for a key file; a holder whose key cannot leave it raises
+        :class:`KeyFileError`."""
+        ...
+
+
+class SeedKey:
+    """A private key held in this process as its 32-byte seed (a key file or variable)."""
+
+    __slots__ = ("_public", "_secret", "_signing")
+
+    def __init__(self, signing_key: nacl.signing.SigningKey) -> None:
+        self._signing = signing_key
+        self._secret = signing_key._signing_key  # libsodium's 64-byte secret key: seed || public
+        self._public = bytes(signing_key.verify_key)
+
+    @property
+    def public_key(self) -> bytes:
+        return self._public
+
+    def sign(self, message: bytes) -> bytes:
+        return nacl.bindings.crypto_sign(bytes(message), self._secret)[:SIGNATURE_LEN]
+
+    def derive_key(self, info: bytes) -> bytes:
+        # HKDF-SHA256 of the seed: the derivation sealed records made before holders existed.
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(bytes(self._signing))
+
+    def export_seed(self) -> bytes:
+        return bytes(self._signing)
+
+    def __repr__(self) -> str:
+        return "SeedKey(<private>)"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("SeedKey objects are not picklable (they hold a private key)")
+
+
 class Identity:
-    """An agent's Ed25519 signing identity: its DID, key id and private key.
+    """An agent's Ed25519 signing identity: its DID, key id and the holder of its private key.
 
     The private key never appears in ``repr``, ``str`` or a log record; ``sign`` takes only
     the message, so the public key used in the signature is always the one derived from the
-    private key (no double-public-key oracle, ATTACKS.md A8).
+    private key (no double-public-key oracle, ATTACKS.md A8). The key itself may live in this
+    process (:class:`SeedKey`) or in a token that never lets it out (:class:`KeyHolder`).
     """
 
-    __slots__ = ("__weakref__", "_did", "_kid", "_public", "_signing", "agent_id")
+    __slots__ = ("__weakref__", "_did", "_holder", "_kid", "_public", "_sign", "agent_id")
 
     def __init__(
         self,
-        signing_key: nacl.signing.SigningKey,
+        signing_key: nacl.signing.SigningKey | KeyHolder,
         agent_id: str,
         *,
         did: str | None = None,
@@ -72,8 +144,12 @@ class Identity:
     ) -> None:
         if not isinstance(agent_id, str) or not 1 <= len(agent_id) <= 128:
             raise InvalidParams("agent_id must be 1-128 characters")
-        self._signing = signing_key
-        self._public = bytes(signing_key.verify_key)
+        holder: KeyHolder = (
+            SeedKey(signing_key) if isinstance(signing_key, nacl.signing.SigningKey) else signing_key
+        )
+        self._holder = holder
+        self._public = bytes(holder.public_key)
+        self._sign = holder.sign  # bound once: every answer's signature is one call more
         self.agent_id = agent_id
         if did is None:
             did = did_key_from_public_key(self._public)
@@ -162,7 +238,7 @@ class Identity:
                 "agent_id": self.agent_id,
                 "did": self._did,
                 "kid": self._kid,
-                "private_key": encoding.b64u_encode(bytes(self._signing)),
+                "private_key": encoding.b64u_encode(self._holder.export_seed()),
             }
         )
         flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
@@ -181,7 +257,7 @@ class Identity:
 
     def with_did_web(self, did: str, kid: str) -> Identity:
         """The same key presented under a did:web DID whose document lists it as ``kid``."""
-        return Identity(self._signing, self.agent_id, did=did, kid=kid)
+        return Identity(self._holder, self.agent_id, did=did, kid=kid)
 
     # -- public view ---------------------------------------------------------------------
     @property
@@ -203,13 +279,25 @@ class Identity:
         """The public key entry of PROTOCOL.md §2 for this identity."""
         return public_key_entry(self._kid, self._public)
 
+    @property
+    def holder(self) -> KeyHolder:
+        """What holds the private key (a :class:`SeedKey`, a token key, ...)."""
+        return self._holder
+
     def private_key_b64u(self) -> str:
-        """The base64url seed, for export (``A2A_PRIVATE_KEY``). Handle with care."""
-        return encoding.b64u_encode(bytes(self._signing))
+        """The base64url seed, for export (``A2A_PRIVATE_KEY``). Handle with care.
+
+        Raises :class:`KeyFileError` for a key that cannot leave its token.
+        """
+        return encoding.b64u_encode(self._holder.export_seed())
 
     def sign(self, data: bytes) -> bytes:
-        """The 64-byte Ed25519 signature of ``data``."""
-        return nacl.bindings.crypto_sign(bytes(data), self._signing._signing_key)[:SIGNATURE_LEN]
+        """The 64-byte Ed25519 signature of ``data``, made by the key's holder."""
+        return self._sign(data)
+
+    def derive_key(self, info: bytes) -> bytes:
+        """32 secret bytes bound to this identity's key and ``info`` (see :class:`KeyHolder`)."""
+        return self._holder.derive_key(info)
 
     def delegate(
         self,
@@ -226,11 +314,10 @@ class Identity:
 
         Returns an ``a2a_secure.delegation.Chain`` of one link.
         """
-        import time  # noqa: PLC0415
 
         from a2a_secure.delegation import issue  # noqa: PLC0415 - the value layer above
 
-        at = time.time() if now is None else now
+        at = wall_now() if now is None else now
         return issue(self, to=to, goals=goals, ttl=ttl, now=at, targets=targets, max_priority=max_priority)
 
     def __repr__(self) -> str:

@@ -17,7 +17,6 @@ and hand the result to the core, which pins that key for the handshake and the s
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from a2a_secure.identity.did import (
     key_id_for_did_key,
     public_key_from_did_key,
 )
+from a2a_secure.system import MonoSeconds, WallSeconds, mono_clock_of, mono_now
 
 __all__ = [
     "DID_METHODS_ENTRY_POINT_GROUP",
@@ -59,8 +59,11 @@ class ResolvedDID:
         """The raw key listed under ``kid``, or None."""
         return self.keys.get(kid)
 
-    def check_key_current(self, kid: str, now: float) -> None:
-        """Raise ``AuthenticationFailed`` naming ``kid`` when its overlap window has ended."""
+    def check_key_current(self, kid: str, now: WallSeconds) -> None:
+        """Raise ``AuthenticationFailed`` naming ``kid`` when its overlap window has ended.
+
+        ``now``: Unix seconds (``expires`` is), never the resolver's cache clock.
+        """
         end = self.expires.get(kid)
         if end is not None and now >= end:
             raise AuthenticationFailed(f"key {kid[:300]} was retired; its overlap window ended at {end}")
@@ -90,16 +93,16 @@ class DIDResolver:
         *,
         cache_ttl: float = 300.0,
         max_cache_entries: int = 10_000,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = mono_now,
         timeout: float = 10.0,
     ) -> None:
         if not timeout > 0:
             raise ValueError("timeout must be positive")
         self._methods: dict[str, MethodResolver] = {}
-        self._cache: dict[str, tuple[float, ResolvedDID]] = {}
+        self._cache: dict[str, tuple[MonoSeconds, ResolvedDID]] = {}
         self._ttl = cache_ttl
         self._max = max_cache_entries
-        self._clock = clock
+        self._clock = mono_clock_of(clock)  # cache ages only: a monotonic clock
         self._timeout = float(timeout)
         # Methods whose plug-in was looked up, and the error of those that failed to load:
         # a plug-in is loaded once, and a broken one keeps failing with the same error.
@@ -172,14 +175,15 @@ class DIDResolver:
             raise DIDResolutionError(f"DID method '{method}' gave no usable key")
         if len(self._cache) >= self._max:
             self._evict()
-        self._cache[did] = (self._clock() + self._ttl, resolved)
+        self._cache[did] = (MonoSeconds(self._clock() + self._ttl), resolved)
         return resolved
 
-    def clock(self) -> float:
-        """The resolver's clock (the time base of :meth:`fresh_until`)."""
+    def clock(self) -> MonoSeconds:
+        """The resolver's cache clock (the time base of :meth:`fresh_until`): monotonic, never
+        comparable with a key's ``expires`` or a token's ``exp``."""
         return self._clock()
 
-    def fresh_until(self, did: str) -> float | None:
+    def fresh_until(self, did: str) -> MonoSeconds | None:
         """When the cached resolution of ``did`` goes stale (:meth:`clock` time), or None."""
         hit = self._cache.get(did)
         return None if hit is None else hit[0]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,7 @@ from a2a_secure.identity.did import (
 from a2a_secure.identity.jws import jws_decode_unverified, jws_sign, jws_verify
 from a2a_secure.identity.keys import KEY_FILE_VERSION, Identity, KeyFileError
 from a2a_secure.identity.rfc3339 import format_rfc3339
+from a2a_secure.system import wall_now
 
 __all__ = [
     "DEFAULT_OVERLAP",
@@ -183,17 +183,20 @@ class KeyRing:
                 os.unlink(tmp)
             raise KeyFileError(f"key file cannot be replaced: {p} ({exc.strerror})") from None
 
-    def rotate(self, *, overlap: int = DEFAULT_OVERLAP, now: float | None = None) -> KeyRing:
+    def rotate(
+        self, *, overlap: int = DEFAULT_OVERLAP, now: float | None = None, fresh: Identity | None = None
+    ) -> KeyRing:
         """A ring with a new current key; the current one retired for ``overlap`` seconds.
 
         Retired keys whose window has ended are dropped (their private keys are forgotten).
-        For did:key the old key signs a rotation statement naming the new DID.
+        For did:key the old key signs a rotation statement naming the new DID. ``fresh``: the
+        new key when it was made elsewhere (inside a token); else one is generated here.
         """
         if not 0 <= overlap <= MAX_OVERLAP:
             raise ValueError(f"the overlap must be 0 to {MAX_OVERLAP} seconds")
-        t = int(time.time() if now is None else now)
+        t = int(wall_now() if now is None else now)
         old = self.current
-        fresh = Identity.generate(old.agent_id)
+        fresh = Identity.generate(old.agent_id) if fresh is None else fresh
         if not old.did.startswith("did:key:"):
             taken = {old.kid, *(r.identity.kid for r in self.retired)}
             fresh = fresh.with_did_web(old.did, _next_kid(old.did, taken))
@@ -219,7 +222,7 @@ class KeyRing:
         A retired key's verification method carries ``expires`` (RFC 3339): the end of its
         overlap window, after which peers refuse it.
         """
-        t = time.time() if now is None else now
+        t = wall_now() if now is None else now
         did = self.current.did
         fragment = self.current.kid.split("#", 1)[1]
         doc = did_web_document(did, self.current.public_key, fragment=fragment, endpoint=endpoint)
@@ -336,7 +339,7 @@ class RotationFollower:
     it is a replay, and a statement whose successor is any DID seen in it would loop.
     """
 
-    def __init__(self, *, audit: FollowAudit | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, audit: FollowAudit | None = None, clock: Callable[[], float] = wall_now) -> None:
         self.history: dict[str, str] = {}
         self._audit = audit
         self.clock = clock

@@ -75,6 +75,7 @@ from a2a_secure.store.actions import ActionState, ActionStore, DecisionKind, Pen
 __all__ = [
     "APPROVAL_GOALS",
     "AUDIT_EVENTS",
+    "ActionAdmission",
     "ActionContext",
     "ApprovalEngine",
     "ApprovalSettings",
@@ -115,6 +116,10 @@ AuditHook = Callable[..., object]
 #: The agent's signing identity whose key id is ``kid`` (None: its current one) at ``now``,
 #: or None when it no longer holds that key (a retired key past its overlap window).
 KeyLookup = Callable[[str | None, float], Identity | None]
+#: The server's admission of an approved action's goal on the approver's session (the rules a
+#: direct intent for it meets: protocol/server/admission.py), run before the action is
+#: claimed; raises the refusal.
+ActionAdmission = Callable[[PendingAction], None]
 
 
 def _json_size(value: Any, what: str, limit: int) -> None:
@@ -406,8 +411,9 @@ class ApprovalEngine:
         identity = self._keys(None, now) if self._keys is not None else None
         if identity is None:  # never kept in the clear instead
             raise InternalError("no agent key to keep an action asked on a sealed session sealed")
-        seed = encoding.b64u_decode(identity.private_key_b64u())
-        return seal_action(action, kid=identity.kid, identity_seed=seed, random_bytes=self._random)
+        return seal_action(
+            action, kid=identity.kid, derive_key=identity.derive_key, random_bytes=self._random
+        )
 
     def _open(self, action: PendingAction, sealed: bool, now: float) -> PendingAction:
         """The stored ``action`` opened for an approver on a session ``sealed`` or not.
@@ -423,8 +429,7 @@ class ApprovalEngine:
                 " sealed session (PROTOCOL.md §12.1)"
             )
         identity = self._keys(action.sealed_kid, now) if self._keys is not None else None
-        seed = None if identity is None else encoding.b64u_decode(identity.private_key_b64u())
-        return open_action(action, seed)
+        return open_action(action, None if identity is None else identity.derive_key)
 
     async def _find(self, action_id: str, approver: str, now: float) -> PendingAction:
         listed = approver != PRINCIPAL and self._listed_anywhere(approver)
@@ -478,12 +483,22 @@ class ApprovalEngine:
         return details
 
     async def approve(
-        self, inputs: Any, *, approver: str, session_id: str, sequence: int, sealed: bool = False
+        self,
+        inputs: Any,
+        *,
+        approver: str,
+        session_id: str,
+        sequence: int,
+        sealed: bool = False,
+        admit: ActionAdmission | None = None,
     ) -> dict[str, Any]:
         """``tool.approve``: check the approval, claim the action, run it once.
 
         ``sealed``: the approver's session is sealed (§12.6); an action asked sealed is
-        decided on such a session only, and runs with its data opened.
+        decided on such a session only, and runs with its data opened. ``admit(action)``:
+        the server's admission of the action's goal now (its policy, the goal's reserved
+        principals against the principal stored with the action, sealing), checked before
+        the action is claimed: a refused approval leaves it pending.
         """
         now = self._clock()
         step = _Step(session_id, approver, sequence, now)
@@ -497,6 +512,9 @@ class ApprovalEngine:
             approved = require_bool(inputs["approved"], "approved")
             found = await self._find(action_id, approver, now)
             name = found.action
+            # Its goal, admitted now as an intent for it would be (a rejection runs nothing).
+            if admit is not None and approved:
+                admit(found)
             action = self._open(found, sealed, now)
             if not ct_equal(signed_hash, action.action_hash):
                 raise InvalidParams("action_hash is not the hash of the pending action")

@@ -457,12 +457,40 @@ class ClientSession:
         self.closed = False
         self._clock = clock
         # Sealed intents (§12.6): inputs, results, events and error data travel sealed.
-        self.sealer = sealing.SessionSealer(seal_keys, session_id) if seal_keys is not None else None
+        self._sealed = seal_keys is not None
+        self._sealer = sealing.SessionSealer(seal_keys, session_id) if seal_keys is not None else None
 
     @property
     def sealed(self) -> bool:
-        """Whether this session agreed on sealing keys (PROTOCOL.md §12.6)."""
-        return self.sealer is not None
+        """Whether this session agreed on sealing keys (PROTOCOL.md §12.6), even once they are gone."""
+        return self._sealed
+
+    @property
+    def sealer(self) -> sealing.SessionSealer | None:
+        """The session's sealer while it is open; None once closed or expired (the keys are
+        dropped at the first use past ``expires_at``, if no timer dropped them before)."""
+        if self._sealer is not None and self.expired():
+            self._sealer = None
+        return self._sealer
+
+    def drop_keys(self) -> float | None:
+        """Drop the sealing keys if the session is closed or expired; else the seconds left.
+
+        An adapter calls it when the session should have ended (a timer), so that the keys
+        leave memory even if the session is never used again (forward secrecy, §12.6).
+        """
+        if self.expired():
+            self._sealer = None
+            return None
+        return max(0.0, self.expires_at - self._clock())
+
+    def _keys(self) -> sealing.SessionSealer:
+        # A sealed session's keys, never used past the session's end: an answer that comes
+        # after it is not opened (nothing of a sealed session is ever read in the clear).
+        sealer = self.sealer
+        if sealer is None:
+            raise AuthenticationFailed("the session ended: its sealing keys are gone, nothing is opened")
+        return sealer
 
     def __repr__(self) -> str:
         return f"ClientSession(server_did={self.server_did!r}, expires_at={self.expires_at})"
@@ -501,25 +529,24 @@ class ClientSession:
         # intent carries its intent in both, a close has "close": true in the payload only.
         sequence = self._next_sequence()
         ts = int(self._clock())
-        if self.sealer is not None and "intent" in body:
+        if self._sealed and "intent" in body:
+            sealer = self._keys()
             intent = body["intent"]
             sealed_intent = {
                 **intent,
                 "inputs": {},
-                sealing.SEALED: self.sealer.seal_inputs(sequence, intent["goal"], intent["inputs"]),
+                sealing.SEALED: sealer.seal_inputs(sequence, intent["goal"], intent["inputs"]),
             }
             chain = sealed_intent.pop("delegation", None)
             if chain is not None:  # §12.6: the chain (or its name) crosses sealed, never in the clear
-                sealed_chain = self.sealer.seal_delegation(sequence, intent["goal"], chain)
+                sealed_chain = sealer.seal_delegation(sequence, intent["goal"], chain)
                 sealed_intent[sealing.CHAIN_MEMBER] = sealed_chain
             intent_id = intent.get("intent_id")
             if intent_id is not None:
                 # §12.6: the answer key under which the server keeps this intent's answer,
                 # the same on every resend (derived from this agent's key and the id).
-                key = sealing.derive_answer_key(
-                    encoding.b64u_decode(self.identity.private_key_b64u()), self.server_did, intent_id
-                )
-                sealed_intent[sealing.ANSWER_KEY_MEMBER] = self.sealer.seal_answer_key(
+                key = sealing.derive_answer_key(self.identity.derive_key, self.server_did, intent_id)
+                sealed_intent[sealing.ANSWER_KEY_MEMBER] = sealer.seal_answer_key(
                     sequence, intent["goal"], intent_id, key
                 )
             body = {"intent": sealed_intent}
@@ -568,10 +595,10 @@ class ClientSession:
             if msg.sequence != req.sequence or type(msg.sequence) is not int:
                 raise AuthenticationFailed("result sequence differs from the request's")
             result = msg.result
-            if self.sealer is not None:  # §12.6: signed by its digest; verified first, opened second
+            if self._sealed:  # §12.6: signed by its digest; verified first, opened second
                 if not isinstance(result, str) or payload.result != m.sealed_digest(result):
                     raise AuthenticationFailed("result differs from the signed result")
-                result = self.sealer.open_result(req.sequence, req.request_hash, result)
+                result = self._keys().open_result(req.sequence, req.request_hash, result)
             elif not json_equal(payload.result, result):
                 raise AuthenticationFailed("result differs from the signed result")
         except InvalidParams as exc:  # a malformed token in a reply is the server's fault
@@ -591,7 +618,7 @@ class ClientSession:
         except InvalidParams as exc:
             raise AuthenticationFailed(exc.message) from None
         self.closed = True
-        self.sealer = None  # §12.6: the session's keys go with it (forward secrecy)
+        self.drop_keys()  # §12.6: the session's keys go with it (forward secrecy)
 
     def verify_event(
         self, req: PreparedRequest, event: Any, index: int, *, check_fresh: bool = True
@@ -614,15 +641,15 @@ class ClientSession:
                 },
                 event=msg,
                 index=index,
-                sealed=self.sealer is not None,
+                sealed=self._sealed,
             )
             ts = payload.timestamp
             if check_fresh and not (req.timestamp - 300 <= ts <= int(self._clock()) + 300):
                 raise StaleTimestamp("event timestamp is not fresh")
             result = payload.result
             # §12.6: every partial result is sealed; only the closing null of a stream is not.
-            if self.sealer is not None and not payload.is_error and not (payload.final and result is None):
-                result = self.sealer.open_event(
+            if self._sealed and not payload.is_error and not (payload.final and result is None):
+                result = self._keys().open_event(
                     req.sequence, req.request_hash, index, payload.final, msg.result
                 )
         except InvalidParams as exc:
@@ -643,7 +670,7 @@ class ClientSession:
         if signed:
             data = {k: v for k, v in data.items() if k == "retry_after"}
             try:
-                opened = self.sealer.open_error_data(req.sequence, req.request_hash, sealed)  # type: ignore[union-attr]
+                opened = self._keys().open_error_data(req.sequence, req.request_hash, sealed)
             except A2AError:
                 opened = None
             if isinstance(opened, dict):
@@ -679,7 +706,7 @@ class ClientSession:
             except A2AError:
                 signed = False
         plain = {k: v for k, v in data.items() if k != "response_jws"} if isinstance(data, dict) else None
-        if self.sealer is not None and plain is not None and sealing.SEALED in plain:
+        if self._sealed and plain is not None and sealing.SEALED in plain:
             plain = self._open_error_data(req, plain, signed)
             # §12.7: a sealed session's delegation refusal names nothing of the chain in the
             # clear; its full message came sealed, from the server alone (the AEAD's s2c key).

@@ -26,7 +26,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from a2a_secure import system
 from a2a_secure.errors import AuthenticationFailed, DIDResolutionError, InternalError, SessionUnknown
@@ -40,6 +40,7 @@ from a2a_secure.store.revocation import (
     RevocationStore,
     StoreRevocations,
 )
+from a2a_secure.system import MonoClock, MonoSeconds, WallSeconds
 
 __all__ = ["KeyGuard", "revoked_message"]
 
@@ -63,7 +64,7 @@ class KeyGuard:
         ring: KeyRing | None = None,
         revocations: Iterable[Revocations] = (),
         stream_staleness: float = 1.0,
-        monotonic: Callable[[], float] = system.monotonic_clock,
+        monotonic: MonoClock = system.mono_now,
     ) -> None:
         self.ring = ring
         self.revocations = tuple(revocations)
@@ -72,7 +73,7 @@ class KeyGuard:
         self._stream_checked: dict[str, float] = {}
         # DID -> until when (resolver clock) the document its sessions were checked against is
         # fresh: a key dropped from it is seen on the first intent after that.
-        self._fresh_until: dict[str, float] = {}
+        self._fresh_until: dict[str, MonoSeconds] = {}
 
     def _note_fresh(self, resolver: DIDResolver, did: str) -> None:
         until = resolver.fresh_until(did)
@@ -110,7 +111,7 @@ class KeyGuard:
         did: str,
         keys: Mapping[str, bytes],
         resolved: ResolvedDID,
-        now: float,
+        now: WallSeconds,
     ) -> None:
         """Refuse (-32040) a retired key past its window, a revoked DID or a revoked key id."""
         for kid in keys:

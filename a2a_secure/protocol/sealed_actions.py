@@ -35,9 +35,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from a2a_secure.errors import ActionNotPending
 from a2a_secure.identity import encoding
@@ -52,10 +50,13 @@ _NONCE_BYTES: Final = 12
 _MEMBERS: Final = frozenset(("action_data", "preview"))
 
 
-def derive_action_key(identity_seed: bytes, agent_did: str, action_id: str) -> bytes:
-    """The key an action of ``agent_did`` is sealed under at rest: HKDF of the agent's seed."""
-    info = f"{ACTION_KEY_INFO}|{agent_did}|{action_id}".encode()
-    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(identity_seed)
+def derive_action_key(derive_key: Callable[[bytes], bytes], agent_did: str, action_id: str) -> bytes:
+    """The key an action of ``agent_did`` is sealed under at rest, derived by the holder of
+    the agent's key (``Identity.derive_key``: HKDF of a key file's seed, an HMAC in a token)."""
+    key = derive_key(f"{ACTION_KEY_INFO}|{agent_did}|{action_id}".encode())
+    if len(key) != KEY_BYTES:
+        raise ValueError("a derived key must be 32 bytes")
+    return key
 
 
 def _aad(action: PendingAction) -> bytes:
@@ -69,13 +70,17 @@ def _kept_hash(key: bytes, action_hash: str) -> str:
 
 
 def seal_action(
-    action: PendingAction, *, kid: str, identity_seed: bytes, random_bytes: Callable[[int], bytes]
+    action: PendingAction,
+    *,
+    kid: str,
+    derive_key: Callable[[bytes], bytes],
+    random_bytes: Callable[[int], bytes],
 ) -> PendingAction:
     """``action`` as it is stored when it was asked on a sealed session: nothing in the clear.
 
-    ``kid`` names the key whose ``identity_seed`` is used (kept with the record).
+    ``kid`` names the key whose holder's ``derive_key`` is used (kept with the record).
     """
-    key = derive_action_key(identity_seed, action.server_did, action.action_id)
+    key = derive_action_key(derive_key, action.server_did, action.action_id)
     nonce = random_bytes(_NONCE_BYTES)
     if len(nonce) != _NONCE_BYTES:
         raise ValueError("the random source gave a short nonce")
@@ -91,21 +96,21 @@ def seal_action(
     )
 
 
-def open_action(action: PendingAction, identity_seed: bytes | None) -> PendingAction:
+def open_action(action: PendingAction, derive_key: Callable[[bytes], bytes] | None) -> PendingAction:
     """The stored ``action`` with its data, preview and the hash the approver signs, opened.
 
-    An action kept in the clear comes back as it is. ``identity_seed``: the seed of the key
+    An action kept in the clear comes back as it is. ``derive_key``: that of the key
     ``action.sealed_kid``, None when this agent no longer holds it. Raises -32050 when it
     cannot be opened.
     """
     if action.sealed is None:
         return action
-    if identity_seed is None:
+    if derive_key is None:
         raise ActionNotPending(
             "this action is sealed at rest under a key this agent no longer holds"
             " (a retired key past its overlap window)"
         )
-    key = derive_action_key(identity_seed, action.server_did, action.action_id)
+    key = derive_action_key(derive_key, action.server_did, action.action_id)
     moved = ActionNotPending("the stored action does not open with this agent's key: it was altered or moved")
     box = encoding.b64u_decode(action.sealed, error=ActionNotPending)
     if len(box) < _NONCE_BYTES + 16:

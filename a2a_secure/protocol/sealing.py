@@ -378,8 +378,9 @@ def sealer_for(seal_keys: bytes, session_id: str) -> SessionSealer | None:
 def record_sealer(record: Any) -> SessionSealer | None:
     """:func:`sealer_for` a session record, kept on the record for its next messages.
 
-    The record lives as long as the session in its store (and a few seconds in a
-    RedisStore's local cache), so the sealer, and the keys in it, go with it.
+    The record lives as long as the session in its store, and the store drops this cache
+    when it forgets the record (at close, or by the server's sweep soon after expiry:
+    ``SessionRecord.drop_sealer``), so the sealer, and the keys in it, go with it.
     """
     if not record.seal_keys:
         return None
@@ -466,17 +467,23 @@ def seal_error_data(
 # keeps the claim's answer sealed under it and never stores the key, so the store holds no
 # plaintext and cannot open what it holds. A resend brings the key again.
 _ANSWER_INFO: Final = LABEL + " answer key"
-_CLAIM_NONCE_SEQUENCE: Final = 1  # one claim, one answer: (part, index) alone keeps nonces unique
+# The nonce of a claim kept before nonces were drawn (opened, never sealed again; ClaimBox).
+_CLAIM_NONCE_SEQUENCE: Final = 1
+_CLAIM_NONCE_BYTES: Final = 12
+_CLAIM_V2: Final = "2."  # not base64url: a token kept before it has no such head
 
 
-def derive_answer_key(identity_seed: bytes, server_did: str, intent_id: str) -> bytes:
-    """The client's answer key for ``intent_id`` at ``server_did``: HKDF of its identity seed.
+def derive_answer_key(derive_key: Callable[[bytes], bytes], server_did: str, intent_id: str) -> bytes:
+    """The client's answer key for ``intent_id`` at ``server_did``, derived by its key's holder.
 
-    Derived rather than drawn so that a caller that restarts and resends its own intent_id
-    brings the same key (the server finds the first answer).
+    ``derive_key`` is the identity's (``Identity.derive_key``: HKDF of a key file's seed, an
+    HMAC inside a token). Derived rather than drawn so that a caller that restarts and resends
+    its own intent_id brings the same key (the server finds the first answer).
     """
-    info = f"{_ANSWER_INFO}|{server_did}|{intent_id}".encode()
-    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(identity_seed)
+    key = derive_key(f"{_ANSWER_INFO}|{server_did}|{intent_id}".encode())
+    if len(key) != KEY_BYTES:
+        raise ValueError("a derived key must be 32 bytes")
+    return key
 
 
 def claim_intent(intent: Mapping[str, Any], inputs: Any, answer_key: bytes) -> dict[str, Any]:
@@ -492,33 +499,54 @@ def claim_intent(intent: Mapping[str, Any], inputs: Any, answer_key: bytes) -> d
 
 
 class ClaimBox:
-    """Seals a claim's answer under an intent's answer key, and opens it again."""
+    """Seals a claim's answer under an intent's answer key, and opens it again.
 
-    __slots__ = ("_aead", "_head")
+    The answer key is the same for every run of an ``intent_id`` (the client derives it), and
+    a claim that lapsed, or that a store forgot, runs again and is sealed again under it: a
+    nonce fixed per (part, index) would then seal two answers under one (key, nonce), which
+    gives away their XOR and Poly1305's one-time key. Each seal draws a fresh 96-bit nonce
+    from the random source and keeps it beside the ciphertext: ``"2." + base64url(nonce ||
+    ciphertext)``; at 2**32 seals under one key the chance of a repeat stays below 2**-32
+    (NIST SP 800-38D, 8.3), and one intent_id is sealed once per run. A token without the
+    ``"2."`` head (a claim kept before nonces were drawn) opens with the fixed nonce it was
+    sealed with, and is never written again.
+    """
 
-    def __init__(self, answer_key: bytes, intent_id: str) -> None:
+    __slots__ = ("_aead", "_head", "_random")
+
+    def __init__(self, answer_key: bytes, intent_id: str, random_bytes: Callable[[int], bytes]) -> None:
         self._aead = ChaCha20Poly1305(answer_key)
         self._head = f"{LABEL}|claim|{intent_id}|"
+        self._random = random_bytes
 
-    def _where(self, part: Part, index: int, final: bool) -> tuple[bytes, bytes]:
-        aad_ = f"{self._head}{_PART_NAMES[part]}|{index}|{'final' if final else 'partial'}".encode()
-        return nonce(_CLAIM_NONCE_SEQUENCE, part, index), aad_
+    def _aad(self, part: Part, index: int, final: bool) -> bytes:
+        return f"{self._head}{_PART_NAMES[part]}|{index}|{'final' if final else 'partial'}".encode()
 
     def seal(self, part: Part, index: int, final: bool, value: Any) -> str:
-        """``value`` sealed for the claim."""
-        n, where = self._where(part, index, final)
-        return encoding.b64u_encode(self._aead.encrypt(n, encoding.dumps(value), where))
+        """``value`` sealed for the claim, under a nonce drawn for this seal alone."""
+        n = self._random(_CLAIM_NONCE_BYTES)
+        if len(n) != _CLAIM_NONCE_BYTES:
+            raise InternalError("the random source gave a short nonce")
+        sealed = self._aead.encrypt(n, encoding.dumps(value), self._aad(part, index, final))
+        return _CLAIM_V2 + encoding.b64u_encode(n + sealed)
 
     def open(self, part: Part, index: int, final: bool, token: Any) -> Any:
         """The value sealed in ``token``, else -32040."""
+        err = AuthenticationFailed
         if not isinstance(token, str):
-            raise AuthenticationFailed("a kept answer is not sealed")
-        n, where = self._where(part, index, final)
+            raise err("a kept answer is not sealed")
+        if token.startswith(_CLAIM_V2):
+            data = encoding.b64u_decode(token[len(_CLAIM_V2) :], error=err)
+            n, data = data[:_CLAIM_NONCE_BYTES], data[_CLAIM_NONCE_BYTES:]
+            if len(n) != _CLAIM_NONCE_BYTES:
+                raise err("a kept answer is too short")
+        else:  # kept before nonces were drawn: the fixed nonce of its (part, index)
+            n, data = nonce(_CLAIM_NONCE_SEQUENCE, part, index), encoding.b64u_decode(token, error=err)
         try:
-            plain = self._aead.decrypt(n, encoding.b64u_decode(token, error=AuthenticationFailed), where)
+            plain = self._aead.decrypt(n, data, self._aad(part, index, final))
         except InvalidTag:
-            raise AuthenticationFailed("a kept answer does not open with this intent's answer key") from None
-        return encoding.loads(plain, error=AuthenticationFailed)
+            raise err("a kept answer does not open with this intent's answer key") from None
+        return encoding.loads(plain, error=err)
 
 
 def _is_sealed_event(event: Mapping[str, Any]) -> bool:

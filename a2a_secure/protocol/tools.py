@@ -1,12 +1,15 @@
 """``tool.list`` and ``tool.execute`` (PROTOCOL.md §12): an agent's intents as tools.
 
 Both are ordinary goals inside a session (its policy must allow them). ``tool.execute``
-runs its inner tool under the same session policy as a direct intent would be: without
-that check, a session allowed only ``tool.execute`` could run a goal its policy blocks. It
-never runs a ``tool.*`` goal (the namespace of these built-in goals), so it cannot call
-itself or approve an action on someone's behalf. ``arguments`` reach the handler as they
-are, exactly as the inputs of a direct intent do: the handler checks its own inputs (the
-published ``input_schema`` describes them, it is not a second validator).
+runs its inner tool admitted exactly as a direct intent for it would be (the session's
+policy, the delegation chain's scope and reserved principals of §12.7, the priority rights,
+a handler: protocol/server/admission.py): without that, a session allowed only
+``tool.execute``, or a chain that grants only ``tool.execute``, could run a goal its policy,
+or its principal, never allowed. It never runs a ``tool.*`` goal (the namespace of these
+built-in goals), so it cannot call itself or approve an action on someone's behalf.
+``arguments`` reach the handler as they are, exactly as the inputs of a direct intent do:
+the handler checks its own inputs (the published ``input_schema`` describes them, it is not
+a second validator).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from a2a_secure import system
-from a2a_secure.errors import InvalidParams, MethodNotFound, PolicyViolation, SessionUnknown
+from a2a_secure.errors import PolicyViolation, SessionUnknown
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.validate import exact_members, require_object, require_str
 from a2a_secure.store.base import Store
@@ -86,27 +89,29 @@ class ToolService:
             )
         return {"tools": tools}
 
-    def admit_execute(self, inputs: Any, policy: Policy) -> None:
-        """The pure checks of ``tool.execute``: its inputs, and §6.1 steps 9-10 for the inner
-        goal. Also run before an ``intent_id`` is claimed, so that a refused inner goal does
-        not use the id up (PROTOCOL.md §12.5)."""
+    def inner_of(self, inputs: Any) -> tuple[str, Any]:
+        """The goal ``tool.execute`` runs and its inputs: ``(tool, arguments)``.
+
+        Only the form is checked here, and the goals it never runs (``tool.*``); the core
+        admits the tool itself exactly as an intent for it (the session's policy, the chain's
+        scope, reserved principals, a handler, not one that always streams:
+        protocol/server/admission.py), before an ``intent_id`` is claimed (PROTOCOL.md §12.5)
+        and before this runs it.
+        """
         exact_members(inputs, _EXECUTE_MEMBERS, "tool.execute inputs")
         tool = require_str(inputs["tool"], "tool", min_len=1, max_len=128)
-        require_object(inputs["arguments"], "arguments")
+        arguments = require_object(inputs["arguments"], "arguments")
         if tool.startswith(TOOL_PREFIX):
             raise PolicyViolation("tool.execute does not run tool.* goals")
-        # The check of PROTOCOL.md §6.1 step 9, for the inner goal.
-        if not policy.allows(tool):
-            raise PolicyViolation(f"intent {tool[:64]!r} is not allowed by the session policy")
-        if not self.dispatcher.has(tool):
-            raise MethodNotFound(f"no handler for intent {tool[:64]!r}")
-        if self.dispatcher.is_always_streamed(tool):
-            raise InvalidParams(f"intent {tool[:64]!r} is always streamed; tool.execute cannot run it")
+        return tool, arguments
 
     async def execute(self, inputs: Any, context: IntentContext) -> Any:
-        """``tool.execute`` ``{"tool", "arguments"}``: run one tool as a direct intent would."""
-        self.admit_execute(inputs, await self._policy(context))
-        tool, arguments = inputs["tool"], inputs["arguments"]
+        """``tool.execute`` ``{"tool", "arguments"}``: run one tool, admitted as a direct intent.
+
+        The handler is told what a direct intent's would be: the same caller, session, chain
+        and principal (the core refused the tool unless that chain covers it).
+        """
+        tool, arguments = self.inner_of(inputs)
         inner = dataclasses.replace(context, goal=tool)
         if self.dispatcher.is_streaming(tool):
             # As a streaming goal asked without stream: the array of its partial results.

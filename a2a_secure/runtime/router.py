@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Awaitable
 from typing import Any
 
+from a2a_secure import system
 from a2a_secure.delegation import DelegationRules
 from a2a_secure.errors import A2AError, InternalError, MethodNotFound
 from a2a_secure.identity.keys import Identity
@@ -35,6 +35,7 @@ from a2a_secure.protocol.server.common import (
     INTENT_METHODS,
     AuditHook,
     Clock,
+    MonoClock,
     RandomSource,
     Reply,
     ServerConfig,
@@ -74,9 +75,9 @@ class ServerProtocol:
         manifest_hash: str,
         limits: ServerLimits | None = None,
         audit: AuditHook | None = None,
-        clock: Clock = time.time,
+        clock: Clock = system.wall_now,
         random_bytes: RandomSource = os.urandom,
-        monotonic: Clock = time.monotonic,
+        monotonic: MonoClock = system.mono_now,
         key_guard: KeyGuard | None = None,
         priority_rights: PriorityRights | None = None,
         observe: ObserveHook | None = None,
@@ -126,7 +127,8 @@ class ServerProtocol:
             streams=streams,
             clock=clock,
             exactly_once=exactly_once,
-            delegation=DelegationGuard(config, gather=asyncio.gather),
+            random_bytes=random_bytes,
+            delegation=DelegationGuard(config, gather=asyncio.gather, monotonic=monotonic),
         )
         # Bound once: ``handle`` runs for every request.
         self._hello = self._handshake.hello
@@ -139,6 +141,11 @@ class ServerProtocol:
         self._auditor = auditor
 
     # The configuration all rooms share: replacing a member here reaches each of them.
+    @property
+    def config(self) -> ServerConfig:
+        """What this server is configured with (shared by its rooms; read, do not keep)."""
+        return self._config
+
     @property
     def identity(self) -> Identity:
         """The agent's identity, which signs every answer."""

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import inspect
 import os
 import re
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from a2a_secure.errors import (
     InternalError,
     MethodNotFound,
     PayloadTooLarge,
+    SessionUnknown,
     UnsupportedMediaType,
 )
 from a2a_secure.identity import did as did_module
@@ -61,7 +62,8 @@ from a2a_secure.protocol.server import (
     Reply,
     ServerLimits,
 )
-from a2a_secure.protocol.server.dispatcher import Admission
+from a2a_secure.protocol.server.admission import admit_action
+from a2a_secure.protocol.server.dispatcher import InnerGoal
 from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolService
 from a2a_secure.protocol.wire import (
     EnvelopeError,
@@ -72,9 +74,11 @@ from a2a_secure.protocol.wire import (
 )
 from a2a_secure.runtime.exactly_once import server_extensions
 from a2a_secure.runtime.router import ServerProtocol
+from a2a_secure.runtime.sweeper import SessionSweeper
 from a2a_secure.store.actions import ActionStore
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
+from a2a_secure.system import mono_clock_of, mono_now, wall_clock_of, wall_now
 from a2a_secure.telemetry import tracing
 from a2a_secure.telemetry.observer import ServerObserver
 
@@ -352,8 +356,8 @@ class AgentServer(IntentDispatcher):
         audit: Auditor | AuditHook | None = None,
         limits: ServerLimits | None = None,
         max_body: int = DEFAULT_MAX_BODY,
-        clock: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = wall_now,
+        monotonic: Callable[[], float] = mono_now,
         key_ring: KeyRing | None = None,
         revocations: Iterable[Revocations] = (),
         priority_rights: PriorityRights | None = None,
@@ -479,10 +483,10 @@ class AgentServer(IntentDispatcher):
         goal: str,
         handler: Callable[[Any, IntentContext], Awaitable[Any]],
         *,
-        admit: Admission | None = None,
+        inner: InnerGoal | None = None,
     ) -> None:
         """See :meth:`IntentDispatcher.add`; the card and core are rebuilt to list it."""
-        super().add(goal, self._observer.timed(goal, handler), admit=admit)
+        super().add(goal, self._observer.timed(goal, handler), inner=inner)
         self._card = None
         self._protocol = None
 
@@ -595,12 +599,17 @@ class AgentServer(IntentDispatcher):
         engine = self.approvals
 
         async def approve(inputs: Any, context: IntentContext) -> Any:
+            # The action's goal is admitted on this session as an intent for it would be.
+            session = await self.store.get_session(context.session_id, self._clock())
+            if session is None:
+                raise SessionUnknown("unknown, expired or closed session")
             return await engine.approve(
                 inputs,
                 approver=context.caller_did,
                 session_id=context.session_id,
                 sequence=context.sequence,
                 sealed=context.sealed,
+                admit=functools.partial(admit_action, self.protocol.config, session),
             )
 
         async def pending(inputs: Any, context: IntentContext) -> Any:
@@ -619,7 +628,7 @@ class AgentServer(IntentDispatcher):
         """Serve ``tool.list`` and ``tool.execute`` (each still needs the session's policy)."""
         catalog = ToolService(self, lambda: self._intent_schemas, self.store, self._clock)
         self.add(TOOL_LIST, catalog.list_tools)
-        self.add(TOOL_EXECUTE, catalog.execute, admit=catalog.admit_execute)
+        self.add(TOOL_EXECUTE, catalog.execute, inner=catalog.inner_of)
 
     def adopt_approvals(self, source: AgentServer) -> None:
         """Serve ``source``'s approved actions, approvers and descriptions with this server's store."""
@@ -720,10 +729,10 @@ class AgentServer(IntentDispatcher):
                 manifest_hash=self.manifest_hash,
                 limits=self.limits,
                 audit=self._audit,
-                clock=self._clock,
-                monotonic=self._monotonic,
+                clock=wall_clock_of(self._clock),
+                monotonic=mono_clock_of(self._monotonic),
                 key_guard=KeyGuard(
-                    ring=self.key_ring, revocations=self.revocations, monotonic=self._monotonic
+                    ring=self.key_ring, revocations=self.revocations, monotonic=mono_clock_of(self._monotonic)
                 ),
                 priority_rights=self.priority_rights,
                 # Told of each request only when it has somewhere to go: metrics or log lines,
@@ -860,10 +869,16 @@ class AgentServer(IntentDispatcher):
         """A FastAPI application serving this agent.
 
         POSTs to the two protocol endpoints go straight to :meth:`handle_asgi` unless
-        middleware was added to the app (then they take the normal route through it).
+        middleware was added to the app (then they take the normal route through it). Its
+        lifespan sweeps expired sessions out of the store every
+        ``limits.session_sweep_seconds`` (:mod:`a2a_secure.runtime.sweeper`): an ASGI server
+        must run it (uvicorn does by default) for a sealed session's keys to go on time.
         """
         app = _AgentApp(title=self.name, docs_url=None, redoc_url=None, openapi_url=None)
         app.agent_server = self
+        # Expired sessions (and a sealed one's keys) leave memory on a timer while it runs.
+        sweeper = SessionSweeper(lambda: self.store, lambda: self.limits.session_sweep_seconds, self._clock)
+        app.router.lifespan_context = sweeper.running
         app.include_router(self.router())
         # A peer that reaches a wrong path or uses a wrong HTTP method gets a JSON-RPC error
         # (PROTOCOL.md §4), as on the protocol endpoints, not the framework's own shape.

@@ -60,6 +60,7 @@ from fastapi import FastAPI
 
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.rotation import KeyRing
+from a2a_secure.identity.sources import is_token_uri, load_key_ring
 from a2a_secure.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits
@@ -367,7 +368,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     key_file = env.get(ENV["key_file"])
     if not key_file:
         raise ValueError(f"{ENV['key_file']} is not set")
-    key_ring = KeyRing.load(key_file)  # the key, and the retired keys still in their window
+    key_ring = load_key_ring(key_file)  # the key, and the retired keys still in their window
     identity = key_ring.current
     policy = load_policy(env.get(ENV["policy"]) or None)
     revocation_file = env.get(ENV["revocations"])
@@ -410,10 +411,13 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     fastapi_app = server.app()
     fastapi_app.state.agent_server = server
 
+    own = fastapi_app.router.lifespan_context  # the server's own (its session sweep)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         try:
-            yield
+            async with own(_app):
+                yield
         finally:
             with contextlib.suppress(Exception):
                 await store.aclose()
@@ -495,7 +499,7 @@ def serve(
 
     url = public_url(default_url(host, port, tls=tls_cert is not None) if url is None else url)
     settings = {
-        "key_file": os.path.abspath(key_file),
+        "key_file": str(key_file) if is_token_uri(key_file) else os.path.abspath(key_file),
         "url": url,
         "policy": os.path.abspath(policy_path) if policy_path else None,
         "redis_url": redis_url,
@@ -515,11 +519,12 @@ def serve(
     # policy and the app are loaded once (no store, no audit log opened).
     rights, limits = load_scheduling(policy_path)
     policy = load_policy(policy_path)
+    key_ring = load_key_ring(key_file)
     build_server(
-        Identity.load(key_file),
+        key_ring.current,
         policy=policy,
         app=app,
-        key_ring=KeyRing.load(key_file),
+        key_ring=key_ring,
         priority_rights=rights,
         limits=limits,
         url=url,

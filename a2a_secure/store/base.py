@@ -120,6 +120,14 @@ class SessionRecord:
         """PROTOCOL.md §5.6: expired when ``now >= expires_at`` (absolute lifetime)."""
         return now >= self.expires_at
 
+    def drop_sealer(self) -> None:
+        """Forget the sealer cached on this record (its store is forgetting the record).
+
+        A request still running on the session holds its own reference and finishes; a
+        later use of this very record builds the sealer again from ``seal_keys``.
+        """
+        object.__setattr__(self, "sealer", None)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form for shared stores."""
         return {

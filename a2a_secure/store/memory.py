@@ -2,7 +2,9 @@
 
 Atomicity comes from the event loop: no method awaits before it has finished its
 check-and-update. Expired entries are dropped lazily, and when a bound is reached only
-expired entries are swept; an entry still inside its window is never evicted.
+expired entries are swept; an entry still inside its window is never evicted. Expired
+sessions also go on a timer (:meth:`MemoryStore.sweep_expired`, run by the server's sweep):
+their keys do not wait for a look-up that may never come.
 
 The sections follow the families of keys of the Redis store, one module each there:
 pending handshakes (``redis_handshakes.py``), sessions with their sequences, stored answers
@@ -27,6 +29,7 @@ from a2a_secure.store.base import (
     SessionRecord,
     StoredReply,
 )
+from a2a_secure.store.expiry import SWEEP_LIMIT, ExpiryIndex
 from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest
 from a2a_secure.store.revocation import DID_FIELD, Revocation
 
@@ -64,6 +67,7 @@ class MemoryStore:
         self._pending: dict[tuple[str, str], PendingHandshake] = {}
         self._pending_by_source: dict[str, int] = {}
         self._sessions: dict[str, SessionRecord] = {}
+        self._by_expiry = ExpiryIndex()  # the sweep's order (store/expiry.py)
         self._seq: dict[str, _SeqState] = {}
         # (agent, client DID, period) -> (window start, count): a fixed window per DID at
         # each agent.
@@ -145,19 +149,42 @@ class MemoryStore:
         if p is None or p.proven_kid is None:
             return OpenResult.HANDSHAKE_GONE
         if len(self._sessions) >= max_sessions:
-            for sid in [s for s, rec in self._sessions.items() if rec.expired(now)]:
-                self._forget(sid)
+            self.sweep_expired(now, limit=len(self._by_expiry))
             if len(self._sessions) >= max_sessions:
                 return OpenResult.FULL
         self._drop_pending((agent, nonce_b))
         self._sessions[session.session_id] = session
         self._seq[session.session_id] = _SeqState()
+        self._by_expiry.add(session.expires_at, session.session_id)
+        self._compact_index()  # closed sessions' entries, when no sweep runs
         return OpenResult.OPENED
 
     # -- sessions -------------------------------------------------------------------------
     def _forget(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
-        self._seq.pop(session_id, None)
+        record = self._sessions.pop(session_id, None)
+        self._seq.pop(session_id, None)  # its stored answers, sealed under its keys
+        if record is not None:
+            record.drop_sealer()
+
+    def sweep_expired(self, now: float, *, limit: int = SWEEP_LIMIT) -> int:
+        """Forget up to ``limit`` sessions expired at ``now`` (Unix seconds), earliest first.
+
+        The records, their sealing keys and sealers, and their stored answers go; the cost is
+        that of the due sessions (:class:`~a2a_secure.store.expiry.ExpiryIndex`). Returns how
+        many were forgotten.
+        """
+        gone = 0
+        for sid in self._by_expiry.due(now, limit):
+            record = self._sessions.get(sid)
+            if record is not None and record.expired(now):
+                self._forget(sid)
+                gone += 1
+        self._compact_index()
+        return gone
+
+    def _compact_index(self) -> None:
+        sessions = self._sessions
+        self._by_expiry.compact(len(sessions), ((r.expires_at, s) for s, r in sessions.items()))
 
     async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
         """See :meth:`Store.get_session`."""

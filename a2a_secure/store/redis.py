@@ -97,7 +97,6 @@ import contextlib
 import logging
 import math
 import os
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -106,6 +105,7 @@ from a2a_secure.errors import Unavailable, log_unexpected
 from a2a_secure.store import redis_claims as rcl
 from a2a_secure.store import redis_cluster as rc
 from a2a_secure.store.base import SessionRecord
+from a2a_secure.store.expiry import ExpiryIndex
 from a2a_secure.store.redis_actions import _ADD_ACTION, _DECIDE_ACTION, _GET_ACTION, RedisActions
 from a2a_secure.store.redis_connect import Deployment, client_from_url, close_client
 from a2a_secure.store.redis_handshakes import _ADD_PENDING, _GET_PENDING, _MARK_PROVEN, RedisHandshakes
@@ -126,6 +126,7 @@ from a2a_secure.store.redis_sessions import (
     _OPEN_SESSION,
     RedisSessions,
 )
+from a2a_secure.system import mono_now, wall_now
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -336,7 +337,10 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
         self._last_refresh = -math.inf
         self._cache_ttl = session_cache_ttl
         self._cache_size = session_cache_size
+        # Session id -> (monotonic end of its cache entry, record), in order of that end
+        # (a put moves it last), and the same ids by the sessions' own Unix expiry.
         self._cache: OrderedDict[str, tuple[float, SessionRecord]] = OrderedDict()
+        self._cache_expiry = ExpiryIndex()
         self._last_logged = -math.inf
         self._unexpected_logged: dict[str, float] = {}
         # Answers not yet sent to Redis: key -> (the script that stores it, its arguments);
@@ -383,7 +387,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
             # instead of failing once per stale pooled connection.
             with contextlib.suppress(Exception):
                 await self._r.connection_pool.disconnect(inuse_connections=False)
-        now = time.monotonic()
+        now = mono_now()
         if unexpected:
             self._log_unexpected(exc, now)
         elif now - self._last_logged >= 10.0:
@@ -421,7 +425,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
 
     def _refresh_slots(self) -> None:
         """Read the cluster's slot map again, at most every 200 ms, one read at a time."""
-        now = time.monotonic()
+        now = mono_now()
         if (self._refresh is not None and not self._refresh.done()) or now - self._last_refresh < 0.2:
             return
         self._last_refresh = now
@@ -658,7 +662,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
             await self.flush()
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
-        self._cache.clear()
+        self._cache_clear()
         if self._refresh is not None:
             with contextlib.suppress(BaseException):
                 await self._refresh
@@ -668,7 +672,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
     # -- introspection (tests, metrics) ---------------------------------------------------------
     async def counts(self, now: float | None = None) -> dict[str, int]:
         """Live pending handshakes and sessions (members of the sorted sets not yet expired)."""
-        t = _num(time.time() if now is None else now)
+        t = _num(wall_now() if now is None else now)
         if self._spread:
             pending_keys = [self._k_pending_shard(i) for i in range(rc.MAX_SHARDS)]
             session_keys = [self._k_session_shard(i) for i in range(rc.MAX_SHARDS)]

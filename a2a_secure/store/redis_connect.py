@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from a2a_secure.system import mono_now
 
 __all__ = ["SENTINEL_CHECK_INTERVAL", "Deployment", "client_from_url", "close_client", "deployment_of"]
 
@@ -138,7 +139,7 @@ def _checked_sentinel_pool() -> type:
         _next_check = 0.0
 
         async def ensure_connection(self, connection: Any) -> None:
-            now = time.monotonic()
+            now = mono_now()
             if now >= self._next_check:
                 self._next_check = now + SENTINEL_CHECK_INTERVAL
                 try:

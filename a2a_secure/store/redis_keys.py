@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
     from a2a_secure.errors import Unavailable
     from a2a_secure.store.base import Begin, SessionRecord
+    from a2a_secure.store.expiry import ExpiryIndex
     from a2a_secure.store.intents import Claim, ClaimRequest
 
 __all__ = ["RedisKeys"]
@@ -155,6 +156,7 @@ class RedisKeys:
         _cache_ttl: float
         _cache_size: int
         _cache: OrderedDict[str, tuple[float, SessionRecord]]
+        _cache_expiry: ExpiryIndex
         _finish_linger: float | None
         _unsent: dict[str, tuple[AsyncScript, list[Any]]]
         _flush_timer: asyncio.TimerHandle | None
@@ -208,6 +210,8 @@ class RedisKeys:
         async def get_session(self, session_id: str, now: float) -> SessionRecord | None: ...
         async def close_session(self, session_id: str) -> None: ...
         def _cache_get(self, session_id: str) -> SessionRecord | None: ...
+        def _cache_drop(self, session_id: str) -> None: ...
+        def _cache_clear(self) -> None: ...
         def _begin_parts(
             self,
             session_id: str,

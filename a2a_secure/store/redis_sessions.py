@@ -23,7 +23,9 @@ Keys (``P`` the prefix, ``<agent>`` the server DID; names built in
 TTL: a session's ``expires_at`` plus one second (the bound's sorted set as long as its
 latest member); a rate window's end plus one second. A process also keeps the records of
 the sessions it served in a small cache (``session_cache_ttl``): they never change once
-opened, and ``begin_request``'s script re-checks that the session still exists.
+opened, and ``begin_request``'s script re-checks that the session still exists. The
+server's sweep (:meth:`RedisSessions.sweep_expired`) drops an entry whose session expired or
+whose cache time ended, so a sealed session's keys leave the process with it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import math
 import secrets
-import time
 from typing import Any
 
 from a2a_secure.errors import Unavailable
@@ -40,10 +41,10 @@ from a2a_secure.policy import Policy
 from a2a_secure.store import redis_cluster as rc
 from a2a_secure.store.base import Begin, BeginKind, OpenResult, SessionRecord, StoredReply
 from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest
+from a2a_secure.store.redis_cache import RedisSessionCache
 from a2a_secure.store.redis_handshakes import _LIVE_PENDING
 from a2a_secure.store.redis_keys import (
     _EXTEND,
-    RedisKeys,
     _Call,
     _NotReplicated,
     _num,
@@ -219,7 +220,7 @@ def _unpack_session(session_id: str, data: bytes) -> SessionRecord:
     )
 
 
-class RedisSessions(RedisKeys):
+class RedisSessions(RedisSessionCache):
     """The session methods of :class:`~a2a_secure.store.redis.RedisStore` (the hot path)."""
 
     async def open_session(
@@ -297,23 +298,6 @@ class RedisSessions(RedisKeys):
         return OpenResult.OPENED
 
     # -- sessions -------------------------------------------------------------------------------
-    def _cache_put(self, session: SessionRecord) -> None:
-        if self._cache_ttl <= 0 or self._cache_size <= 0:
-            return
-        self._cache[session.session_id] = (time.monotonic() + self._cache_ttl, session)
-        self._cache.move_to_end(session.session_id)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-
-    def _cache_get(self, session_id: str) -> SessionRecord | None:
-        hit = self._cache.get(session_id)
-        if hit is None:
-            return None
-        if hit[0] <= time.monotonic():
-            del self._cache[session_id]
-            return None
-        return hit[1]
-
     async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
         """See :meth:`Store.get_session` (the per-process cache, else one script).
 
@@ -324,7 +308,7 @@ class RedisSessions(RedisKeys):
         if cached is not None:
             if not cached.expired(now):
                 return cached
-            self._cache.pop(session_id, None)  # and let the script forget it in Redis
+            self._cache_drop(session_id)  # and let the script forget it in Redis
         if self._spread:
             data = await self._script(self._c_get_session, [self._k_session(session_id)], [_num(now)])
         else:
@@ -527,7 +511,7 @@ class RedisSessions(RedisKeys):
         if undo:
             await self._quietly(undo)
         if kind is BeginKind.GONE:
-            self._cache.pop(session_id, None)
+            self._cache_drop(session_id)
             return Begin(BeginKind.GONE), None
         if kind is BeginKind.REPLAY:
             return Begin(kind, last, StoredReply.from_dict(encoding.loads(seq_out[2]))), None
@@ -563,7 +547,7 @@ class RedisSessions(RedisKeys):
             raise _NotReplicated(self._wait_replicas)
         last = int(out[1])
         if kind is BeginKind.GONE or kind is BeginKind.REVOKED:
-            self._cache.pop(session_id, None)
+            self._cache_drop(session_id)
             return Begin(kind)
         if kind is BeginKind.REPLAY:
             return Begin(kind, last, StoredReply.from_dict(encoding.loads(out[2])))
@@ -573,7 +557,7 @@ class RedisSessions(RedisKeys):
 
     async def close_session(self, session_id: str) -> None:
         """See :meth:`Store.close_session`."""
-        self._cache.pop(session_id, None)
+        self._cache_drop(session_id)
         if not self._spread:
             await self._script(
                 self._close_session, [self._k_session(session_id), self._k_sessions()], [session_id]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from a2a_secure.identity.did import (
     public_key_from_did_key,
     split_key_id,
 )
+from a2a_secure.system import wall_now
 
 __all__ = [
     "DID_FIELD",
@@ -177,7 +177,7 @@ def _entry(target: str, reason: str, now: float | None) -> Revocation:
     check_target(target)
     if not isinstance(reason, str):
         raise InvalidParams("the reason must be a string")
-    return Revocation(target, reason[:MAX_REASON], int(time.time() if now is None else now))
+    return Revocation(target, reason[:MAX_REASON], int(wall_now() if now is None else now))
 
 
 class StoreRevocations:

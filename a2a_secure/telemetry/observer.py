@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from a2a_secure.system import mono_now
 from a2a_secure.telemetry import tracing
 from a2a_secure.telemetry.tracing import session_hash
 
@@ -74,7 +75,7 @@ class ServerObserver:
         serves: Callable[[str], bool],
         session_timeout: Callable[[], int],
         scheduler: Callable[[], Any] | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = mono_now,
     ) -> None:
         self.metrics = metrics
         self.log_requests = log_requests

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from a2a_secure import system
 from a2a_secure.errors import Unavailable
-from a2a_secure.protocol.server.common import Clock, ServerConfig
+from a2a_secure.protocol.server.common import MonoClock, ServerConfig
 
 __all__ = ["FailureBudget"]
 
@@ -24,7 +24,7 @@ _FORGET = 1000
 class FailureBudget:
     """Token buckets of failed, signature-checked handshake steps per source address."""
 
-    def __init__(self, config: ServerConfig, monotonic: Clock = system.monotonic_clock) -> None:
+    def __init__(self, config: ServerConfig, monotonic: MonoClock = system.mono_now) -> None:
         self._config = config
         self._monotonic = monotonic
         self._failures: dict[str, tuple[float, float]] = {}

@@ -23,12 +23,14 @@ from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
 from a2a_secure.store.base import Store, StoredReply
+from a2a_secure.system import MonoClock, WallClock
 
 __all__ = [
     "HANDSHAKE_METHODS",
     "INTENT_METHODS",
     "AuditHook",
     "Clock",
+    "MonoClock",
     "RandomSource",
     "Reply",
     "ServerConfig",
@@ -42,7 +44,7 @@ HANDSHAKE_METHODS = frozenset(("hello", "proof", "accept_policy"))
 INTENT_METHODS = frozenset(("intent", "close"))
 
 AuditHook = Callable[..., object]
-Clock = Callable[[], float]
+Clock = WallClock  # Unix seconds; the monotonic clock is a MonoClock (a2a_secure.system)
 RandomSource = Callable[[int], bytes]
 
 
@@ -85,10 +87,16 @@ class ServerLimits:
     # then its ACCEPT_POLICY is refused with a signed -32042.
     sealed_intents: bool = True
     require_sealed: bool = False
+    # How often (s) the server forgets the sessions that expired (runtime/sweeper.py), their
+    # sealing keys with them, in a store that holds them in process memory; 0: only when
+    # looked up again (or when the store is full).
+    session_sweep_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         if self.require_sealed and not self.sealed_intents:
             raise ValueError("require_sealed needs sealed_intents: a server that does not seal opens nothing")
+        if not 0 <= self.session_sweep_seconds < float("inf"):
+            raise ValueError("session_sweep_seconds must be a finite number of seconds, at least 0")
         if self.max_concurrent_intents is not None and self.max_concurrent_intents < 1:
             raise ValueError("max_concurrent_intents must be None or at least 1")
         if self.max_queued_intents < 0:

@@ -13,7 +13,8 @@ responder adds to it (§5.6); the intent processor and the stream pump read it; 
 
 from __future__ import annotations
 
-from a2a_secure.protocol.server.common import Clock, ServerConfig
+from a2a_secure.protocol.server.common import MonoClock, ServerConfig
+from a2a_secure.system import MonoSeconds
 
 __all__ = ["SessionDeadlines"]
 
@@ -21,10 +22,10 @@ __all__ = ["SessionDeadlines"]
 class SessionDeadlines:
     """The monotonic deadline of each session this process opened."""
 
-    def __init__(self, config: ServerConfig, monotonic: Clock) -> None:
+    def __init__(self, config: ServerConfig, monotonic: MonoClock) -> None:
         self._config = config
         self._monotonic = monotonic
-        self._deadlines: dict[str, float] = {}
+        self._deadlines: dict[str, MonoSeconds] = {}
 
     def note(self, session_id: str, lifetime: int) -> None:
         """``session_id`` was opened now and lives ``lifetime`` seconds."""
@@ -32,7 +33,7 @@ class SessionDeadlines:
             now = self._monotonic()
             for sid in [k for k, v in self._deadlines.items() if v <= now]:
                 del self._deadlines[sid]
-        self._deadlines[session_id] = self._monotonic() + lifetime
+        self._deadlines[session_id] = MonoSeconds(self._monotonic() + lifetime)
 
     def past(self, session_id: str) -> bool:
         """Whether ``session_id`` has outlived its monotonic deadline (and forget it then)."""

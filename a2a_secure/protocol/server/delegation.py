@@ -3,23 +3,24 @@
 The rules are :mod:`a2a_secure.delegation`'s; this room feeds them what takes I/O:
 each issuer's key, resolved from its DID with the server's resolver (never taken from the
 token), and the deny list (the store's, shared by every worker, and the server's other
-lists), read at every use. A chain verified once is kept per session by its hash (bounded),
-so later intents carry the hash alone; its time, audience, targets and revocations are
-still checked at each use.
+lists), read at every use. A chain verified once is kept per session by its hash
+(:mod:`.chain_cache`: bounded per session, and each session's full verifications bounded by
+its rate), so later intents carry the hash alone; its time, audience, targets, revocations
+and the retirement of the keys that signed it are still checked at each use.
 
-:meth:`DelegationGuard.verdict` runs before §6.1 step 7 and never raises: its refusal is
+:meth:`DelegationGuard.verdict` runs before §6.1 step 7 and raises only the 503 of a session
+past its budget of verifications (signed, the sequence not used up); any other refusal is
 given at step 9 (-32042, signed, the sequence used up) like any refusal of the policy, and an
 intent refused there claims no ``intent_id``.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from a2a_secure import system
 from a2a_secure.delegation import (
     CHAIN_UNKNOWN,
     CHAIN_UNKNOWN_MEMBER,
@@ -32,15 +33,16 @@ from a2a_secure.delegation import (
     reference_of,
     verify_signatures,
 )
-from a2a_secure.errors import A2AError, DIDResolutionError, InternalError, InvalidParams
+from a2a_secure.errors import A2AError, DIDResolutionError, InternalError, InvalidParams, Unavailable
 from a2a_secure.protocol.keyguard import revoked_message
 from a2a_secure.protocol.models import Intent
-from a2a_secure.protocol.priority import DEFAULT_PRIORITY
 from a2a_secure.protocol.sealing import CHAIN_MEMBER
-from a2a_secure.protocol.server.common import ServerConfig
+from a2a_secure.protocol.server.chain_cache import MAX_CACHED_CHAINS, ChainCache, Kept
+from a2a_secure.protocol.server.common import MonoClock, ServerConfig
 from a2a_secure.store.base import SessionRecord
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.store.revocation import FileRevocations, Revocation, RevocationStore, StoreRevocations
+from a2a_secure.system import WallSeconds
 
 __all__ = [
     "MAX_CACHED_CHAINS",
@@ -55,10 +57,6 @@ __all__ = [
 REASON_MEMBER: Final = "reason"
 """The member of a sealed session's delegation refusal ``data`` with the full message (§12.7)."""
 
-# Verified chains kept by this process, all sessions together (a chain is at most 16 KiB of
-# tokens: 64 MiB at worst), least recently used first out.
-MAX_CACHED_CHAINS: Final = 4096
-
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -71,12 +69,15 @@ class Verdict:
 NO_DELEGATION: Final = Verdict()
 
 
-def quiet_refusal(exc: DelegationRefused) -> DelegationRefused:
+def quiet_refusal(exc: A2AError) -> A2AError:
     """``exc`` as a sealed session gives it: a message naming nothing of the chain (§12.7).
 
     The message is never sealed; the full one goes in ``data.reason``, sealed with the rest of
-    the error's data (beside ``chain_unknown``, which keeps its text's ending).
+    the error's data (beside ``chain_unknown``, which keeps its text's ending). Any other
+    error is returned as it is.
     """
+    if not isinstance(exc, DelegationRefused) or REASON_MEMBER in (exc.data or {}):
+        return exc  # not a refusal of the chain, or already quiet
     data = dict(exc.data or {})
     data[REASON_MEMBER] = exc.message
     unknown = CHAIN_UNKNOWN_MEMBER in data
@@ -108,17 +109,20 @@ async def _one_by_one(*awaitables: Awaitable[Any]) -> list[Any]:
 class DelegationGuard:
     """Verifies the chains intents carry, for one server (see the module documentation).
 
-    State: the chains verified on each session, by (session, hash): at most
+    State: the chains verified on each session (:class:`~.chain_cache.ChainCache`): at most
     ``DelegationRules.max_cached_chains`` per session and :data:`MAX_CACHED_CHAINS` in all.
     """
 
-    def __init__(self, config: ServerConfig, *, gather: Gather | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig, *, gather: Gather | None = None, monotonic: MonoClock = system.mono_now
+    ) -> None:
         """``gather``: awaits several look-ups of a shared store together (the runtime's
-        ``asyncio.gather``); by default they are awaited one after the other."""
+        ``asyncio.gather``); by default they are awaited one after the other. ``monotonic``:
+        the clock of each session's budget of verifications."""
         self._config = config
         self._gather = gather or _one_by_one
-        self._verified: OrderedDict[tuple[str, str], Chain] = OrderedDict()
-        self._per_session: dict[str, list[str]] = {}  # session id -> its hashes, oldest first
+        self._monotonic = monotonic
+        self._cache = ChainCache()
         # (the store and lists it was worked out for, the deny lists, all in this process)
         self._lists: tuple[tuple[object, object], tuple[Any, ...], bool] | None = None
 
@@ -133,66 +137,70 @@ class DelegationGuard:
             raise InvalidParams(f"intent: unexpected member {CHAIN_MEMBER!r} (this server does not seal)")
 
     async def verdict(
-        self, session: SessionRecord, intent: Intent, now: float, value: tuple[str, ...] | str | None = None
+        self,
+        session: SessionRecord,
+        intent: Intent,
+        now: WallSeconds,
+        value: tuple[str, ...] | str | None = None,
     ) -> Verdict:
-        """The chain ``intent`` acts under, checked for this use, or why it is refused.
+        """The chain ``intent`` acts under, verified for this session now, or why it is refused.
 
+        Checks 1-7 and 9 of §12.7: the chain itself, whoever uses it, here, now. Check 8 (the
+        goal and the priority) and the goals reserved to principals are the admission's
+        (:mod:`.admission`), made for every goal the intent runs, a goal inside a goal included.
         ``value``: the chain, opened when it came sealed (by default ``intent.delegation``).
-        On a sealed session a refusal names nothing of the chain in its message (§12.7): the
-        message is never sealed, its ``data`` is.
+        On a sealed session a refusal names nothing of the chain in its message
+        (:func:`quiet_refusal`): the message is never sealed, its ``data`` is.
         """
         if value is None:
             value = intent.delegation
-        rules = self._config.delegation
-        if value is None and (rules is None or not rules.required_principals):
+        if value is None:
             return NO_DELEGATION
         try:
-            chain = None if value is None else await self._chain(session, value)
-            if chain is not None:
-                priority = intent.priority or DEFAULT_PRIORITY
-                chain.check_use(
-                    now=now,
-                    client_did=session.client_did,
-                    server_did=session.server_did,
-                    goal=intent.goal,
-                    priority=priority,
-                )
-                await self._check_revoked(chain)
-            if rules is not None:
-                refused = rules.refusal(intent.goal, chain)
-                if refused is not None:
-                    raise refused
-        except DelegationRefused as exc:
-            return Verdict(refusal=quiet_refusal(exc) if session.seal_keys else exc)
+            chain = await self._chain(session, value, now)
+            refused = chain.refusal_now(now=now, client_did=session.client_did, server_did=session.server_did)
+            if refused is not None:
+                raise refused
+            await self._check_revoked(chain)
+        except Unavailable:  # past this session's budget of verifications: try again later
+            raise
         except A2AError as exc:
-            return Verdict(refusal=exc)
+            return Verdict(refusal=quiet_refusal(exc) if session.seal_keys else exc)
         return Verdict(chain=chain)
 
     def forget(self, session_id: str) -> None:
         """Drop the chains kept for a session that ended."""
-        for ref in self._per_session.pop(session_id, ()):
-            self._verified.pop((session_id, ref), None)
+        self._cache.forget(session_id)
 
-    async def _chain(self, session: SessionRecord, value: tuple[str, ...] | str) -> Chain:
+    async def _chain(self, session: SessionRecord, value: tuple[str, ...] | str, now: WallSeconds) -> Chain:
         ref = reference_of(value)
-        hit = self._verified.get((session.session_id, ref))
-        if hit is not None:
-            self._verified.move_to_end((session.session_id, ref))
-            return hit
+        kept = self._cache.get(session.session_id, ref)
+        if kept is not None:
+            retired = kept.refusal(now)
+            if retired is not None:
+                raise retired
+            return kept.chain
         if isinstance(value, str):
             # Another worker, or a chain this one has since let go: the client sends it again.
             message = f"delegation refused: chain {ref} {CHAIN_UNKNOWN}"
             raise DelegationRefused(message, data={CHAIN_UNKNOWN_MEMBER: ref})
+        # Counted before anything is decoded, resolved or verified (503 past the budget).
+        self._cache.spend(session.session_id, session.policy, self._monotonic())
         chain = parse_chain(value)
-        keys = await self._resolve_keys(chain)
+        keys, kept = await self._resolve_keys(chain, now)
         verify_signatures(chain, keys.__getitem__)
-        self._keep(session.session_id, chain)
+        rules = self._config.delegation
+        self._cache.keep(session.session_id, kept, rules.max_cached_chains if rules is not None else 1)
         return chain
 
-    async def _resolve_keys(self, chain: Chain) -> dict[Link, bytes]:
+    async def _resolve_keys(self, chain: Chain, now: WallSeconds) -> tuple[dict[Link, bytes], Kept]:
+        """Each link's key, resolved from its issuer's DID; a retired key past its ``expires``
+        (Unix seconds, compared with the intent's wall-clock ``now``) refuses the chain. Also
+        the chain as it is kept: until the earliest ``expires`` of the keys that signed it."""
         resolver = self._config.resolver
-        now = resolver.clock()
         keys: dict[Link, bytes] = {}
+        until: WallSeconds | None = None
+        retired = ""
         for at, link in enumerate(chain.links):
             try:
                 resolved = await resolver.resolve(link.issuer)
@@ -208,24 +216,14 @@ class DelegationGuard:
                     f"delegation refused: link {at}: {link.kid[:200]} is not a key of the issuer's DID"
                 )
             keys[link] = key
-        return keys
-
-    def _keep(self, session_id: str, chain: Chain) -> None:
-        rules = self._config.delegation
-        limit = rules.max_cached_chains if rules is not None else 1
-        mine = self._per_session.setdefault(session_id, [])
-        mine.append(chain.hash)
-        self._verified[(session_id, chain.hash)] = chain
-        while len(mine) > limit:
-            self._verified.pop((session_id, mine.pop(0)), None)
-        while len(self._verified) > MAX_CACHED_CHAINS:
-            (old_session, old_ref), _ = self._verified.popitem(last=False)
-            hashes = self._per_session.get(old_session)
-            if hashes is not None:
-                with contextlib.suppress(ValueError):
-                    hashes.remove(old_ref)
-                if not hashes:
-                    del self._per_session[old_session]
+            end = resolved.expires.get(link.kid)
+            if end is not None and (until is None or end < until):
+                until = WallSeconds(end)
+                retired = (
+                    f"delegation refused: link {at}: issuer {link.issuer[:128]} is not usable: key"
+                    f" {link.kid[:200]} was retired; its overlap window ended at {end}"
+                )[:400]
+        return keys, Kept(chain, until, retired)
 
     def _deny_lists(self) -> tuple[tuple[Any, ...], bool]:
         """The deny lists to read, and whether all of them are in this process.

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from a2a_secure.policy import Policy
+__all__ = ["InnerGoal", "IntentContext", "IntentDispatcher"]
 
-__all__ = ["Admission", "IntentContext", "IntentDispatcher"]
-
-# A goal's own part of §6.1 steps 9-10 (``tool.execute``: its inner goal's policy and
-# handler): a pure check of the inputs against the session's policy that raises the refusal.
-Admission = Callable[[Any, "Policy"], None]
+# A goal that runs another goal (``tool.execute``): given its inputs, the goal it runs and
+# that goal's inputs, or the refusal of inputs that name none (raised). The core admits the
+# inner goal exactly as an intent for it (a2a_secure.protocol.server.admission).
+InnerGoal = Callable[[Any], tuple[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,33 +50,34 @@ class IntentDispatcher:
         self._handlers: dict[str, Callable[[Any, IntentContext], Awaitable[Any]]] = {}
         self._streams: dict[str, Callable[[Any, IntentContext], AsyncIterator[Any]]] = {}
         self._always_streamed: set[str] = set()
-        self._admissions: dict[str, Admission] = {}
+        self._inner: dict[str, InnerGoal] = {}
 
     def add(
         self,
         goal: str,
         handler: Callable[[Any, IntentContext], Awaitable[Any]],
         *,
-        admit: Admission | None = None,
+        inner: InnerGoal | None = None,
     ) -> None:
         """Serve ``goal`` with the async ``handler(inputs, context)``.
 
-        ``admit(inputs, policy)``: the goal's own pure checks of steps 9-10, run before an
-        ``intent_id`` is claimed (PROTOCOL.md §12.5) and again before the handler runs.
+        ``inner(inputs)``: for a goal that runs another goal, which one and with what inputs
+        (raises the refusal of inputs that name none). The core then admits that goal as an
+        intent for it (policy, priority, delegation chain, reserved principals, handler)
+        before an ``intent_id`` is claimed (PROTOCOL.md §12.5) and the handler runs.
         """
         self._streams.pop(goal, None)
         self._always_streamed.discard(goal)
         self._handlers[goal] = handler
-        if admit is None:
-            self._admissions.pop(goal, None)
+        if inner is None:
+            self._inner.pop(goal, None)
         else:
-            self._admissions[goal] = admit
+            self._inner[goal] = inner
 
-    def admit(self, goal: str, inputs: Any, policy: Policy) -> None:
-        """Run ``goal``'s own checks of steps 9-10 (none for most goals); raises the refusal."""
-        check = self._admissions.get(goal)
-        if check is not None:
-            check(inputs, policy)
+    def inner_goal(self, goal: str, inputs: Any) -> tuple[str, Any] | None:
+        """The goal ``goal`` runs inside it with ``inputs``, and its inputs; None for most goals."""
+        inner = self._inner.get(goal)
+        return None if inner is None else inner(inputs)
 
     def add_stream(
         self,
@@ -93,7 +92,7 @@ class IntentDispatcher:
         and ``stream: false`` is -32602 (the A2A goals that stream, PROTOCOL.md §6.4, §10).
         """
         self._handlers.pop(goal, None)
-        self._admissions.pop(goal, None)
+        self._inner.pop(goal, None)
         self._streams[goal] = handler
         if always:
             self._always_streamed.add(goal)

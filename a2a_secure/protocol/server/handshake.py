@@ -36,6 +36,7 @@ from a2a_secure.protocol.server.common import Clock, RandomSource, ServerConfig,
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.validate import is_fresh
 from a2a_secure.store.base import OpenResult, PendingHandshake, SessionRecord
+from a2a_secure.system import WallSeconds
 
 __all__ = ["SEALED_REQUIRED", "HandshakeResponder"]
 
@@ -60,7 +61,7 @@ class HandshakeResponder:
         self._random = random_bytes
         self._public_keys = [config.identity.public_key_entry()]
 
-    def _now(self) -> tuple[float, int]:
+    def _now(self) -> tuple[WallSeconds, int]:
         now = self._clock()
         return now, int(now)
 

@@ -34,8 +34,6 @@ from a2a_secure.errors import (
     AuthenticationFailed,
     InternalError,
     InvalidParams,
-    MethodNotFound,
-    PolicyViolation,
     SequenceError,
     SessionUnknown,
     Unavailable,
@@ -62,8 +60,16 @@ from a2a_secure.protocol.sealing import (
     seal_error_data,
     to_claim,
 )
+from a2a_secure.protocol.server.admission import admit_goal
 from a2a_secure.protocol.server.auditing import AuditFields
-from a2a_secure.protocol.server.common import Clock, Reply, ServerConfig, log_unexpected, stale
+from a2a_secure.protocol.server.common import (
+    Clock,
+    RandomSource,
+    Reply,
+    ServerConfig,
+    log_unexpected,
+    stale,
+)
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
 from a2a_secure.protocol.server.delegation import NO_DELEGATION, DelegationGuard, Verdict, claim_form
 from a2a_secure.protocol.server.dispatcher import IntentContext
@@ -81,6 +87,7 @@ from a2a_secure.store.base import (
     sync_forms,
 )
 from a2a_secure.store.intents import ClaimKind
+from a2a_secure.system import WallSeconds
 
 __all__ = ["IntentProcessor", "begin_refusal", "keep_answer", "parse_intent"]
 
@@ -111,9 +118,11 @@ class IntentProcessor:
         streams: Streams,
         clock: Clock,
         exactly_once: Claims,
+        random_bytes: RandomSource,
         delegation: DelegationGuard | None = None,
     ) -> None:
         self._config = config
+        self._random = random_bytes  # a kept answer's nonces (ClaimBox)
         self._exactly_once = exactly_once
         self._delegation = delegation or DelegationGuard(config)
         self._deadlines = deadlines
@@ -222,7 +231,7 @@ class IntentProcessor:
         req: IntentRequest | CloseRequest,
         session: SessionRecord,
         payload: dict[str, Any],
-        now: float,
+        now: WallSeconds,
         audit: AuditFields,
         store: Store,
         forms: SyncForms | None,
@@ -285,7 +294,7 @@ class IntentProcessor:
                 raise Unavailable("too many intents are waiting to run", retry_after=1)
             # §12.7: the chain is checked now, its refusal given at step 9 (and claims no id).
             delegated = NO_DELEGATION
-            if intent is not None and (chain_value is not None or cfg.delegation is not None):
+            if intent is not None and chain_value is not None:
                 delegated = await self._delegation.verdict(session, intent, now, chain_value)
             # Steps 9 and 10, decided once, here: §12.5 checks them before an intent_id is
             # claimed, so that a refused intent does not use its id up (its refusal would be
@@ -315,7 +324,7 @@ class IntentProcessor:
                 once = self._exactly_once.prepare(session, intent, claimed, wants_stream, now)
                 if once is not None and answer_key is not None:
                     assert sealer is not None
-                    box = ClaimBox(answer_key, intent.intent_id)
+                    box = ClaimBox(answer_key, intent.intent_id, self._random)
                     once.to_claim = functools.partial(
                         to_claim, sealer=sealer, sequence=sequence, request_hash=req_hash, box=box
                     )
@@ -414,38 +423,6 @@ class IntentProcessor:
                 await self._exactly_once.finish(session_id, sequence, reply.stored)
         return reply
 
-    def _admit(
-        self,
-        session: SessionRecord,
-        goal: str,
-        requested: int | None,
-        stream: bool | None,
-        inputs: dict[str, Any],
-        delegated: Verdict = NO_DELEGATION,
-    ) -> int:
-        """Steps 9 and 10, pure checks: the priority the intent runs at, or the refusal.
-
-        ``requested``: the intent's priority (§12.3) and ``stream`` its constraint, None when
-        absent; ``inputs``: the intent's inputs as the handler will see them (opened, when
-        sealed); ``delegated``: the verdict on the chain the intent acts under (§12.7).
-        """
-        # Step 9: the policy agreed in the handshake, not today's configuration ...
-        if not session.policy.allows(goal):
-            raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
-        # ... intersected with the scope of the chain the intent acts under (§12.7).
-        if delegated.refusal is not None:
-            raise delegated.refusal
-        # ... and the server's priority rights (§12.3), also -32042 before anything runs.
-        priority = self._config.priority_rights.effective(requested, session.client_did)
-        # Step 10: a handler.
-        dispatcher = self._config.dispatcher
-        if not dispatcher.has(goal):
-            raise MethodNotFound(f"no handler for intent {goal[:64]!r}")
-        if stream is False and dispatcher.is_always_streamed(goal):
-            raise InvalidParams(f"intent {goal[:64]!r} is always streamed; stream: false is not allowed")
-        dispatcher.admit(goal, inputs, session.policy)  # tool.execute: its inner goal's
-        return priority
-
     def _admission(
         self,
         session: SessionRecord,
@@ -455,11 +432,20 @@ class IntentProcessor:
         inputs: dict[str, Any],
         delegated: Verdict,
     ) -> tuple[int, A2AError | None]:
-        """:meth:`_admit` as a value: (the priority, None), or (the default, the refusal)."""
+        """Steps 9 and 10 (:func:`~.admission.admit_goal`) as a value: (the priority the intent
+        runs at, None), or (the default, the refusal).
+
+        ``requested``: the intent's priority (§12.3) and ``stream`` its constraint, None when
+        absent; ``inputs``: the intent's inputs as the handler will see them (opened, when
+        sealed); ``delegated``: the verdict on the chain the intent acts under (§12.7).
+        """
         try:
-            return self._admit(session, goal, requested, stream, inputs, delegated), None
+            priority = admit_goal(
+                self._config, session, goal, inputs, requested=requested, stream=stream, delegated=delegated
+            )
         except A2AError as exc:
             return DEFAULT_PRIORITY, exc
+        return priority, None
 
     def _wants_stream(self, intent: Intent) -> bool:
         flag = intent.stream
