@@ -31,7 +31,7 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import ResolvedDID
 from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
-from a2a_secure.protocol import refusal, sealing
+from a2a_secure.protocol import refusal, sealed_claims, sealing
 from a2a_secure.protocol.models import (
     Challenge,
     ClosedMessage,
@@ -545,7 +545,7 @@ class ClientSession:
             if intent_id is not None:
                 # §12.6: the answer key under which the server keeps this intent's answer,
                 # the same on every resend (derived from this agent's key and the id).
-                key = sealing.derive_answer_key(self.identity.derive_key, self.server_did, intent_id)
+                key = sealed_claims.derive_answer_key(self.identity.derive_key, self.server_did, intent_id)
                 sealed_intent[sealing.ANSWER_KEY_MEMBER] = sealer.seal_answer_key(
                     sequence, intent["goal"], intent_id, key
                 )

@@ -49,16 +49,13 @@ from a2a_secure.protocol.models import (
     RequestPayload,
 )
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY
+from a2a_secure.protocol.sealed_claims import ClaimBox, claim_intent, from_claim, to_claim
 from a2a_secure.protocol.sealing import (
     CHAIN_MEMBER,
-    ClaimBox,
-    claim_intent,
-    from_claim,
     open_intent_delegation,
     open_intent_inputs,
     record_sealer,
     seal_error_data,
-    to_claim,
 )
 from a2a_secure.protocol.server.admission import admit_goal
 from a2a_secure.protocol.server.auditing import AuditFields
