@@ -284,3 +284,40 @@ async def _post(url: str, params: dict[str, Any]) -> dict[str, Any]:
     error = resp.json().get("error")
     assert isinstance(error, dict), resp.text
     return error
+
+
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "plain"])
+async def test_a_refusal_of_the_chain_names_nothing_of_it_on_a_sealed_session(
+    sealed: bool, tmp_path: Path
+) -> None:
+    # A refusal of a chain (here a goal reserved to another principal, decided at the
+    # admission, whose message names the chain's principal) says only "delegation refused"
+    # on a sealed session; the client reads the detail from the sealed data. On a plain
+    # session the message has it, as before.
+    client_identity = identity("refused-" + ("sealed" if sealed else "plain"))
+    chain = PERSON.delegate(client_identity.did, ["count"], ttl=600)
+    rules = DelegationRules.build({"count": [identity("someone-else").did]})
+    server = AgentServer(SERVER, delegation=rules, limits=ServerLimits(sealed_intents=sealed))
+    register_test_agent(server)
+    relay = Relay()
+    async with serve_app(server.app()) as url, httpx.AsyncClient(transport=relay, timeout=10) as http:
+        client = A2AClient(client_identity, http=http, retry=NO_RETRY)
+        try:
+            with pytest.raises(PolicyViolation) as refused:
+                intent = {"goal": "count", "inputs": {"n": 1}, "constraints": {"stream": False}}
+                await client.request(SERVER.did, intent, endpoint=url, on_behalf_of=chain)
+            assert refused.value.signed and PERSON.did in refused.value.message  # the detail, opened
+            assert (await client.session_for(SERVER.did)).sealed is sealed
+        finally:
+            await client.aclose()
+    wire_messages = [
+        json.loads(body)["error"]["message"]
+        for body in relay.seen
+        if body.startswith(b"{") and b'"error"' in body and b"-32042" in body
+    ]
+    assert wire_messages, "the refusal crossed the relay"
+    if sealed:
+        assert set(wire_messages) == {"delegation refused"}
+        assert [x for x in (chain.hash, PERSON.did) if relay.holds(x)] == []
+    else:
+        assert all(PERSON.did in msg for msg in wire_messages)
