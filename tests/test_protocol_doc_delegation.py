@@ -180,4 +180,12 @@ async def test_the_documented_sealed_chain_requests_get_the_documented_answers()
         assert err.signed and isinstance(err, PolicyViolation)
         assert same_json(err.data, value("sealed-chain-unknown-data"))
         assert err.message == err.data["reason"]  # the full message, read after opening
+        # A member added beside the sealed data on the way is not read (it is not signed),
+        # with the sealed data there or stripped.
+        forged = copy.deepcopy(value(answer)["error"])
+        forged["data"]["chain_unknown"] = "sha256:" + "0" * 64
+        assert session.error_from_reply(req, forged).data["chain_unknown"] == err.data["chain_unknown"]
+        del forged["data"]["sealed"]
+        stripped = session.error_from_reply(req, forged)
+        assert stripped.signed and not stripped.data and stripped.message == value(answer)["error"]["message"]
     assert [(r.goal, r.sequence) for r in runs] == [("echo", 1)]

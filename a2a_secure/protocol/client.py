@@ -706,7 +706,11 @@ class ClientSession:
             except A2AError:
                 signed = False
         plain = {k: v for k, v in data.items() if k != "response_jws"} if isinstance(data, dict) else None
-        if self._sealed and plain is not None and sealing.SEALED in plain:
+        if self._sealed and plain is not None and sealing.SEALED not in plain and signed:
+            # §12.6: a sealed session's server seals all of a signed error's data but
+            # retry_after; anything else beside it was added on the way.
+            plain = {k: v for k, v in plain.items() if k == "retry_after"}
+        elif self._sealed and plain is not None and sealing.SEALED in plain:
             plain = self._open_error_data(req, plain, signed)
             # §12.7: a sealed session's delegation refusal names nothing of the chain in the
             # clear; its full message came sealed, from the server alone (the AEAD's s2c key).
