@@ -21,7 +21,7 @@ from test_sealed_http import RecordingTransport
 from a2a_secure.client import extensions as card_extensions
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.delegation import DelegationRules
-from a2a_secure.errors import PolicyViolation
+from a2a_secure.errors import PolicyViolation, SequenceError
 from a2a_secure.identity import encoding
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import ClientHandshake
@@ -321,3 +321,36 @@ async def test_a_refusal_of_the_chain_names_nothing_of_it_on_a_sealed_session(
         assert [x for x in (chain.hash, PERSON.did) if relay.holds(x)] == []
     else:
         assert all(PERSON.did in msg for msg in wire_messages)
+
+
+async def test_an_intent_id_under_a_sealed_chain_runs_once_across_sessions() -> None:
+    # §12.5 with §12.6: a sealed chain counts as its name in the intent_hash, so the resend
+    # on a new session (its chain sealed under other keys, sent in full again) is the same
+    # intent, answered from the first run.
+    client_identity = identity("once-under-chain")
+    chain = PERSON.delegate(client_identity.did, ["book"], ttl=600)
+    runs: list[Any] = []
+    server = AgentServer(SERVER, delegation=DelegationRules())
+
+    @server.intent("book")
+    def book(inputs: dict[str, Any]) -> Any:
+        runs.append(inputs)
+        return {"booked": inputs["room"], "run": len(runs)}
+
+    intent = {"goal": "book", "inputs": {"room": 4}}
+    async with serve_app(server.app()) as url, A2AClient(client_identity, retry=NO_RETRY) as client:
+        first = await client.request(SERVER.did, intent, endpoint=url, on_behalf_of=chain, intent_id="r" * 22)
+        assert (await client.session_for(SERVER.did)).sealed
+        await client.close_session(SERVER.did)
+        again = await client.request(SERVER.did, intent, endpoint=url, on_behalf_of=chain, intent_id="r" * 22)
+        assert again.result == first.result == {"booked": 4, "run": 1}
+        # The same id and inputs under another chain: another intent (its name differs).
+        someone = identity("once-other-principal").delegate(client_identity.did, ["book"], ttl=600)
+        with pytest.raises(SequenceError) as conflict:
+            await client.request(SERVER.did, intent, on_behalf_of=someone, intent_id="r" * 22)
+        assert conflict.value.code == -32044 and conflict.value.signed
+        other = await client.request(
+            SERVER.did, {"goal": "book", "inputs": {"room": 5}}, on_behalf_of=chain, intent_id="s" * 22
+        )
+        assert other.result == {"booked": 5, "run": 2}
+    assert runs == [{"room": 4}, {"room": 5}]
