@@ -88,7 +88,7 @@ class A2AAgent:
         addresses: AddressPolicy | None = None,
         sealed: bool | None = None,
         on_behalf_of: Chain | None = None,
-        delegation: DelegationRules | None = None,
+        delegation: DelegationRules | Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         """``priority_rights`` and ``limits`` configure the hosted side (:attr:`server`): the
         highest intent priority each caller may use, and the server's bounds, among them
@@ -137,7 +137,11 @@ class A2AAgent:
         self._approval = approval
         self._serve_tools = serve_tools
         self.on_behalf_of = on_behalf_of
-        self._delegation = delegation
+        self._delegation = (
+            DelegationRules.from_member(delegation)
+            if delegation is not None and not isinstance(delegation, DelegationRules)
+            else delegation
+        )
         self._server: AgentServer | None = None
         self._sessions: dict[str, ClientSession] = {}
         # The ids of the sessions this agent closed (the latest few), so that a later
@@ -456,8 +460,16 @@ class A2AAgent:
         return self.server.app()
 
     async def serve(self, host: str = "127.0.0.1", port: int = 8000, **uvicorn_options: Any) -> None:
-        """Serve the agent with uvicorn until cancelled."""
+        """Serve the agent with uvicorn until cancelled.
+
+        A shared store that does not answer is a ``ConnectionError`` naming its URL, before
+        anything listens (not a -32048 "shared store unavailable" on every request).
+        """
         import uvicorn  # noqa: PLC0415 - optional extra
+
+        check = getattr(self.server.store, "check", None)
+        if check is not None:
+            await check()
 
         config = uvicorn.Config(self.app, host=host, port=port, log_level="warning", **uvicorn_options)
         await uvicorn.Server(config).serve()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from a2a_secure import __version__
@@ -32,6 +32,8 @@ from a2a_secure.cli_registry import (
     Subparsers,
     _fail,
     add_command_group,
+    check_did_arg,
+    iso_time,
     print_json,
     subcommand,
 )
@@ -79,12 +81,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except A2AError as exc:
-        _fail(exc.message)
+        _fail(cli_words(exc.message, args))
     except OSError as exc:
         _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
     except KeyboardInterrupt:
         return 130
     return 1
+
+
+# The SDK's errors speak of its own parameters; on the command line each is named by the flag
+# a person types (the opt-in is only suggested where the command has it).
+_FLAG_HINTS = (
+    ("pass overwrite=True", "allow_force", lambda m: m.replace("pass overwrite=True", "add --force")),
+    ("in development mode", "allow_loopback_dev", lambda m: f"{m} (add --allow-loopback-dev)"),
+    (
+        "it needs an explicit opt-in",
+        "allow_address",
+        lambda m: m.replace("it needs an explicit opt-in", "add --allow-address NET or --allow-host NAME"),
+    ),
+)
+
+
+def cli_words(message: str, args: argparse.Namespace) -> str:
+    """``message`` with the SDK's words for an option replaced by the command's flag."""
+    for phrase, option, rewrite in _FLAG_HINTS:
+        if phrase in message and hasattr(args, option):
+            message = rewrite(message)
+    return message
 
 
 # -- keygen ---------------------------------------------------------------------------------------
@@ -112,8 +135,8 @@ def _build_keygen(subparsers: Subparsers) -> None:
         default=DEFAULT_AGENT_ID,
         help=f"agent id stored in the key file (default {DEFAULT_AGENT_ID})",
     )
-    parser.add_argument("--force", action="store_true", help="replace an existing key file")
-    parser.set_defaults(handler=_keygen)
+    parser.add_argument("--force", action="store_true", help="replace an existing key file (default: refuse)")
+    parser.set_defaults(handler=_keygen, allow_force=True)
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -150,13 +173,13 @@ def _build_did(subparsers: Subparsers) -> None:
     did = add_command_group(subparsers, "did", "show, publish and resolve DIDs")
 
     show = did.add_parser("show", help="print the DID, key id and public key entry of a key file")
-    add_key_options(show)
+    add_key_options(show, "the key file (a2a-secure keygen --out)")
     show.set_defaults(handler=_did_show)
 
     document = did.add_parser(
         "document", help="print the did:web DID document (did.json) for a key file's key"
     )
-    add_key_options(document)
+    add_key_options(document, "the key file whose key to publish")
     document.add_argument("--did-web", required=True, metavar="DID", help="the did:web DID to publish")
     document.add_argument("--fragment", default="key-1", help="fragment of the key id (default key-1)")
     document.add_argument(
@@ -165,7 +188,7 @@ def _build_did(subparsers: Subparsers) -> None:
     document.set_defaults(handler=_did_document)
 
     resolve = did.add_parser("resolve", help="resolve a DID and print its authentication keys")
-    resolve.add_argument("did", metavar="DID")
+    resolve.add_argument("did", metavar="DID", help="a did:key or did:web DID")
     resolve.add_argument(
         "--allow-loopback-dev",
         action="store_true",
@@ -190,7 +213,10 @@ def _did_show(args: argparse.Namespace) -> int:
 
 
 def _did_document(args: argparse.Namespace) -> int:
-
+    if not args.did_web.startswith("did:web:"):
+        _fail(f"--did-web {args.did_web[:80]!r} is not a did:web DID (did:web:agents.example.com)")
+        return 1
+    check_did_arg(args.did_web, "--did-web")
     ring = load_key_ring(key_source(args))
     identity = ring.current
     if identity.did == args.did_web:  # a rotated did:web key file: retired keys are listed too
@@ -217,6 +243,7 @@ def _make_resolver(args: argparse.Namespace) -> DIDResolver:
 
 
 def _did_resolve(args: argparse.Namespace) -> int:
+    check_did_arg(args.did, "the DID")
     resolver = _make_resolver(args)
     resolved: ResolvedDID = asyncio.run(resolver.resolve(args.did))
     out: dict[str, Any] = {
@@ -232,120 +259,22 @@ def _did_resolve(args: argparse.Namespace) -> int:
 # -- serve / call / demo / audit ----------------------------------------------------------------
 
 
-@subcommand("serve")
-def _build_serve(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "serve",
-        help="serve an agent over HTTP(S)",
-        description=(
-            "Serve an agent. With no --app it serves the test agent of PROTOCOL.md §11 (an 'echo'"
-            " intent) under the given policy (default: all intents, 1000 per hour, one-hour sessions)."
-        ),
-    )
-    add_key_options(parser)
-    parser.add_argument("--policy", metavar="FILE", help="policy JSON (missing members take defaults)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--app", metavar="MODULE:ATTR", help="an AgentServer/A2AAgent, or a callable(server)")
-    parser.add_argument(
-        "--url",
-        metavar="URL",
-        help="the agent's public base URL, the card's 'url' (default: http[s]://HOST:PORT, "
-        "or empty for a wildcard --host)",
-    )
-    parser.add_argument("--audit-log", metavar="FILE", help="hash-chained JSON Lines audit log")
-    parser.add_argument("--tls-cert", metavar="FILE")
-    parser.add_argument("--tls-key", metavar="FILE")
-    parser.add_argument(
-        "--workers", type=int, default=1, help="worker processes (more than 1 needs --redis-url)"
-    )
-    parser.add_argument(
-        "--redis-url",
-        metavar="URL",
-        help="shared store for sessions and sequences: redis://host:port/db, "
-        "redis+cluster://host:port[,host:port], redis+sentinel://host:port[,host:port]/service",
-    )
-    parser.add_argument("--redis-prefix", metavar="P", help="key prefix in Redis (default a2a:)")
-    parser.add_argument(
-        "--redis-wait-replicas",
-        type=_wait_arg("redis_wait_replicas"),
-        metavar="N",
-        help="run a new intent only once N replicas acknowledged its sequence (Redis WAIT), "
-        "else answer 503; default 0 (off). See SECURITY.md, 'Replication is asynchronous'",
-    )
-    parser.add_argument(
-        "--redis-wait-timeout-ms",
-        type=_wait_arg("redis_wait_timeout_ms"),
-        metavar="MS",
-        help="how long WAIT waits for the replicas, 1-800 ms (default 100)",
-    )
-    parser.add_argument(
-        "--metrics",
-        action="store_true",
-        help="serve Prometheus metrics at /metrics (needs the metrics extra; all workers summed)",
-    )
-    parser.add_argument(
-        "--log-format",
-        choices=("text", "json"),
-        default="text",
-        help="json: one JSON object per line, one per answered request (no inputs, no tokens)",
-    )
-    parser.set_defaults(handler=_serve)
-
-
-def _wait_arg(name: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        from a2a_secure.server.run import wait_setting  # noqa: PLC0415 - server extra
-
-        try:
-            return wait_setting(name, text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return parse
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from a2a_secure.server.run import ServeUsageError, serve  # noqa: PLC0415 - server extra
-
-    try:
-        serve(
-            key_source(args),
-            host=args.host,
-            port=args.port,
-            workers=args.workers,
-            redis_url=args.redis_url,
-            redis_prefix=args.redis_prefix,
-            redis_wait_replicas=args.redis_wait_replicas,
-            redis_wait_timeout_ms=args.redis_wait_timeout_ms,
-            policy_path=args.policy,
-            audit_log=args.audit_log,
-            app=args.app,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            url=args.url,
-            metrics=args.metrics,
-            log_format=args.log_format,
-        )
-    except ServeUsageError as exc:  # arguments that do not go together: a usage error
-        _fail(str(exc))
-        return 2
-    except ValueError as exc:
-        _fail(str(exc))
-        return 1
-    return 0
+# serve registers here, so that the help lists it after did and before call.
+from a2a_secure import cli_serve  # noqa: E402, F401
 
 
 @subcommand("call")
 def _build_call(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("call", help="send one signed intent and print the verified result")
-    add_key_options(parser)
+    add_key_options(parser, "the caller's key file")
     parser.add_argument("--to", required=True, metavar="DID|NAME", help="the agent's DID or registry name")
     parser.add_argument("--endpoint", metavar="URL", help="the agent's base URL")
     parser.add_argument("--registry", metavar="FILE", help="agent_registry.json")
-    parser.add_argument("--goal", required=True)
-    parser.add_argument("--domain")
-    parser.add_argument("--inputs", default="{}", metavar="JSON", help="intent inputs (a JSON object)")
+    parser.add_argument("--goal", required=True, help="the intent's goal (an intent the agent's card lists)")
+    parser.add_argument("--domain", help="the intent's optional domain (default: none)")
+    parser.add_argument(
+        "--inputs", default="{}", metavar="JSON", help="intent inputs, a JSON object (default {})"
+    )
     parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agent's certificate")
     parser.add_argument(
         "--priority",
@@ -420,9 +349,16 @@ def _call(args: argparse.Namespace) -> int:
     from a2a_secure.identity import encoding  # noqa: PLC0415
 
     identity = load_identity(key_source(args))
-    inputs = encoding.loads(args.inputs.encode())
+    try:
+        inputs = encoding.loads(args.inputs.encode())
+    except A2AError as exc:
+        _fail(
+            f"--inputs is not valid JSON ({exc.message.removeprefix('not I-JSON: ')}): give an object,"
+            """ e.g. --inputs '{"text": "hi"}'"""
+        )
+        return 1
     if not isinstance(inputs, dict):
-        _fail("--inputs must be a JSON object")
+        _fail('--inputs must be a JSON object, e.g. --inputs \'{"text": "hi"}\'')
         return 1
     intent: dict[str, Any] = {"goal": args.goal, "inputs": inputs}
     if args.domain:
@@ -442,7 +378,15 @@ def _call(args: argparse.Namespace) -> int:
         ) as a:
             return await a.request(target, intent, priority=args.priority)
 
-    print_json(asyncio.run(run()))
+    # A script's trace goes on: OpenTelemetry's TRACEPARENT/TRACESTATE variables are the
+    # parent of this call (OTEL_EXPORTER_OTLP_* asks for its spans to be exported).
+    tracing.configure_from_env("a2a-secure-call")
+    try:
+        with tracing.continue_env_trace():
+            result = asyncio.run(run())
+    finally:
+        tracing.shutdown()
+    print_json(result)
     return 0
 
 
@@ -461,10 +405,11 @@ def _registry_for(args: argparse.Namespace) -> tuple[Any, str]:
 
     addresses = _address_policy(args)
     registry = AgentRegistry.load(args.registry, addresses=addresses) if args.registry else AgentRegistry()
-    target = args.to
+    target = check_did_arg(args.to, "--to") if args.to.startswith("did:") else args.to
     if args.endpoint:
         did = target if target.startswith("did:") else registry.find(target).did
-        registry.add(RegistryEntry(target if not target.startswith("did:") else "target", did, args.endpoint))
+        # Named as the person gave it: an error then says which agent did not answer.
+        registry.add(RegistryEntry(target, did, args.endpoint))
         target = did
     return registry, target
 
@@ -484,7 +429,7 @@ def _build_approve(subparsers: Subparsers) -> None:
     )
     add_key_options(parser, "the approver's own key file")
     parser.add_argument("--to", required=True, metavar="DID|NAME", help="the agent's DID or registry name")
-    parser.add_argument("--action-id", required=True, metavar="ID")
+    parser.add_argument("--action-id", required=True, metavar="ID", help="the action_id the agent answered")
     parser.add_argument("--reject", action="store_true", help="reject the action instead")
     parser.add_argument(
         "--yes",
@@ -549,7 +494,7 @@ def _show_action(details: ActionDetails) -> None:
     print(f"preview:  {printable(preview_text)}  (the server's words; the data below is what runs)")
     print(f"data:     {printable_json(details.action_data, indent=None)}")
     print(f"hash:     {details.action_hash} (checked against the data)")
-    print(f"state:    {printable(details.state)}, expires at {details.expires_at}")
+    print(f"state:    {printable(details.state)}, expires at {iso_time(details.expires_at)}")
 
 
 def _confirm(verb: str) -> bool:
@@ -565,12 +510,18 @@ def _build_demo(subparsers: Subparsers) -> None:
         "demo", help="run three example agents and an orchestrator on loopback, then verify the audit logs"
     )
     parser.add_argument(
-        "--keep-logs", metavar="DIR", help="write the audit logs to DIR (default: a temp dir)"
+        "--out",
+        "--keep-logs",
+        dest="keep_logs",
+        metavar="DIR",
+        help="keep the audit logs (and with --trace events.jsonl) in DIR (default: a temporary"
+        " folder, removed at the end without --trace, kept and named with it)",
     )
     parser.add_argument(
         "--trace",
         action="store_true",
-        help="also trace every call (printed as a tree), count metrics and write JSON event lines",
+        help="also trace every call (printed as a tree), count metrics and write JSON event lines"
+        " (needs: pip install 'a2a-secure[otel,metrics]'; default off)",
     )
     parser.set_defaults(handler=_demo)
 
@@ -585,7 +536,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _build_audit(subparsers: Subparsers) -> None:
     audit = add_command_group(subparsers, "audit", "check audit logs")
     verify = audit.add_parser("verify", help="re-compute an audit log's hash chain and checkpoints")
-    verify.add_argument("file", metavar="FILE")
+    verify.add_argument("file", metavar="FILE", help="the JSON Lines audit log")
     verify.add_argument("--did", help="the writing agent's did:key, to verify checkpoint signatures")
     verify.add_argument("--checkpoint", metavar="TOKEN", help="a checkpoint token kept elsewhere")
     verify.set_defaults(handler=_audit_verify)
@@ -616,8 +567,15 @@ def _build_mcp(subparsers: Subparsers) -> None:
     )
     add_key_options(parser, "this client's key file")
     parser.add_argument("--registry", required=True, metavar="FILE", help="agent_registry.json")
-    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    parser.add_argument("--host", default="127.0.0.1", help="http transport: loopback address to bind")
+    parser.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="how the MCP client connects (default stdio)",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="http transport: loopback address to bind (default 127.0.0.1)"
+    )
     parser.add_argument("--port", type=int, default=8765, help="http transport: port (default 8765)")
     parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agents' certificates")
     parser.add_argument(

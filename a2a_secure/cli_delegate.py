@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from a2a_secure.cli_identity import add_key_options, key_source
-from a2a_secure.cli_registry import Subparsers, _fail, subcommand
+from a2a_secure.cli_registry import Subparsers, _fail, check_did_arg, iso_time, subcommand
 from a2a_secure.delegation import MAX_TTL, Chain, issue, load_chain
 from a2a_secure.errors import InvalidParams
 from a2a_secure.identity.rotation import parse_duration
@@ -64,6 +64,9 @@ def _build_delegate(subparsers: Subparsers) -> None:
 
 def _delegate(args: argparse.Namespace) -> int:
     identity = load_identity(key_source(args))
+    check_did_arg(args.to, "--to")
+    for target in args.target or ():
+        check_did_arg(target, "--target")
     goals = None if args.goals is None else [g.strip() for g in args.goals.split(",") if g.strip()]
     try:
         ttl = None if args.ttl is None else parse_duration(args.ttl)
@@ -105,7 +108,7 @@ def _delegate(args: argparse.Namespace) -> int:
         leaf = chain.leaf
         print(
             f"{args.out}: {len(chain.links)} link(s) on behalf of {chain.principal}, to {leaf.audience},"
-            f" goals {','.join(leaf.goals)}, until {leaf.exp}, token id {leaf.jti}",
+            f" goals {','.join(leaf.goals)}, until {iso_time(leaf.exp)}, token id {leaf.jti}",
             file=sys.stderr,
         )
     else:

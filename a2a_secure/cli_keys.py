@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from a2a_secure.cli_identity import add_key_options
-from a2a_secure.cli_registry import Subparsers, _fail, add_command_group, print_json, subcommand
+from a2a_secure.cli_registry import Subparsers, _fail, add_command_group, iso_time, print_json, subcommand
 from a2a_secure.delegation import REVOCATION_PREFIX as TOKEN_PREFIX
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity.rotation import DEFAULT_OVERLAP, KeyRing, parse_duration
@@ -71,7 +71,9 @@ def _build_key(subparsers: Subparsers) -> None:
         help="the key file's key is published under this did:web DID (as 'did document --did-web'):"
         " keep that DID",
     )
-    rotate.add_argument("--fragment", default="key-1", help="with --did-web: the current key's fragment")
+    rotate.add_argument(
+        "--fragment", default="key-1", help="with --did-web: the current key's fragment (default key-1)"
+    )
     rotate.add_argument("--audit-log", metavar="FILE", help="append a 'rotate' record to this audit log")
     rotate.set_defaults(handler=_key_rotate)
 
@@ -99,7 +101,7 @@ def _key_rotate(args: argparse.Namespace) -> int:
         "did": rotated.current.did,
         "kid": rotated.current.kid,
         "retired_kid": old.kid,
-        "overlap_until": now + overlap,
+        "overlap_until": iso_time(now + overlap),
     }
     if rotated.statements != ring.statements:
         path = _statement_path(args.key_file)
@@ -130,7 +132,7 @@ def _key_rotate_in_token(args: argparse.Namespace, overlap: int) -> int:
         "did": rotated.current.did,
         "kid": rotated.current.kid,
         "retired_kid": old.kid,
-        "overlap_until": now + overlap,
+        "overlap_until": iso_time(now + overlap),
         "previous_did": old.did,
         "rotation_statements": list(rotated.statements),
     }
@@ -158,8 +160,12 @@ def _build_revoke(subparsers: Subparsers) -> None:
             " (--redis-url and the agent's --redis-prefix)."
         ),
     )
-    parser.add_argument("target", nargs="?", metavar="DID|KID|delegation:JTI")
-    parser.add_argument("--reason", default="", help="why (kept with the entry, at most 200 characters)")
+    parser.add_argument(
+        "target", nargs="?", metavar="DID|KID|delegation:JTI", help="what to revoke (or --list)"
+    )
+    parser.add_argument(
+        "--reason", default="", help="why (kept with the entry, at most 200 characters; default none)"
+    )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--file", metavar="FILE", help="a revocation file")
     where.add_argument("--redis-url", metavar="URL", help="the Redis of the agent's workers")
@@ -188,7 +194,9 @@ async def _resolves(target: str) -> str | None:
 
 async def _run_revoke(args: argparse.Namespace, revocations: Revocations) -> int:
     if args.list:
-        print_json([e.to_dict() for e in await revocations.entries()])
+        print_json(
+            [{**e.to_dict(), "revoked_at": iso_time(e.revoked_at)} for e in await revocations.entries()]
+        )
         return 0
     target: str = args.target
     auditor = _auditor(args.audit_log)

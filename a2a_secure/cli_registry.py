@@ -17,7 +17,17 @@ from typing import Any, TypeAlias
 
 from a2a_secure.terminal import printable, printable_json
 
-__all__ = ["PROG", "Builder", "Handler", "Subparsers", "add_command_group", "print_json", "subcommand"]
+__all__ = [
+    "PROG",
+    "Builder",
+    "Handler",
+    "Subparsers",
+    "add_command_group",
+    "check_did_arg",
+    "iso_time",
+    "print_json",
+    "subcommand",
+]
 
 PROG = "a2a-secure"
 
@@ -59,3 +69,31 @@ def add_command_group(subparsers: Subparsers, name: str, help_text: str) -> Subp
     parser = subparsers.add_parser(name, help=help_text, description=help_text)
     parser.set_defaults(usage_parser=parser)
     return parser.add_subparsers(title="commands", metavar="COMMAND")
+
+
+def check_did_arg(value: str, flag: str) -> str:
+    """``value``, a DID given as ``flag``; one line saying so if it is not a usable one.
+
+    A did:key is decoded here, so that one cut short when copied is named as such, not met
+    later as "multicodec is not ed25519-pub".
+    """
+    from a2a_secure.errors import A2AError, InvalidParams  # noqa: PLC0415
+    from a2a_secure.identity.did import check_did_syntax, public_key_from_did_key  # noqa: PLC0415
+
+    try:
+        check_did_syntax(value)
+        if value.startswith("did:key:"):
+            public_key_from_did_key(value)
+    except A2AError as exc:
+        raise InvalidParams(
+            f"{flag} {value[:80]!r} is not a valid DID ({exc.message}): is it complete? The agent's"
+            " serve prints its DID; so does: a2a-secure did show --key-file ITS.key"
+        ) from None
+    return value
+
+
+def iso_time(unix_seconds: int | float) -> str:
+    """A Unix time as a person reads it: ISO 8601 in UTC (``2026-03-02T10:00:00Z``)."""
+    from a2a_secure.identity.rfc3339 import format_rfc3339  # noqa: PLC0415
+
+    return format_rfc3339(int(unix_seconds))

@@ -531,6 +531,35 @@ class DelegationRules:
         }
         return cls(required_principals=req)
 
+    @classmethod
+    def from_member(cls, value: Any, where: str = "delegation") -> DelegationRules:
+        """The rules of a configuration's ``delegation`` member: ``{goal: [principal DIDs]}``.
+
+        ``{}`` accepts delegation chains and reserves no goal. The one reading of the member,
+        for a policy file (``a2a-secure serve --policy``) and an app's own settings alike;
+        ``ValueError`` naming ``where`` and the fix for anything else.
+        """
+        shape = (
+            f"{where} must be an object {{goal: [principal DIDs]}} ({{}} accepts chains, reserves no goal)"
+        )
+        if not isinstance(value, Mapping) or not all(
+            isinstance(goal, str) and 1 <= len(goal) <= 128 for goal in value
+        ):
+            raise ValueError(shape)
+        reserved: dict[str, frozenset[str]] = {}
+        for goal, dids in value.items():
+            if not isinstance(dids, list | tuple | frozenset | set) or not dids:
+                raise ValueError(f"{where}[{goal!r}] must be a non-empty array of principal DIDs")
+            try:
+                reserved[goal] = frozenset(require_did(d, f"{where}[{goal!r}] entry {d!r}") for d in dids)
+            except InvalidParams as exc:
+                raise ValueError(exc.message) from None
+        return cls(required_principals=reserved)
+
+    def to_member(self) -> dict[str, list[str]]:
+        """The ``delegation`` member these rules are read from (:meth:`from_member`)."""
+        return {goal: sorted(dids) for goal, dids in sorted(self.required_principals.items())}
+
     def refusal(self, goal: str, chain: Chain | None) -> A2AError | None:
         """Why ``goal`` may not run with ``chain`` (None: no chain), or None."""
         return self.refusal_of(goal, None if chain is None else chain.principal)

@@ -259,6 +259,9 @@ async def run_demo(out: TextIO, workdir: Path, *, trace: Any = None) -> int:
     return 0 if ok else 1
 
 
+TRACE_EXTRAS = "pip install 'a2a-secure[otel,metrics]'"
+
+
 class _Telemetry:
     """The demo's metrics and JSON event log (``--trace``), and its one root span."""
 
@@ -306,7 +309,8 @@ class _Telemetry:
 def main(keep_logs: str | None = None, trace: bool = False) -> int:
     """Run the demo; audit logs go to ``keep_logs`` if given, else a temporary directory.
 
-    ``trace``: also show the telemetry (needs ``opentelemetry-sdk``, in the dev extra).
+    ``trace``: also show the telemetry (the ``otel`` and ``metrics`` extras). Its
+    ``events.jsonl`` is kept: in ``keep_logs``, else in a new folder the demo names.
     """
     import sys  # noqa: PLC0415
 
@@ -316,19 +320,29 @@ def main(keep_logs: str | None = None, trace: bool = False) -> int:
             from opentelemetry import trace as otel  # noqa: PLC0415
             from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
         except ImportError:
-            sys.stderr.write("demo --trace needs opentelemetry-sdk: pip install opentelemetry-sdk\n")
+            sys.stderr.write(f"demo --trace needs the OpenTelemetry SDK: {TRACE_EXTRAS}\n")
             return 2
+        if importlib.util.find_spec("prometheus_client") is None:
+            sys.stderr.write(f"demo --trace: no metrics without prometheus_client: {TRACE_EXTRAS}\n")
         from a2a_secure.telemetry.view import SpanCollector  # noqa: PLC0415
 
         collector = SpanCollector()
         provider = TracerProvider()
         provider.add_span_processor(collector)  # type: ignore[arg-type]
         otel.set_tracer_provider(provider)
+    chosen = trace and not keep_logs
+    if chosen:  # the event lines it prints the path of must outlive the demo
+        keep_logs = tempfile.mkdtemp(prefix="a2a-demo-")
     try:
         if keep_logs:
             path = Path(keep_logs)
             path.mkdir(parents=True, exist_ok=True)
-            return asyncio.run(run_demo(sys.stdout, path, trace=collector))
+            code = asyncio.run(run_demo(sys.stdout, path, trace=collector))
+            if chosen:
+                sys.stderr.write(
+                    f"demo --trace: events.jsonl and the audit logs kept in {path} (--out DIR)\n"
+                )
+            return code
         with tempfile.TemporaryDirectory(prefix="a2a-demo-") as tmp:
             return asyncio.run(run_demo(sys.stdout, Path(tmp), trace=collector))
     except A2AError as exc:

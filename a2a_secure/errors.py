@@ -242,9 +242,12 @@ class Unavailable(A2AError):
         data: dict[str, Any] | None = None,
     ) -> None:
         self.retry_after = max(1, int(retry_after))
-        merged = {"retry_after": self.retry_after}
+        merged: dict[str, Any] = {"retry_after": self.retry_after}
         if data:
             merged.update(data)
+        # A full bound says which pool is full: "own" (this caller's quota) or "shared".
+        pool = merged.get("pool")
+        self.pool: str | None = pool if pool in ("own", "shared") else None
         super().__init__(message, data=merged)
 
 
@@ -327,7 +330,9 @@ def error_for_code(code: int, message: str, data: dict[str, Any] | None = None) 
         retry = 1
         if data and type(data.get("retry_after")) is int:
             retry = data["retry_after"]
-        return Unavailable(message, retry_after=retry)
+        pool = data.get("pool") if data else None
+        kept = {"pool": pool} if pool in ("own", "shared") else None
+        return Unavailable(message, retry_after=retry, data=kept)
     return cls(message, data=data)
 
 

@@ -204,16 +204,18 @@ def make_server(
     *,
     sealed: bool = False,
     random_bytes: Callable[[int], bytes] | None = None,
+    limits: ServerLimits | None = None,
 ) -> ServerProtocol:
     """A fresh in-memory server serving the test agent (§11) under :data:`POLICY`.
 
     Each handler run is appended to ``runs`` when it is given. ``sealed``: the server of
     §12.6's examples, which declares sealed intents (another card, so another manifest hash).
+    ``limits``: other bounds (then ``sealed`` is theirs).
     """
     identity = server_identity()
     dispatcher = _RecordingDispatcher([] if runs is None else runs)
     register_test_agent(dispatcher)
-    limits = ServerLimits(sealed_intents=sealed)
+    limits = limits or ServerLimits(sealed_intents=sealed)
     return ServerProtocol(
         identity,
         POLICY,
@@ -476,7 +478,28 @@ async def generate() -> dict[str, Example]:
         raise SystemExit(f"the priority example did not run at priority 2: {runs}")
     await _sealed_examples(run)
     await _delegation_examples(run)
+    await _capacity_examples(run)
     return run.examples
+
+
+async def _capacity_examples(run: _Run) -> None:
+    """A 503 for a full bound names the pool that is full: a stranger's HELLO finds the share of
+    pending handshakes strangers may hold (half of 2, the other half kept for the person)."""
+    clock = FakeClock(float(AT["hello"]))
+    limits = ServerLimits(
+        max_pending_total=2, reserved_callers=frozenset({person_identity().did}), reserved_share=0.5
+    )
+    server = make_server(
+        clock, random_bytes=seeded_random(b"a2a-secure example full server random"), limits=limits
+    )
+    replies = []
+    for label in (b"a2a-secure example full 1", b"a2a-secure example full 2"):
+        server_keys = resolve_did_key(server.identity.did)
+        hs = ClientHandshake(client_identity(), server_keys, clock=clock, random_bytes=seeded_random(label))
+        replies.append(await _call(server, _request("hello", 1, hs.hello())))
+    if replies[0].error is not None or replies[1].http_status != 503:
+        raise SystemExit(f"the full-bound example did not fill the pool: {replies}")
+    run.add("full-bound-error", _answer(1, replies[1]), replies[1].http_status)
 
 
 async def _sealed_examples(run: _Run) -> None:

@@ -88,7 +88,9 @@ def delete_prefix(url: str, prefix: str) -> int:
 @pytest.fixture
 def redis_prefix(redis_url: str) -> Iterator[str]:
     """A fresh key prefix for one test; its keys are deleted afterwards."""
-    prefix = f"a2a-test:{uuid.uuid4().hex}:"
+    # Unique per test, and naming the pytest-xdist worker (gw0, gw1…) that owns the keys.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    prefix = f"a2a-test:{worker}:{uuid.uuid4().hex}:"
     try:
         yield prefix
     finally:

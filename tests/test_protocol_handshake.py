@@ -650,7 +650,8 @@ async def test_session_capacity_full() -> None:
     first = await Flow(w).complete()
     flow = await (await Flow(w, identity("second")).start()).prove()
     reply = await reject(w, "accept_policy", flow.accept_msg, FULL)
-    assert reply.retry_after is not None and reply.error["data"] == {"retry_after": reply.retry_after}
+    assert reply.retry_after is not None
+    assert reply.error["data"] == {"retry_after": reply.retry_after, "pool": "shared"}
     # The open session was not evicted and still serves intents.
     assert (await w.intent(first, x=1)).result["echo"] == {"x": 1}
     # The pending handshake was not consumed: once a session closes, the same ACCEPT works.

@@ -96,31 +96,33 @@ def test_a_setting_given_twice_differently_refuses_to_start(tmp_path: Path, app_
     other = Policy.build(allowed=["*"], rate_limit=10)
     with pytest.raises(ValueError, match="built with its own policy, and the command line gives another"):
         build_server(identity, policy=other, app=app_module)
-    with pytest.raises(ValueError, match="its own server limits"):
+    with pytest.raises(ValueError, match=r"its own limits, and the command line gives another \(--policy"):
         build_server(identity, limits=ServerLimits(max_pending_total=5), app=app_module)
     same = build_server(identity, policy=Policy.build(allowed=["echo"], rate_limit=50), app=app_module)
     assert same.policy.allowed_intents == ("echo",)
     assert build_server(identity, app=app_module).policy != DEFAULT_POLICY
 
 
-async def test_an_app_with_a_shared_store_is_not_served_on_a_private_one(
-    tmp_path: Path, app_module: str
-) -> None:
+async def test_an_app_with_a_shared_store_is_served_on_it(tmp_path: Path, app_module: str) -> None:
     # Its sessions, sequences and the revocations kept in the store live there: serving it on
-    # a fresh in-memory store would forget them (a revoked DID would be let in again).
+    # a fresh in-memory store would forget them (a revoked DID would be let in again). Another
+    # shared store given on the command line is a conflict, not a silent choice.
     from a2a_secure.store.redis import RedisStore
 
     build_server(Identity.load(tmp_path / "agent.key"), app=app_module)  # imports the module
     module = sys.modules[app_module.partition(":")[0]]
     shared = RedisStore("redis://127.0.0.1:6379/0", prefix="a2a-test-serve-app:")  # not contacted
+    other = RedisStore("redis://127.0.0.1:6379/0", prefix="a2a-test-serve-app-2:")
     module.agent.server.store = shared
     try:
         identity = Identity.load(tmp_path / "agent.key")
-        with pytest.raises(ValueError, match="keeps its state in a RedisStore: serve it with --redis-url"):
-            build_server(identity, app=app_module)
-        assert build_server(identity, app=app_module, shared_store=True).policy.allowed_intents == ("echo",)
+        assert build_server(identity, app=app_module).store is shared
+        conflict = r"its own store, and the command line gives another \(--redis-url\)"
+        with pytest.raises(ValueError, match=conflict):
+            build_server(identity, app=app_module, store=other)
     finally:
         await shared.aclose()
+        await other.aclose()
 
 
 def test_the_key_ring_the_app_was_built_with_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,5 +143,6 @@ def test_the_key_ring_the_app_was_built_with_is_kept(tmp_path: Path, monkeypatch
     )
     assert from_file.key_ring is ring
     other = KeyRing(ring.current, retired=(RetiredKey(Identity.generate("else"), 1, 2),))
-    with pytest.raises(ValueError, match="another key ring than the key file's"):
+    conflict = r"its own key ring, and the command line gives another \(--key-file\)"
+    with pytest.raises(ValueError, match=conflict):
         build_server(ring.current, app="ringed_app:server", key_ring=other)

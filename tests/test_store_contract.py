@@ -266,7 +266,7 @@ async def test_expired_pendings_free_their_place(store: Store) -> None:
 
 async def test_concurrent_adds_respect_the_bound(store: Store) -> None:
     results = await asyncio.gather(*(add(store, pending(i, source="x"), per_source=5) for i in range(20)))
-    assert sum(results) == 5
+    assert sum(map(bool, results)) == 5
     present = [await store.get_pending(_n(i), T0) for i in range(20)]
     assert sum(p is not None for p in present) == 5
 

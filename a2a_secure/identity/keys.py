@@ -201,32 +201,40 @@ class Identity:
             st = p.stat()
         except OSError:
             raise KeyFileError(f"key file not found: {p}") from None
-        if check_permissions and os.name == "posix" and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise KeyFileError(
-                f"key file {p} is accessible by group or others (mode {stat.S_IMODE(st.st_mode):o});"
-                " run: chmod 600"
-            )
         if st.st_size > 64 * 1024:
-            raise KeyFileError("key file too large")
+            raise KeyFileError(
+                f"{p} is not an a2a-secure key file (too large); make one with: a2a-secure keygen"
+            )
+        # The file is read as a key file before its mode is judged: a file that is no key at
+        # all (a note passed by mistake) is named as such, not told to be chmod-ed.
         try:
             data = encoding.loads(p.read_bytes(), error=KeyFileError)
         except OSError:
             raise KeyFileError(f"key file cannot be read: {p}") from None
+        except KeyFileError:
+            data = None
         if not isinstance(data, dict) or data.get("version") != KEY_FILE_VERSION:
-            raise KeyFileError("not an a2a-secure key file")
+            raise KeyFileError(
+                f"{p} is not an a2a-secure key file; make one with: a2a-secure keygen --out FILE"
+            )
+        if check_permissions and os.name == "posix" and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise KeyFileError(
+                f"key file {p} is accessible by group or others (mode {stat.S_IMODE(st.st_mode):o});"
+                f" run: chmod 600 {p}"
+            )
         seed = data.get("private_key")
         agent_id = data.get("agent_id")
         if not isinstance(seed, str) or not isinstance(agent_id, str):
-            raise KeyFileError("key file lacks private_key or agent_id")
+            raise KeyFileError(f"key file {p} lacks private_key or agent_id")
         did = data.get("did")
         kid = data.get("kid")
         ident = cls.from_private_key(seed, agent_id)
         if isinstance(did, str) and did.startswith("did:web:"):
             if not isinstance(kid, str):
-                raise KeyFileError("did:web key file lacks kid")
+                raise KeyFileError(f"did:web key file {p} lacks kid")
             ident = cls.from_private_key(seed, agent_id, did=did, kid=kid)
         elif did is not None and did != ident.did:
-            raise KeyFileError("key file DID does not match its private key")
+            raise KeyFileError(f"key file {p}: its DID does not match its private key")
         return ident
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
@@ -246,7 +254,7 @@ class Identity:
         try:
             fd = os.open(p, flags, 0o600)
         except FileExistsError:
-            raise KeyFileError(f"{p} exists; pass overwrite=True (--force) to replace it") from None
+            raise KeyFileError(f"{p} exists; pass overwrite=True to replace it") from None
         except OSError as exc:  # missing directory, a symlink (O_NOFOLLOW), no permission
             raise KeyFileError(f"key file cannot be written: {p} ({exc.strerror})") from None
         try:

@@ -57,11 +57,11 @@ from a2a_secure.errors import (
     InternalError,
     InvalidParams,
     PolicyViolation,
-    Unavailable,
 )
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import check_did_syntax
 from a2a_secure.identity.keys import Identity
+from a2a_secure.protocol.capacity import full, pool_of
 from a2a_secure.protocol.sealed_actions import open_action, seal_action
 from a2a_secure.protocol.validate import (
     ct_equal,
@@ -255,6 +255,17 @@ class ApprovalEngine:
         self._approvers: frozenset[str] = frozenset()
         self._executors: dict[str, _Registered] = {}
         self.approvers = approvers
+        # The bound a caller is held to, of a shared bound (protocol/capacity.py): the
+        # server's, once it serves this engine; every caller may fill it until then.
+        self.limit_for: Callable[[int, str], int] = lambda total, did: total
+
+    def named(self) -> frozenset[str]:
+        """Every DID named as an approver, of any action (reserved capacity)."""
+        named = set(self._approvers)
+        for entry in self._executors.values():
+            named |= entry.approvers or frozenset()
+        named.discard(PRINCIPAL)
+        return frozenset(named)
 
     # -- configuration ------------------------------------------------------------------------
     @property
@@ -272,12 +283,6 @@ class ApprovalEngine:
             raise ValueError("action must be 1-128 characters")
         own = None if approvers is None else frozenset(approver_dids(approvers))
         self._executors[action] = _Registered(executor, own)
-
-    def adopt(self, other: ApprovalEngine) -> None:
-        """Take ``other``'s executors, approvers and settings (serving its intents here)."""
-        self._executors.update(other._executors)
-        self._approvers = self._approvers | other._approvers
-        self.settings = other.settings
 
     @property
     def actions(self) -> list[str]:
@@ -391,10 +396,13 @@ class ApprovalEngine:
         )
         stored = self._seal(action, now) if sealed else action
         added = await self.store.add_action(
-            stored, max_per_caller=self.settings.max_per_caller, max_total=self.settings.max_total, now=now
+            stored,
+            max_per_caller=self.settings.max_per_caller,
+            max_total=self.limit_for(self.settings.max_total, caller_did),
+            now=now,
         )
         if not added:
-            exc = Unavailable("too many actions waiting for approval", retry_after=60)
+            exc = full("too many actions waiting for approval", retry_after=60, pool=pool_of(added))
             self._record("action_refused", step, name, exc, of=action)
             raise exc
         self._record("action_created", step, name, of=action)

@@ -57,6 +57,7 @@ from a2a_secure.errors import (
     error_for_code,
 )
 from a2a_secure.identity import encoding
+from a2a_secure.protocol.capacity import OWN, SHARED, full
 from a2a_secure.protocol.intent_id import INTENT_ID, ids_full_message, store_full_message
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.sealing import SEALED
@@ -218,14 +219,16 @@ class ExactlyOnce:
                 pending.running_until,
                 expires_at,
                 limits.max_intent_ids_per_did,
-                limits.max_intent_ids_total,
+                self._config.limit_for(limits.max_intent_ids_total, session.client_did),
             ),
             agent=pending.agent,
         )
         if claim is not None and claim.kind is ClaimKind.FULL:
-            raise Unavailable(ids_full_message(limits.max_intent_ids_per_did), retry_after=claim.retry_after)
+            message = ids_full_message(limits.max_intent_ids_per_did)
+            raise full(message, retry_after=claim.retry_after, pool=OWN)
         if claim is not None and claim.kind is ClaimKind.TOTAL_FULL:
-            raise Unavailable(store_full_message(limits.max_intent_ids_total), retry_after=claim.retry_after)
+            message = store_full_message(limits.max_intent_ids_total)
+            raise full(message, retry_after=claim.retry_after, pool=SHARED)
         pending.claim = claim
         if claim is not None and claim.kind is ClaimKind.NEW:
             self.running[(session.session_id, sequence)] = pending

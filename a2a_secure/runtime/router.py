@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from a2a_secure import system
@@ -208,6 +208,19 @@ class ServerProtocol:
     @limits.setter
     def limits(self, value: ServerLimits) -> None:
         self._config.limits = value
+
+    @property
+    def named_callers(self) -> Callable[[], Iterable[str]] | None:
+        """Further DIDs the application names (its approvers): reserved capacity."""
+        return self._config.named_callers
+
+    @named_callers.setter
+    def named_callers(self, value: Callable[[], Iterable[str]] | None) -> None:
+        self._config.named_callers = value
+
+    def limit_for(self, total: int, did: str) -> int:
+        """The bound ``did`` is held to, of a shared bound of ``total`` (protocol/capacity.py)."""
+        return self._config.limit_for(total, did)
 
     @property
     def priority_rights(self) -> PriorityRights:

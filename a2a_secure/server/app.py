@@ -366,13 +366,15 @@ class AgentServer(IntentDispatcher):
         serve_tools: bool = False,
         metrics: bool | ServerMetrics = False,
         log_requests: bool = False,
-        delegation: DelegationRules | None = None,
+        delegation: DelegationRules | Mapping[str, Iterable[str]] | None = None,
         require_sealed: bool = False,
     ) -> None:
         """``priority_rights``: the highest intent priority each caller may use (PROTOCOL.md
         §12.3; default 3 for everyone). ``limits.max_concurrent_intents`` turns the priority
         queue on (per worker process). ``delegation``: accept delegation chains (§12.7), and
-        the goals that run only on behalf of listed principals; None: the extension is off.
+        the goals that run only on behalf of listed principals, as :class:`DelegationRules`
+        or as the policy file's member ``{goal: [principal DIDs]}`` (``{}``: chains accepted,
+        no goal reserved); None: the extension is off.
         Sealed intents (§12.6) are served unless ``limits.sealed_intents`` is False;
         ``require_sealed`` (or ``limits.require_sealed``) refuses every session without
         seal keys, with a signed -32042 at ACCEPT_POLICY.
@@ -383,6 +385,7 @@ class AgentServer(IntentDispatcher):
         :class:`~a2a_secure.telemetry.logs.JsonFormatter`). Traces need no setting: spans
         are made once the application configures an OpenTelemetry SDK."""
         super().__init__()
+        self._untimed: dict[str, tuple[Callable[[Any, IntentContext], Awaitable[Any]], InnerGoal | None]] = {}
         if key_ring is not None and key_ring.current.did != identity.did:
             raise ValueError("the key ring's current key is not the identity's")
         self.identity = identity
@@ -401,7 +404,11 @@ class AgentServer(IntentDispatcher):
         if require_sealed and not self.limits.require_sealed:
             self.limits = dataclasses.replace(self.limits, require_sealed=True)
         self.priority_rights = priority_rights or PriorityRights()
-        self.delegation = delegation
+        self.delegation = (
+            DelegationRules.from_member(delegation)
+            if delegation is not None and not isinstance(delegation, DelegationRules)
+            else delegation
+        )
         self.max_body = max_body
         self._clock = clock
         self._monotonic = monotonic
@@ -486,6 +493,7 @@ class AgentServer(IntentDispatcher):
         inner: InnerGoal | None = None,
     ) -> None:
         """See :meth:`IntentDispatcher.add`; the card and core are rebuilt to list it."""
+        self._untimed[goal] = (handler, inner)  # timed again if metrics are turned on later
         super().add(goal, self._observer.timed(goal, handler), inner=inner)
         self._card = None
         self._protocol = None
@@ -498,6 +506,7 @@ class AgentServer(IntentDispatcher):
         always: bool = False,
     ) -> None:
         """See :meth:`IntentDispatcher.add_stream`; the card and core are rebuilt to list it."""
+        self._untimed.pop(goal, None)
         super().add_stream(goal, handler, always=always)
         self._card = None
         self._protocol = None
@@ -551,7 +560,12 @@ class AgentServer(IntentDispatcher):
                 random_bytes=os.urandom,
                 keys=self._action_key,
             )
+            self._approvals.limit_for = self._limit_for
         return self._approvals
+
+    def _limit_for(self, total: int, did: str) -> int:
+        # Read at each use: the core is built once the handlers are registered.
+        return self.protocol.limit_for(total, did)
 
     def _action_key(self, kid: str | None, now: float) -> Identity | None:
         """This agent's key ``kid`` (None: the current one), or a retired one in its window.
@@ -629,17 +643,6 @@ class AgentServer(IntentDispatcher):
         catalog = ToolService(self, lambda: self._intent_schemas, self.store, self._clock)
         self.add(TOOL_LIST, catalog.list_tools)
         self.add(TOOL_EXECUTE, catalog.execute, inner=catalog.inner_of)
-
-    def adopt_approvals(self, source: AgentServer) -> None:
-        """Serve ``source``'s approved actions, approvers and descriptions with this server's store."""
-        self._intent_schemas.update(source._intent_schemas)
-        if source._approvals is not None:
-            self.approvals.adopt(source._approvals)
-            self._serve_approvals()
-        if source.has(TOOL_LIST):
-            self.enable_tools()
-        self._card = None
-        self._protocol = None
 
     def _reserved(self, goal: str) -> bool:
         """Whether ``goal`` runs only on behalf of principals the configuration names (§12.7)."""
@@ -740,7 +743,12 @@ class AgentServer(IntentDispatcher):
                 observe=self._observer.observe if self._observer.has_sinks else None,
                 delegation=self.delegation,
             )
+            self._protocol.named_callers = self._named_callers
         return self._protocol
+
+    def _named_callers(self) -> frozenset[str]:
+        """The approvers, for reserved capacity (protocol/capacity.py)."""
+        return self._approvals.named() if self._approvals is not None else frozenset(self._approvers)
 
     # -- HTTP ---------------------------------------------------------------------------------
     def handle_asgi(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> Awaitable[None]:
@@ -752,6 +760,8 @@ class AgentServer(IntentDispatcher):
         """
         tracer = tracing.tracer()
         if tracer is None:
+            if self._observer.log_requests:  # the log line names the caller's trace, SDK or not
+                tracing.remember_request_trace(scope["headers"])
             return self._handle_asgi(scope, receive, send, endpoint)
         self.protocol.observe = self._observer.observe  # the span gets the request's fields
         return self._traced_asgi(tracer, scope, receive, send, endpoint)

@@ -12,7 +12,10 @@ Environment variables read by :func:`app_from_env`:
                             it may also hold the server's own scheduling settings, which are
                             never sent to peers (PROTOCOL.md §12.3): ``priority_rights``
                             (``{"default": 3, "per_did": {DID: 5}}``),
-                            ``max_concurrent_intents`` and ``max_queued_intents`` (per worker)
+                            ``max_concurrent_intents`` and ``max_queued_intents`` (per worker),
+                            and ``delegation`` (``{goal: [principal DIDs]}``: accept delegation
+                            chains, PROTOCOL.md §12.7, and run each goal listed only on behalf
+                            of one of its principals; ``{}`` reserves no goal)
 ``A2A_SECURE_REDIS_URL``    Redis URL: the shared :class:`~a2a_secure.store.redis.RedisStore`
                             (else the in-process :class:`~a2a_secure.store.memory.MemoryStore`);
                             ``redis+cluster://`` and ``redis+sentinel://`` as well
@@ -38,15 +41,17 @@ Environment variables read by :func:`app_from_env`:
 ``A2A_SECURE_APP``          ``module:attr``: an ``AgentServer`` (or an object with a ``server``
                             attribute holding one, like ``A2AAgent``) whose intents are served,
                             or a callable given the ``AgentServer`` to register handlers on
+``A2A_SECURE_APP_DIR``      the folder ``A2A_SECURE_APP``'s module is imported from (default:
+                            the current folder)
 
 With no ``A2A_SECURE_APP`` the server is the test agent of PROTOCOL.md §11: ``echo`` (result =
-inputs unchanged) and the streaming ``count``.
+inputs unchanged), the streaming ``count``, and each goal the policy's ``delegation`` member
+reserves, answered like ``echo``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import re
@@ -58,17 +63,19 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from a2a_secure.delegation import DelegationRules
+from a2a_secure.errors import InvalidParams
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.rotation import KeyRing
 from a2a_secure.identity.sources import is_token_uri, load_key_ring
 from a2a_secure.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.priority import PriorityRights
-from a2a_secure.protocol.server import IntentContext, IntentDispatcher, ServerLimits
-from a2a_secure.protocol.tools import TOOL_PREFIX
+from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer, public_url
+from a2a_secure.server.settings import give_settings, refuse_later
+from a2a_secure.server.startup import banner, check_port, check_store, check_tls, load_object
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.store.base import Store
-from a2a_secure.store.memory import MemoryStore
 from a2a_secure.store.revocation import FileRevocations, Revocations
 from a2a_secure.telemetry import tracing
 
@@ -94,6 +101,7 @@ ENV = {
     "redis_wait_timeout_ms": "A2A_SECURE_REDIS_WAIT_TIMEOUT_MS",
     "audit_log": "A2A_SECURE_AUDIT_LOG",
     "app": "A2A_SECURE_APP",
+    "app_dir": "A2A_SECURE_APP_DIR",
     "revocations": "A2A_SECURE_REVOCATIONS",
     "metrics": "A2A_SECURE_METRICS",
     "log_format": "A2A_SECURE_LOG_FORMAT",
@@ -132,15 +140,36 @@ SERVER_MEMBERS = (
     "max_queued_intents",
     "sealed_intents",
     "require_sealed",
+    "reserved_callers",
+    "reserved_share",
+    "delegation",
 )
 
 
 def _read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    if not os.path.isfile(path):
+        raise ValueError(f"policy file {os.fspath(path)}: no such file")
     with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+        try:
+            data = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"policy file {os.fspath(path)}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: a policy file holds one JSON object")
+        raise ValueError(f"policy file {os.fspath(path)}: holds one JSON object, not {type(data).__name__}")
     return data
+
+
+def load_delegation(path: str | os.PathLike[str] | None) -> DelegationRules | None:
+    """The policy file's ``delegation`` member (PROTOCOL.md §12.7), or None when it has none."""
+    if not path:
+        return None
+    data = _read_policy_file(path)
+    if "delegation" not in data:
+        return None
+    try:
+        return DelegationRules.from_member(data["delegation"])
+    except ValueError as exc:
+        raise ValueError(f"policy file {os.fspath(path)}: {exc}") from None
 
 
 def load_policy(path: str | os.PathLike[str] | None) -> Policy:
@@ -169,120 +198,27 @@ def load_scheduling(path: str | os.PathLike[str] | None) -> tuple[PriorityRights
             if type(data[name]) is not bool:
                 raise ValueError(f"{path}: {name} must be true or false")
             bounds[name] = data[name]
+    if "reserved_callers" in data:  # reserved capacity (SECURITY.md)
+        named = data["reserved_callers"]
+        if not isinstance(named, list) or not all(isinstance(d, str) for d in named):
+            raise ValueError(f"{path}: reserved_callers must be an array of DIDs")
+        bounds["reserved_callers"] = frozenset(named)
+    if "reserved_share" in data:
+        share = data["reserved_share"]
+        if type(share) not in (int, float):
+            raise ValueError(f"{path}: reserved_share must be a number from 0 to below 1")
+        bounds["reserved_share"] = float(share)
     try:
         return rights, ServerLimits(**bounds)
-    except ValueError as exc:
+    except (ValueError, InvalidParams) as exc:
         raise ValueError(f"{path}: {exc}") from None
 
 
-def _load_object(spec: str) -> Any:
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"app {spec!r} must be 'module:attribute'")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _one_of(name: str, spec: str, ours: Any, theirs: Any, default: Any) -> Any:
-    """The setting the app was built with, or the command line's; both set and different: refuse."""
-    if theirs in (default, ours):
-        return ours
-    if ours != default:
-        raise ValueError(
-            f"app {spec!r} was built with its own {name}, and the command line gives another:"
-            f" give it in one place only"
-        )
-    return theirs
-
-
-def _ring_view(ring: KeyRing) -> tuple[Any, ...]:
-    """What tells two key rings apart (an ``Identity`` compares by object, not by key)."""
-    retired = tuple((r.identity.kid, r.retired_at, r.overlap_until) for r in ring.retired)
-    return ring.current.kid, retired, ring.statements
-
-
-def _adopt_settings(server: AgentServer, source: AgentServer, spec: str, *, shared_store: bool) -> None:
-    """Serve ``source``'s security settings, not the defaults of a server built from flags.
-
-    An app built with a policy that allows two goals must not be served under the default
-    policy that allows every goal: the configuration would fail open. Its policy, limits and
-    priority rights are taken unless the command line sets another (then serving is refused),
-    its revocations are added to the command line's, its key ring, resolver, body limit and
-    card builder (the A2A card) are kept, and a store other than the in-memory one is
-    refused unless ``--redis-url`` gives the shared store (revocations and sessions live there).
-    """
-    server.policy = _one_of("policy", spec, server.policy, source.policy, DEFAULT_POLICY)
-    server.limits = _one_of("server limits", spec, server.limits, source.limits, ServerLimits())
-    server.priority_rights = _one_of(
-        "priority rights", spec, server.priority_rights, source.priority_rights, PriorityRights()
-    )
-    server.revocations = server.revocations + tuple(
-        r for r in source.revocations if r not in server.revocations
-    )
-    if source.key_ring is not None:
-        ours = server.key_ring
-        if ours is not None and ours.retired and _ring_view(ours) != _ring_view(source.key_ring):
-            raise ValueError(f"app {spec!r} was built with another key ring than the key file's")
-        server.key_ring = source.key_ring
-    if (
-        not isinstance(source.store, MemoryStore)
-        and isinstance(server.store, MemoryStore)
-        and not shared_store
-    ):
-        raise ValueError(
-            f"app {spec!r} keeps its state in a {type(source.store).__name__}: serve it with --redis-url"
-        )
-    server.resolver = source.resolver
-    server.max_body = source.max_body
-    if source._card_builder is not None:
-        server.set_card_builder(source._card_builder)
-    if server._audit is None:
-        server._audit = source._audit
-
-
-def _mount_app(server: AgentServer, spec: str, *, shared_store: bool = False) -> None:
-    """Serve the intents of ``spec`` on ``server`` (see the module documentation)."""
-    obj = _load_object(spec)
-    source = obj if isinstance(obj, AgentServer) else getattr(obj, "server", None)
-    if isinstance(source, AgentServer):
-        if source.identity.did != server.identity.did:
-            raise ValueError(
-                f"app {spec!r} has the DID {source.identity.did}, the key file {server.identity.did}"
-            )
-        server.name = source.name
-        server.description = source.description
-        server.version = source.version
-        server.url = server.url or source.url  # the operator's --url, else the app's own
-        _adopt_settings(server, source, spec, shared_store=shared_store)
-        # Approved actions run with THIS server's store (shared by the workers), so the
-        # source's handlers are called raw and their NeedsApproval is stored here.
-        server.adopt_approvals(source)
-        for goal in source.goals:
-            if goal.startswith(TOOL_PREFIX):  # served by adopt_approvals, bound to this server
-                continue
-            if source.is_streaming(goal):
-
-                def stream(inputs: Any, context: IntentContext, _goal: str = goal) -> AsyncIterator[Any]:
-                    return source.open_stream(_goal, inputs, context)
-
-                server.add_stream(goal, stream)
-                continue
-
-            async def run(inputs: Any, context: IntentContext, _goal: str = goal) -> Any:
-                return await IntentDispatcher.run(source, _goal, inputs, context)
-
-            server.add(goal, run)
-        return
-    if callable(obj):
-        obj(server)
-        return
-    raise ValueError(f"app {spec!r} is neither an AgentServer nor a callable")
-
-
 def _default_app(server: AgentServer) -> None:
-    register_test_agent(server)
+    # Each goal the delegation member reserves is answered like echo (PROTOCOL.md §11), so
+    # that implementations can test chains against one another with no app of their own.
+    reserved = () if server.delegation is None else server.delegation.required_principals
+    register_test_agent(server, echo_goals=reserved)
 
 
 def build_server(
@@ -297,37 +233,57 @@ def build_server(
     priority_rights: PriorityRights | None = None,
     limits: ServerLimits | None = None,
     url: str = "",
-    shared_store: bool = False,
     metrics: bool = False,
     log_requests: bool = False,
+    delegation: DelegationRules | None = None,
+    app_dir: str | os.PathLike[str] | None = None,
+    given_later: Sequence[str] = (),
 ) -> AgentServer:
     """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts.
 
-    An ``app`` that is an ``AgentServer`` (or holds one) is served with its own policy,
-    limits, priority rights, revocations, key ring, resolver and card builder (a setting
-    given both here and in the app, differently, is a ``ValueError``: the configuration
-    must not silently fail open). ``shared_store``: the store will be the shared Redis
-    store (``serve`` checks the app before the workers build it).
+    An ``app`` that is an ``AgentServer`` (or holds one in ``server``, like ``A2AAgent``) is
+    served as the very object it built, every setting as it set it
+    (:mod:`a2a_secure.server.settings`); the settings given here are added where the app left
+    them unset, and one given both here and in the app, differently, is a ``ValueError``:
+    either choice could fail open; ``given_later`` names settings (``store``, ``audit``) the
+    command line will give the workers, refused here already if the app set them. A callable
+    ``app`` is given a server built from these
+    settings to register its handlers on; no ``app``: the test agent of PROTOCOL.md §11.
     """
+    given: dict[str, Any] = {
+        "policy": policy,
+        "store": store,
+        "audit": audit,
+        "key_ring": key_ring,
+        "revocations": tuple(revocations),
+        "priority_rights": priority_rights or PriorityRights(),
+        "limits": limits or ServerLimits(),
+        "url": url,
+        "metrics": metrics,
+        "log_requests": log_requests,
+        "delegation": delegation,
+    }
+    obj = load_object(app, app_dir) if app else None
+    source = obj if obj is None or isinstance(obj, AgentServer) else getattr(obj, "server", None)
+    if isinstance(source, AgentServer):
+        if source.identity.did != identity.did:
+            raise ValueError(f"app {app!r} has the DID {source.identity.did}, the key file {identity.did}")
+        assert app is not None
+        refuse_later(source, given_later, app)
+        give_settings(source, given, app)
+        return source
     server = AgentServer(
         identity,
-        policy,
         name=identity.agent_id,
-        description="a2a-secure test agent (PROTOCOL.md §11)" if not app else "",
-        url=url,
-        store=store,
-        audit=audit,
-        key_ring=key_ring,
-        revocations=revocations,
-        priority_rights=priority_rights,
-        limits=limits,
-        metrics=metrics,
-        log_requests=log_requests,
+        description="" if app else "a2a-secure test agent (PROTOCOL.md §11)",
+        **given,
     )
-    if app:
-        _mount_app(server, app, shared_store=shared_store)
-    else:
+    if obj is None:
         _default_app(server)
+    elif callable(obj):
+        obj(server)
+    else:
+        raise ValueError(f"--app {app!r} is neither an AgentServer (or A2AAgent) nor a callable")
     return server
 
 
@@ -375,7 +331,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     revocations = [FileRevocations(revocation_file)] if revocation_file else []
     rights, limits = load_scheduling(env.get(ENV["policy"]) or None)
 
-    store: Store
+    store: Store | None = None  # None: the server's own in-memory store (an app's, if it has one)
     redis_url = env.get(ENV["redis_url"])
     if redis_url:
         from a2a_secure.store.redis import RedisStore  # noqa: PLC0415 - redis extra
@@ -385,7 +341,6 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
         for name in ("redis_wait_replicas", "redis_wait_timeout_ms"):
             if env.get(ENV[name]):  # the operator asked for replication: do not run without it
                 raise ValueError(f"{ENV[name]} needs {ENV['redis_url']}")
-        store = MemoryStore()
 
     auditor: Any = None
     audit_path = env.get(ENV["audit_log"])
@@ -400,6 +355,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
         store=store,
         audit=auditor,
         app=env.get(ENV["app"]),
+        app_dir=env.get(ENV["app_dir"]) or None,
         key_ring=key_ring,
         revocations=revocations,
         priority_rights=rights,
@@ -407,6 +363,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
         url=env.get(ENV["url"]) or "",
         metrics=env.get(ENV["metrics"]) == "1",
         log_requests=env.get(ENV["log_format"]) == "json",
+        delegation=load_delegation(env.get(ENV["policy"]) or None),
     )
     fastapi_app = server.app()
     fastapi_app.state.agent_server = server
@@ -415,12 +372,15 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
+        check = getattr(server.store, "check", None)
+        if check is not None:  # a Redis that does not answer: said once, naming the URL
+            await check()
         try:
             async with own(_app):
                 yield
         finally:
             with contextlib.suppress(Exception):
-                await store.aclose()
+                await server.store.aclose()
             if auditor is not None:
                 with contextlib.suppress(Exception):
                     auditor.close()
@@ -452,6 +412,7 @@ def serve(
     url: str | None = None,
     metrics: bool = False,
     log_format: str = "text",
+    app_dir: str | os.PathLike[str] | None = None,
 ) -> None:
     """Run the agent under uvicorn with ``workers`` processes (blocks until stopped).
 
@@ -461,6 +422,7 @@ def serve(
     ``prometheus_client``'s multiprocess mode, through a directory made for this run (or
     ``PROMETHEUS_MULTIPROC_DIR`` if set, emptied first) and removed when it ends.
     ``log_format``: ``text`` or ``json`` (one object per line, one per answered request).
+    ``app_dir``: the folder ``app``'s module is imported from (default: the current one).
 
     ``redis_wait_replicas`` and ``redis_wait_timeout_ms`` are the ``wait_replicas`` and
     ``wait_timeout_ms`` of the :class:`~a2a_secure.store.redis.RedisStore` (None: its
@@ -497,7 +459,34 @@ def serve(
             raise ServeUsageError(f"--metrics needs the metrics extra: {hint}") from None
     import uvicorn  # noqa: PLC0415 - server extra
 
-    url = public_url(default_url(host, port, tls=tls_cert is not None) if url is None else url)
+    # Fail here, once, with one clear line rather than in every worker, and before uvicorn
+    # says "Application startup complete": the app, the key file, the policy, the port and
+    # the Redis URL are checked (no store kept open, no audit log opened).
+    if tls_cert is not None and tls_key is not None:
+        check_tls(tls_cert, tls_key)
+    if audit_log is not None and not os.path.isdir(os.path.dirname(os.path.abspath(audit_log))):
+        raise ValueError(f"--audit-log {os.fspath(audit_log)}: its folder does not exist")
+    if redis_url:
+        check_store(redis_url, redis_prefix)
+    check_port(host, port)
+    rights, limits = load_scheduling(policy_path)
+    key_ring = load_key_ring(key_file)
+    checked = build_server(
+        key_ring.current,
+        policy=load_policy(policy_path),
+        app=app,
+        app_dir=app_dir,
+        key_ring=key_ring,
+        priority_rights=rights,
+        limits=limits,
+        url=public_url(url) if url is not None else "",
+        delegation=load_delegation(policy_path),
+        metrics=metrics,
+        log_requests=log_format == "json",
+        given_later=[name for name, wanted in (("store", redis_url), ("audit", audit_log)) if wanted],
+    )
+    # The card's url: --url, else the app's own, else where this server listens.
+    url = checked.url or public_url(default_url(host, port, tls=tls_cert is not None))
     settings = {
         "key_file": str(key_file) if is_token_uri(key_file) else os.path.abspath(key_file),
         "url": url,
@@ -506,6 +495,7 @@ def serve(
         "redis_prefix": redis_prefix,
         "audit_log": os.path.abspath(audit_log) if audit_log else None,
         "app": app,
+        "app_dir": os.path.abspath(app_dir) if app and app_dir is not None else None,
         **{name: None if value is None else str(value) for name, value in wait.items()},
         "metrics": "1" if metrics else None,
         "log_format": "json" if log_format == "json" else None,
@@ -515,21 +505,9 @@ def serve(
             os.environ[ENV[name]] = value
         else:
             os.environ.pop(ENV[name], None)
-    # Fail here, once, with a clear message rather than in every worker: the key file, the
-    # policy and the app are loaded once (no store, no audit log opened).
-    rights, limits = load_scheduling(policy_path)
-    policy = load_policy(policy_path)
-    key_ring = load_key_ring(key_file)
-    build_server(
-        key_ring.current,
-        policy=policy,
-        app=app,
-        key_ring=key_ring,
-        priority_rights=rights,
-        limits=limits,
-        url=url,
-        shared_store=bool(redis_url),
-    )
+    wildcard = host in ("", "0.0.0.0", "::")  # noqa: S104 - compared, not bound
+    reachable = default_url("127.0.0.1" if wildcard else host, port, tls=tls_cert is not None)
+    print(banner(checked, reachable), flush=True)
     extra: dict[str, Any] = {}
     if log_format == "json":
         from a2a_secure.telemetry.logs import log_config  # noqa: PLC0415

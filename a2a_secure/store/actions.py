@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
+from a2a_secure.store.base import Added
+
 __all__ = ["ActionState", "ActionStore", "Decision", "DecisionKind", "PendingAction"]
 
 
@@ -134,8 +136,9 @@ class ActionStore(Protocol):
 
     async def add_action(
         self, action: PendingAction, *, max_per_caller: int, max_total: int, now: float
-    ) -> bool:
-        """Store a new pending action; False (nothing stored) when a bound is reached.
+    ) -> Added:
+        """Store a new pending action; a false :class:`Added` (nothing stored) when a bound is
+        reached, saying which.
 
         Only pending, unexpired actions count against the bounds (per ``caller_did`` and in
         total); an action still inside its window is never evicted to make room.

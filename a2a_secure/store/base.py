@@ -19,11 +19,13 @@ from a2a_secure.identity import encoding
 from a2a_secure.policy import Policy
 
 __all__ = [
+    "Added",
     "Begin",
     "BeginKind",
     "OpenResult",
     "PendingHandshake",
     "SessionRecord",
+    "Share",
     "Store",
     "StoredReply",
     "SyncForms",
@@ -241,6 +243,35 @@ class Begin:
     retry_after: int = 0
 
 
+class Share(int):
+    """A caller's part of a shared bound (the number of entries it may see there), which
+    remembers the ``whole`` bound: a store that splits a bound into shards (a spread Redis
+    Cluster) splits it as for every caller, and holds this caller to its part of each."""
+
+    whole: int
+
+    def __new__(cls, value: int, whole: int) -> Share:
+        share = super().__new__(cls, value)
+        share.whole = whole
+        return share
+
+
+class Added(enum.Enum):
+    """The outcome of adding an entry under a bound (``add_pending``, ``add_action``).
+
+    True only for ADDED, so that ``if not added`` reads as before; a refusal says whether the
+    caller's own quota (per source address or per caller DID) or the total bound was full.
+    """
+
+    ADDED = "added"
+    OWN_FULL = "own_full"
+    TOTAL_FULL = "total_full"
+    TAKEN = "taken"  # the id exists already (a random id: in practice never)
+
+    def __bool__(self) -> bool:
+        return self is Added.ADDED
+
+
 class OpenResult(enum.Enum):
     """The outcome of :meth:`Store.open_session`."""
 
@@ -262,9 +293,9 @@ class Store(Protocol):
 
     async def add_pending(
         self, pending: PendingHandshake, *, max_per_source: int, max_total: int, now: float
-    ) -> bool:
-        """Store a new pending handshake of the agent ``pending.server_did``; False (nothing
-        stored) when a bound is reached.
+    ) -> Added:
+        """Store a new pending handshake of the agent ``pending.server_did``; a false
+        :class:`Added` (nothing stored) when a bound is reached, saying which.
 
         Entries still inside their 60 s window are never evicted to make room.
         """

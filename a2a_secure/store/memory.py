@@ -1,10 +1,15 @@
 """The embedded in-memory store: one process, no I/O, every method atomic.
 
 Atomicity comes from the event loop: no method awaits before it has finished its
-check-and-update. Expired entries are dropped lazily, and when a bound is reached only
-expired entries are swept; an entry still inside its window is never evicted. Expired
-sessions also go on a timer (:meth:`MemoryStore.sweep_expired`, run by the server's sweep):
-their keys do not wait for a look-up that may never come.
+check-and-update. Expired entries are dropped lazily, and an entry still inside its window
+is never evicted. Every bound answers in constant time however full it is: each kind of
+entry has an expiry index (a heap, earliest expiry on top) from which the entries that
+have expired are popped before a bound is checked, amortised O(log n) per entry over its
+life, and the counts a bound compares are kept as they change, never summed. A heap entry
+whose record has gone meanwhile (closed, decided, made again) is skipped when popped, and
+a heap that holds more such leftovers than live entries is rebuilt (amortised O(1)).
+Expired sessions also go on a timer (:meth:`MemoryStore.sweep_expired`, run by the server's
+sweep): their keys do not wait for a look-up that may never come.
 
 The sections follow the families of keys of the Redis store, one module each there:
 pending handshakes (``redis_handshakes.py``), sessions with their sequences, stored answers
@@ -18,10 +23,12 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from a2a_secure.identity import encoding
 from a2a_secure.store.actions import ActionState, Decision, DecisionKind, PendingAction
 from a2a_secure.store.base import (
+    Added,
     Begin,
     BeginKind,
     OpenResult,
@@ -36,6 +43,24 @@ from a2a_secure.store.revocation import DID_FIELD, Revocation
 __all__ = ["MemoryStore"]
 
 _RATES_SWEEP_MIN = 1024
+# A heap is rebuilt from its live entries when it holds more than twice as many plus this.
+_HEAP_SLACK = 1024
+
+
+_K = TypeVar("_K")
+
+
+def _pop_expired(heap: list[tuple[int, _K]], now: float) -> list[tuple[int, _K]]:
+    """The entries of ``heap`` whose expiry is ``<= now``, popped (earliest first)."""
+    out: list[tuple[int, _K]] = []
+    while heap and heap[0][0] <= now:
+        out.append(heapq.heappop(heap))
+    return out
+
+
+def _compact(heap: list[tuple[int, Any]], live: int) -> bool:
+    """Whether ``heap`` holds so many leftovers beside ``live`` entries that it is rebuilt."""
+    return len(heap) > 2 * live + _HEAP_SLACK
 
 
 @dataclass(slots=True)
@@ -66,6 +91,7 @@ class MemoryStore:
         # (agent, nonce_b) -> handshake: another agent never finds it.
         self._pending: dict[tuple[str, str], PendingHandshake] = {}
         self._pending_by_source: dict[str, int] = {}
+        self._pending_by_expiry: list[tuple[int, tuple[str, str]]] = []
         self._sessions: dict[str, SessionRecord] = {}
         self._by_expiry = ExpiryIndex()  # the sweep's order (store/expiry.py)
         self._seq: dict[str, _SeqState] = {}
@@ -75,9 +101,15 @@ class MemoryStore:
         self._rates_sweep_at = _RATES_SWEEP_MIN
         # Client DID -> {key id or "*": entry}: the deny list (a2a_secure.store.revocation).
         self._revoked: dict[str, dict[str, Revocation]] = {}
+        self._revoked_epoch = 0  # moves at every change of the deny list
         # Actions waiting for approval (store/actions.py), and the pending ones per caller.
         self._actions: dict[str, PendingAction] = {}
         self._actions_pending: dict[str, set[str]] = {}
+        self._actions_pending_total = 0
+        # (expires_at, id): when a pending action stops counting; (keep_until, id): when the
+        # record is forgotten.
+        self._actions_by_expiry: list[tuple[int, str]] = []
+        self._actions_by_keep: list[tuple[int, str]] = []
         # Intent ids (store/intents.py): (agent, client DID, intent_id) -> claim, per (agent,
         # DID) its ids with their expiry (the per-DID bound), and every claim by expiry (the
         # total bound: the earliest expiry is at the top, so expired claims leave in order).
@@ -99,29 +131,30 @@ class MemoryStore:
                 self._pending_by_source.pop(p.source, None)
 
     def _sweep_pending(self, now: float) -> None:
-        for key in [k for k, p in self._pending.items() if p.expires_at <= now]:
-            self._drop_pending(key)
+        for expires_at, key in _pop_expired(self._pending_by_expiry, now):
+            p = self._pending.get(key)
+            if p is not None and p.expires_at == expires_at:
+                self._drop_pending(key)
+        if _compact(self._pending_by_expiry, len(self._pending)):
+            self._pending_by_expiry = [(p.expires_at, k) for k, p in self._pending.items()]
+            heapq.heapify(self._pending_by_expiry)
 
     async def add_pending(
         self, pending: PendingHandshake, *, max_per_source: int, max_total: int, now: float
-    ) -> bool:
+    ) -> Added:
         """See :meth:`Store.add_pending`."""
-        full = (
-            len(self._pending) >= max_total
-            or self._pending_by_source.get(pending.source, 0) >= max_per_source
-        )
-        if full:
-            self._sweep_pending(now)
-            full = (
-                len(self._pending) >= max_total
-                or self._pending_by_source.get(pending.source, 0) >= max_per_source
-            )
+        self._sweep_pending(now)
+        if self._pending_by_source.get(pending.source, 0) >= max_per_source:
+            return Added.OWN_FULL
+        if len(self._pending) >= max_total:
+            return Added.TOTAL_FULL
         key = (pending.server_did, pending.nonce_b)
-        if full or key in self._pending:
-            return False
+        if key in self._pending:
+            return Added.TAKEN
         self._pending[key] = pending
+        heapq.heappush(self._pending_by_expiry, (pending.expires_at, key))
         self._pending_by_source[pending.source] = self._pending_by_source.get(pending.source, 0) + 1
-        return True
+        return Added.ADDED
 
     async def get_pending(self, nonce_b: str, now: float, *, agent: str = "") -> PendingHandshake | None:
         """See :meth:`Store.get_pending`."""
@@ -148,10 +181,10 @@ class MemoryStore:
         p = await self.get_pending(nonce_b, now, agent=agent)
         if p is None or p.proven_kid is None:
             return OpenResult.HANDSHAKE_GONE
+        # The sessions whose expiry has come leave from the top of the index, each once.
+        self.sweep_expired(now, limit=len(self._by_expiry))
         if len(self._sessions) >= max_sessions:
-            self.sweep_expired(now, limit=len(self._by_expiry))
-            if len(self._sessions) >= max_sessions:
-                return OpenResult.FULL
+            return OpenResult.FULL
         self._drop_pending((agent, nonce_b))
         self._sessions[session.session_id] = session
         self._seq[session.session_id] = _SeqState()
@@ -359,7 +392,10 @@ class MemoryStore:
         ids = self._claims_by_did.get(key[:2], {})
         refused: Claim | None = None
         if len(ids) >= claim.max_per_did:
-            refused = Claim(ClaimKind.FULL, retry_after=max(1, math.ceil(min(ids.values()) - now)))
+            # The DID's oldest claim (ids keep claim order; the retention is the server's, so
+            # the oldest expires first): read in O(1), however many it holds.
+            first_own = next(iter(ids.values()))
+            refused = Claim(ClaimKind.FULL, retry_after=max(1, math.ceil(first_own - now)))
         elif claim.max_total is not None and len(self._claims) >= claim.max_total:
             first = self._claims_by_expiry[0][0] if self._claims_by_expiry else now + 1
             refused = Claim(ClaimKind.TOTAL_FULL, retry_after=max(1, math.ceil(first - now)))
@@ -399,6 +435,7 @@ class MemoryStore:
         if entry.field in entries:
             return False
         entries[entry.field] = entry
+        self._revoked_epoch += 1
         return True
 
     async def remove_revocation(self, target: str) -> bool:
@@ -407,9 +444,18 @@ class MemoryStore:
         entries = self._revoked.get(probe.did, {})
         if entries.pop(probe.field, None) is None:
             return False
+        self._revoked_epoch += 1
         if not entries:
             del self._revoked[probe.did]
         return True
+
+    async def revocation_epoch(self) -> int:
+        """See :meth:`RedisRevocations.revocation_epoch`: it moves at every change of the list."""
+        return self._revoked_epoch
+
+    def revocation_epoch_now(self) -> int:
+        """:meth:`revocation_epoch` without a coroutine."""
+        return self._revoked_epoch
 
     async def list_revocations(self) -> list[Revocation]:
         """See :meth:`RevocationStore.list_revocations`."""
@@ -428,39 +474,54 @@ class MemoryStore:
     # -- actions waiting for approval (store/actions.py) ------------------------------------
     def _unpend(self, action: PendingAction) -> None:
         ids = self._actions_pending.get(action.caller_did)
-        if ids is not None:
+        if ids is not None and action.action_id in ids:
             ids.discard(action.action_id)
+            self._actions_pending_total -= 1
             if not ids:
                 del self._actions_pending[action.caller_did]
 
     def _sweep_actions(self, now: float) -> None:
-        for action_id, action in list(self._actions.items()):
-            if action.keep_until <= now:
+        # A pending action stops counting at its expiry, and is forgotten at keep_until.
+        for expires_at, action_id in _pop_expired(self._actions_by_expiry, now):
+            action = self._actions.get(action_id)
+            if action is not None and action.expires_at == expires_at:
+                self._unpend(action)
+        for keep_until, action_id in _pop_expired(self._actions_by_keep, now):
+            action = self._actions.get(action_id)
+            if action is not None and action.keep_until == keep_until:
                 del self._actions[action_id]
                 self._unpend(action)
-            elif action.state_at(now) is ActionState.EXPIRED:
-                self._unpend(action)
+        if _compact(self._actions_by_keep, len(self._actions)):
+            self._actions_by_keep = [(a.keep_until, i) for i, a in self._actions.items()]
+            heapq.heapify(self._actions_by_keep)
+        if _compact(self._actions_by_expiry, self._actions_pending_total):
+            self._actions_by_expiry = [
+                (self._actions[i].expires_at, i) for ids in self._actions_pending.values() for i in ids
+            ]
+            heapq.heapify(self._actions_by_expiry)
 
     def _pending_counts(self, caller_did: str) -> tuple[int, int]:
-        mine = len(self._actions_pending.get(caller_did, ()))
-        return mine, sum(len(ids) for ids in self._actions_pending.values())
+        return len(self._actions_pending.get(caller_did, ())), self._actions_pending_total
 
     async def add_action(
         self, action: PendingAction, *, max_per_caller: int, max_total: int, now: float
-    ) -> bool:
+    ) -> Added:
         """See :meth:`ActionStore.add_action`."""
+        self._sweep_actions(now)
         mine, total = self._pending_counts(action.caller_did)
-        if mine >= max_per_caller or total >= max_total or len(self._actions) >= 4 * max_total:
-            self._sweep_actions(now)
-            mine, total = self._pending_counts(action.caller_did)
+        if mine >= max_per_caller:
+            return Added.OWN_FULL
         # Decided records are kept a while for clear answers, but never past 4x the bound.
-        if mine >= max_per_caller or total >= max_total or len(self._actions) >= 4 * max_total:
-            return False
+        if total >= max_total or len(self._actions) >= 4 * max_total:
+            return Added.TOTAL_FULL
         if action.action_id in self._actions:
-            return False
+            return Added.TAKEN
         self._actions[action.action_id] = action
         self._actions_pending.setdefault(action.caller_did, set()).add(action.action_id)
-        return True
+        self._actions_pending_total += 1
+        heapq.heappush(self._actions_by_expiry, (action.expires_at, action.action_id))
+        heapq.heappush(self._actions_by_keep, (action.keep_until, action.action_id))
+        return Added.ADDED
 
     async def get_action(self, action_id: str, now: float) -> PendingAction | None:
         """See :meth:`ActionStore.get_action`."""

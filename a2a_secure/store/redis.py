@@ -107,12 +107,13 @@ from a2a_secure.store import redis_cluster as rc
 from a2a_secure.store.base import SessionRecord
 from a2a_secure.store.expiry import ExpiryIndex
 from a2a_secure.store.redis_actions import _ADD_ACTION, _DECIDE_ACTION, _GET_ACTION, RedisActions
-from a2a_secure.store.redis_connect import Deployment, client_from_url, close_client
+from a2a_secure.store.redis_connect import Deployment, client_from_url, close_client, shown_url
 from a2a_secure.store.redis_handshakes import _ADD_PENDING, _GET_PENDING, _MARK_PROVEN, RedisHandshakes
 from a2a_secure.store.redis_intents import _BEGIN_INTENT, RedisIntents
 from a2a_secure.store.redis_keys import _Call, _has_hash_tag, _NotReplicated, _num
 from a2a_secure.store.redis_revocations import (
     _ADD_REVOCATION,
+    _BEGIN_READING_EPOCH,
     _REMOVE_REVOCATION,
     _REVOCATION_GUARD,
     _REVOKED_FIELDS,
@@ -247,6 +248,8 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
             deployment = Deployment.CLUSTER if isinstance(client, _Cluster) else Deployment.SINGLE
             self._owns_client = False
         self.deployment = deployment
+        # Where the store connects, as an operator may read it (no password): named by check().
+        self.shown_url = shown_url(url) if self._owns_client else f"a given {type(client).__name__} client"
         self._cluster = deployment is Deployment.CLUSTER
         # On a cluster, every key carries its own hash tag (redis_cluster.py), unless the
         # prefix has one: then the older layout (every key in that one slot) is kept.
@@ -262,6 +265,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
         self._open_session = client.register_script(_OPEN_SESSION)
         self._begin_request = client.register_script(_BEGIN_REQUEST)
         self._begin_request_guarded = client.register_script(_REVOCATION_GUARD + _BEGIN_REQUEST)
+        self._begin_reading_epoch = client.register_script(_BEGIN_READING_EPOCH)
         self._add_revocation = client.register_script(_ADD_REVOCATION)
         self._remove_revocation = client.register_script(_REMOVE_REVOCATION)
         self._c_revoked = client.register_script(_REVOKED_FIELDS)
@@ -318,6 +322,7 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
                 self._open_session,
                 self._begin_request,
                 self._begin_request_guarded,
+                self._begin_reading_epoch,
                 self._finish_request,
                 self._close_session,
                 self._begin_intent,
@@ -362,6 +367,18 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
         """The redis-py client in use (a ``RedisCluster`` on a cluster)."""
         client: Redis | RedisCluster = self._r
         return client
+
+    async def check(self) -> None:
+        """Whether Redis answers now; ``ConnectionError`` naming :attr:`shown_url` if not.
+
+        What a server runs at start, so that a Redis that is down is said once, naming the
+        URL, instead of every request failing with -32048 "shared store unavailable".
+        """
+        try:
+            await self._r.ping()
+        except Exception as exc:  # any failure to reach it: the store cannot be used
+            reason = str(exc).strip() or type(exc).__name__
+            raise ConnectionError(f"Redis at {self.shown_url} does not answer ({reason[:200]})") from None
 
     # -- the one place that talks to Redis ----------------------------------------------------------
     async def _unavailable(self, exc: Exception) -> Unavailable:

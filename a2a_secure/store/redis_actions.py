@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from a2a_secure.identity import encoding
 from a2a_secure.store.actions import Decision, DecisionKind, PendingAction
+from a2a_secure.store.base import Added
 from a2a_secure.store.redis_keys import _EXTEND, RedisKeys, _num, _ttl_ms
 
 __all__ = ["RedisActions"]
+
+_ADDED = {1: Added.ADDED, 3: Added.OWN_FULL, 0: Added.TOTAL_FULL, 2: Added.TAKEN}
 
 # An action is one hash: ``d`` its record as created (JSON; with ``principal`` and
 # ``delegation`` when it was asked under a chain, PROTOCOL.md §12.7; with ``sealed`` and
@@ -32,16 +35,15 @@ __all__ = ["RedisActions"]
 
 # KEYS: action hash, caller zset, global zset
 # ARGV: now, max_per_caller, max_total, record, expires_at, keep_until, ttl_ms, action_id,
-#       action_hash, caller_did.  Returns 1 stored, 0 a bound is reached, 2 the id exists.
+#       action_hash, caller_did.  Returns 1 stored, 3 the caller's bound is reached, 0 the
+#       total's, 2 the id exists.
 _ADD_ACTION = (
     _EXTEND
     + """
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[2])
-   or redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then
-  return 0
-end
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[2]) then return 3 end
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return 0 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 2 end
 local ttl = tonumber(ARGV[7])
 redis.call('HSET', KEYS[1], 'd', ARGV[4], 'st', 'pending', 'e', ARGV[5], 'k', ARGV[6],
@@ -110,7 +112,7 @@ class RedisActions(RedisKeys):
     # -- actions waiting for approval (store/actions.py) ----------------------------------------
     async def add_action(
         self, action: PendingAction, *, max_per_caller: int, max_total: int, now: float
-    ) -> bool:
+    ) -> Added:
         """See :meth:`ActionStore.add_action` (one script)."""
         record = action.to_dict()
         for member in ("state", "decided_by", "decided_at"):  # kept as hash fields
@@ -131,7 +133,7 @@ class RedisActions(RedisKeys):
                 action.caller_did,
             ],
         )
-        return bool(code == 1)
+        return _ADDED[int(code)]
 
     async def get_action(self, action_id: str, now: float) -> PendingAction | None:
         """See :meth:`ActionStore.get_action` (one script)."""

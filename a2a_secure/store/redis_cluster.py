@@ -172,8 +172,13 @@ _PER_SHARD = 1000
 
 
 def shards_for(limit: int) -> int:
-    """How many shards a global bound of ``limit`` is split over (1 below 2000: exact)."""
-    return max(1, min(MAX_SHARDS, limit // _PER_SHARD))
+    """How many shards a global bound of ``limit`` is split over (1 below 2000: exact).
+
+    A caller's :class:`~a2a_secure.store.base.Share` of a bound is split as the whole bound
+    is, so that every caller's entries land in the same shards.
+    """
+    whole = getattr(limit, "whole", limit)
+    return max(1, min(MAX_SHARDS, whole // _PER_SHARD))
 
 
 def shard_of(member: str, shards: int) -> int:

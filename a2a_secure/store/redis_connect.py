@@ -37,7 +37,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from a2a_secure.system import mono_now
 
-__all__ = ["SENTINEL_CHECK_INTERVAL", "Deployment", "client_from_url", "close_client", "deployment_of"]
+__all__ = [
+    "SENTINEL_CHECK_INTERVAL",
+    "Deployment",
+    "client_from_url",
+    "close_client",
+    "deployment_of",
+    "shown_url",
+]
 
 _log = logging.getLogger("a2a_secure.store.redis")
 
@@ -65,6 +72,19 @@ _SCHEMES = {
     "redis+sentinel": (Deployment.SENTINEL, False),
     "rediss+sentinel": (Deployment.SENTINEL, True),
 }
+
+
+def shown_url(url: str) -> str:
+    """``url`` with its password (and its query, which may hold one) replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "(not a URL)"
+    rest = rest.split("?", 1)[0]
+    userinfo, at, hosts = rest.rpartition("@")
+    if at:
+        user = userinfo.split(":", 1)[0]
+        rest = f"{user}:***@{hosts}" if ":" in userinfo else f"***@{hosts}"
+    return f"{scheme}://{rest}"
 
 
 def deployment_of(url: str) -> Deployment:

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from a2a_secure.identity import encoding
 from a2a_secure.store import redis_cluster as rc
-from a2a_secure.store.base import PendingHandshake
+from a2a_secure.store.base import Added, PendingHandshake
 from a2a_secure.store.redis_keys import _EXTEND, RedisKeys, _Call, _num, _ttl_ms
 
 __all__ = ["RedisHandshakes"]
+
+_ADDED = {1: Added.ADDED, 3: Added.OWN_FULL, 0: Added.TOTAL_FULL, 2: Added.TAKEN}
 
 _DROP_PENDING = """
 local function drop_pending(key, all, nonce, prefix, source)
@@ -54,6 +56,7 @@ end
 
 # KEYS: pending hash, per-source zset, global zset
 # ARGV: now, max_per_source, max_total, data, expires_at, ttl_ms, source, nonce_b, prefix
+# 1 added, 3 the source's bound is reached, 0 the total's, 2 the nonce is taken
 _ADD_PENDING = (
     _EXTEND
     + _DROP_PENDING
@@ -61,13 +64,11 @@ _ADD_PENDING = (
 local now = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[2])
-   or redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then
-  return 0
-end
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[2]) then return 3 end
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return 0 end
 local old = redis.call('HMGET', KEYS[1], 'e', 's')
 if old[1] then
-  if tonumber(old[1]) > now then return 0 end
+  if tonumber(old[1]) > now then return 2 end
   drop_pending(KEYS[1], KEYS[3], ARGV[8], ARGV[9], old[2])
 end
 local ttl = tonumber(ARGV[6])
@@ -112,7 +113,7 @@ class RedisHandshakes(RedisKeys):
     # -- pending handshakes ---------------------------------------------------------------------
     async def add_pending(
         self, pending: PendingHandshake, *, max_per_source: int, max_total: int, now: float
-    ) -> bool:
+    ) -> Added:
         """See :meth:`Store.add_pending`."""
         data = pending.to_dict()
         data["proven_kid"] = None
@@ -139,7 +140,7 @@ class RedisHandshakes(RedisKeys):
                 self.prefix,
             ],
         )
-        return bool(added)
+        return _ADDED[int(added)]
 
     async def get_pending(self, nonce_b: str, now: float, *, agent: str = "") -> PendingHandshake | None:
         """See :meth:`Store.get_pending`."""
@@ -171,7 +172,7 @@ class RedisHandshakes(RedisKeys):
 
     async def _spread_add_pending(
         self, pending: PendingHandshake, data: bytes, max_per_source: int, max_total: int, now: float
-    ) -> bool:
+    ) -> Added:
         # Three slots in one round trip; on a refusal the others are undone (redis_cluster.py).
         nonce = pending.nonce_b
         shards = rc.shards_for(max_total)
@@ -197,7 +198,7 @@ class RedisHandshakes(RedisKeys):
         ]
         out, _ = await self._run(calls, strict=False)
         if all(reply == 1 for reply in out):
-            return True
+            return Added.ADDED
         undo: list[_Call] = []
         for (_, keys, _), reply in zip(calls[:2], out[:2], strict=True):
             if reply == 1:  # a reservation this call made (2: a live entry's, left alone)
@@ -209,4 +210,6 @@ class RedisHandshakes(RedisKeys):
         failed = [reply for reply in out if isinstance(reply, Exception)]
         if failed:
             raise await self._unavailable(failed[0])
-        return False
+        if out[0] == 0:
+            return Added.OWN_FULL
+        return Added.TOTAL_FULL if out[1] == 0 else Added.TAKEN

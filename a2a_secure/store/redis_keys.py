@@ -167,6 +167,8 @@ class RedisKeys:
         _open_session: AsyncScript
         _get_session: AsyncScript
         _begin_request_guarded: AsyncScript
+        _begin_reading_epoch: AsyncScript
+        round_trips: int
         _finish_request: AsyncScript
         _close_session: AsyncScript
         _begin_intent: AsyncScript
@@ -298,6 +300,9 @@ class RedisKeys:
 
     def _k_revocations(self) -> str:
         return f"{self.prefix}rva"
+
+    def _k_revocation_epoch(self) -> str:
+        return f"{self.prefix}rve"
 
     # The keys of actions waiting for approval: built here only, so a cluster layout can give
     # them hash tags of their own.

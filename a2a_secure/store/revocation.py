@@ -18,6 +18,12 @@ Two kinds of :class:`Revocations`:
 
 Targets are checked before anything is stored: a string that is neither a DID nor a key id
 is ``InvalidParams`` (-32602).
+
+Each list also has an *epoch* (:meth:`StoreRevocations.epoch`, :meth:`FileRevocations.epoch`):
+a value that changes whenever the list changes (the store's counter, the file's stamp). A
+reader that read the epoch, then found nothing, may take the same epoch later as "still
+nothing" without looking again: the delegation guard re-checks a kept chain with one epoch
+read per list instead of two look-ups per link.
 """
 
 from __future__ import annotations
@@ -204,6 +210,16 @@ class StoreRevocations:
         """See :meth:`Revocations.lookup`."""
         return await self.store.find_revocation(did, list(kids))
 
+    async def epoch(self) -> object | None:
+        """The list's epoch (module documentation), or None for a store that keeps none."""
+        read = getattr(self.store, "revocation_epoch", None)
+        return None if read is None else await read()
+
+    def epoch_now(self) -> object | None:
+        """:meth:`epoch` without awaiting, for a store in this process (else None)."""
+        read = getattr(self.store, "revocation_epoch_now", None)
+        return None if read is None else read()
+
 
 class FileRevocations:
     """:class:`Revocations` in a JSON file, re-read whenever it changes.
@@ -262,6 +278,18 @@ class FileRevocations:
     async def lookup(self, did: str, kids: Sequence[str] = ()) -> Revocation | None:
         """See :meth:`Revocations.lookup`."""
         return self.lookup_now(did, kids)
+
+    def epoch_now(self) -> object:
+        """The file's stamp (module documentation): one ``stat``, a re-read when it changed.
+
+        Raises ``RuntimeError`` when the file exists but cannot be used (fail closed).
+        """
+        self._refresh()
+        return ("file", self._stamp)
+
+    async def epoch(self) -> object:
+        """See :meth:`epoch_now`."""
+        return self.epoch_now()
 
     async def entries(self) -> list[Revocation]:
         """See :meth:`Revocations.entries`."""

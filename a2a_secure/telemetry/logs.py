@@ -2,7 +2,8 @@
 
 :class:`JsonFormatter` formats any log record as one line of JSON: ``ts``, ``level``,
 ``logger``, ``event``, and the ``trace_id``/``span_id`` of the span current when it was
-logged (when an OpenTelemetry SDK is configured). The server writes one record per answered
+logged (when an OpenTelemetry SDK is configured; without one, the trace id of the request's
+incoming ``traceparent``). The server writes one record per answered
 request on the logger ``a2a_secure.events`` (:data:`EVENTS`) with the request's telemetry
 fields: method as ``event``, goal, sequence, outcome, error code, reason, HTTP status,
 duration, the caller's DID and the session id as a hash. The same rule as for spans holds:
@@ -16,6 +17,8 @@ import json
 import logging
 import sys
 from typing import Any
+
+from a2a_secure.telemetry import tracing
 
 __all__ = ["EVENTS", "FIELDS", "JsonFormatter", "log_config"]
 
@@ -37,14 +40,16 @@ FIELDS = (
 )
 
 
-def _trace_ids() -> tuple[str, str] | None:
+def _trace_ids() -> tuple[str, str | None] | None:
     api = sys.modules.get("opentelemetry.trace")
-    if api is None:
-        return None
-    ctx = api.get_current_span().get_span_context()
-    if not ctx.is_valid:
-        return None
-    return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+    if api is not None:
+        ctx = api.get_current_span().get_span_context()
+        if ctx.is_valid:
+            return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+    # No span (no SDK): the trace id of the request's own traceparent, so that the lines of
+    # several agents on one trace still correlate.
+    inherited = tracing.request_trace_id()
+    return (inherited, None) if inherited is not None else None
 
 
 class JsonFormatter(logging.Formatter):
@@ -69,7 +74,9 @@ class JsonFormatter(logging.Formatter):
             out["exception"] = record.exc_info[0].__name__
         ids = _trace_ids()
         if ids is not None:
-            out["trace_id"], out["span_id"] = ids
+            out["trace_id"] = ids[0]
+            if ids[1] is not None:
+                out["span_id"] = ids[1]
         return json.dumps(out, ensure_ascii=False, separators=(",", ":"), default=str)
 
 

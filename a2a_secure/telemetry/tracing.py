@@ -21,6 +21,12 @@ Attributes: goal, sequence, outcome, error code, the DIDs, a hash of the session
 whether the answer was streamed or replayed. Never inputs, results, tokens, signatures,
 nonces or keys (SECURITY.md, "Telemetry"). The trace context travels only in HTTP headers,
 outside the signed request: a forged one can only mislead a trace, never the protocol.
+
+Without an SDK, a trace context given from outside (:func:`continue_trace`: an MCP
+``_meta``, or OpenTelemetry's ``TRACEPARENT``/``TRACESTATE`` environment variables for
+``a2a-secure call``) is still carried on unchanged in the requests' headers, and a server
+that writes JSON log lines puts the incoming ``traceparent``'s trace id on each
+(:func:`remember_request_trace`), so that the logs of several agents correlate.
 """
 
 from __future__ import annotations
@@ -29,8 +35,10 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from a2a_secure.jsonrpc import JSONRPC_VERSION
@@ -43,9 +51,12 @@ __all__ = [
     "client_span",
     "client_step",
     "configure_from_env",
+    "continue_env_trace",
     "continue_trace",
     "event",
     "server_span",
+    "remember_request_trace",
+    "request_trace_id",
     "start_client_span",
     "trace_headers",
     "tracer",
@@ -58,6 +69,14 @@ OTLP_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROPAGATED = (b"traceparent", b"tracestate")
 _RPC = {"rpc.system": "jsonrpc", "rpc.service": "a2a_secure", "rpc.jsonrpc.version": JSONRPC_VERSION}
 _cache: list[Any] = [None, None]  # the provider last seen, and its tracer (None: no SDK)
+# W3C Trace Context, section 3.2 (traceparent): version (not ff), trace id and parent id
+# (neither all zeros), flags.
+_TRACEPARENT = re.compile(r"(?!ff)[0-9a-f]{2}-(?!0{32})([0-9a-f]{32})-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+_MAX_TRACESTATE = 512
+# Without an SDK: the headers of a trace context given from outside, sent on unchanged...
+_inherited: ContextVar[tuple[tuple[bytes, bytes], ...]] = ContextVar("a2a_secure_inherited", default=())
+# ...and the trace id of the request being answered, for its JSON log line.
+_request_trace: ContextVar[str | None] = ContextVar("a2a_secure_request_trace", default=None)
 
 
 def session_hash(session_id: str) -> str:
@@ -113,6 +132,23 @@ def _names() -> _Api:
 
 
 # -- server ------------------------------------------------------------------------------------
+def remember_request_trace(headers: Sequence[tuple[bytes, bytes]]) -> None:
+    """Keep the trace id of this request's ``traceparent`` (None: none, or invalid) for its
+    log line (:func:`request_trace_id`); for a server with JSON logs and no SDK."""
+    found = None
+    for name, value in headers:
+        if name == b"traceparent":
+            match = _TRACEPARENT.fullmatch(value.decode("latin-1"))
+            found = match.group(1) if match else None
+            break
+    _request_trace.set(found)
+
+
+def request_trace_id() -> str | None:
+    """The trace id :func:`remember_request_trace` kept for the request being answered."""
+    return _request_trace.get()
+
+
 def server_span(
     tracer: Any, headers: Sequence[tuple[bytes, bytes]], endpoint: str
 ) -> contextlib.AbstractContextManager[Any]:
@@ -250,11 +286,12 @@ def start_client_span(what: str, server_did: str, goal: Any = None) -> ClientTra
     return ClientTrace(span)
 
 
-def trace_headers() -> list[tuple[bytes, bytes]] | tuple[()]:
-    """``traceparent`` (and ``tracestate``) of the current span, for an outgoing request."""
+def trace_headers() -> list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...]:
+    """``traceparent`` (and ``tracestate``) of the current span, for an outgoing request;
+    without one, those of a context given from outside (:func:`continue_trace`), if any."""
     span = _recording_span()
     if span is None:
-        return ()
+        return _inherited.get()
     return _inject(span)
 
 
@@ -289,19 +326,54 @@ def client_step(
     span.set_attributes(attrs)
 
 
-def continue_trace(meta: Any) -> contextlib.AbstractContextManager[Any]:
-    """Make the trace context in an MCP ``_meta`` current, unless a span already is.
+def _carrier(meta: Any) -> dict[str, str] | None:
+    """The valid W3C ``traceparent`` (and ``tracestate``) in ``meta``, or None."""
+    if not isinstance(meta, Mapping):
+        return None
+    parent = meta.get("traceparent")
+    if not isinstance(parent, str) or _TRACEPARENT.fullmatch(parent) is None:
+        return None
+    carrier = {"traceparent": parent}
+    state = meta.get("tracestate")
+    if isinstance(state, str) and len(state) <= _MAX_TRACESTATE and state.isascii() and state.isprintable():
+        carrier["tracestate"] = state
+    return carrier
 
-    The MCP SDK's own middleware usually opened a span from it already; then the intent
-    spans are that span's children and nothing changes here.
+
+@contextlib.contextmanager
+def _forwarding(carrier: Mapping[str, str]) -> Iterator[None]:
+    token = _inherited.set(tuple((k.encode(), v.encode()) for k, v in carrier.items()))
+    try:
+        yield
+    finally:
+        _inherited.reset(token)
+
+
+def continue_env_trace(environ: Mapping[str, str] | None = None) -> contextlib.AbstractContextManager[Any]:
+    """:func:`continue_trace` of OpenTelemetry's ``TRACEPARENT``/``TRACESTATE`` variables
+    (the environment-variable carrier), so that a script's call joins the script's trace."""
+    env = os.environ if environ is None else environ
+    return continue_trace({"traceparent": env.get("TRACEPARENT"), "tracestate": env.get("TRACESTATE")})
+
+
+def continue_trace(meta: Any) -> contextlib.AbstractContextManager[Any]:
+    """Continue the trace context in ``meta`` (an MCP ``_meta``, or the environment's),
+    unless a span already is current.
+
+    With an SDK it is made the current context: the intent spans are its children (the MCP
+    SDK's own middleware usually opened a span from it already; then nothing changes here).
+    Without one, the requests sent meanwhile carry it on unchanged. An invalid
+    ``traceparent`` is ignored, as W3C Trace Context says.
     """
-    if tracer() is None or not isinstance(meta, Mapping) or "traceparent" not in meta:
+    carrier = _carrier(meta)
+    if carrier is None:
         return NOOP
+    if tracer() is None:
+        return _forwarding(carrier)
     from opentelemetry import context, propagate, trace  # noqa: PLC0415
 
     if trace.get_current_span().get_span_context().is_valid:
         return NOOP
-    carrier = {k: v for k in ("traceparent", "tracestate") if isinstance(v := meta.get(k), str)}
     extracted = propagate.extract(carrier)
     if not trace.get_current_span(extracted).get_span_context().is_valid:
         return NOOP

@@ -12,6 +12,7 @@ from typing import Any
 
 from a2a_secure.errors import AuthenticationFailed, InvalidParams, UnsupportedVersion
 from a2a_secure.identity import encoding
+from a2a_secure.identity.did import check_did_syntax
 from a2a_secure.identity.jws import Decoded, jws_decode_unverified
 from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
@@ -199,7 +200,16 @@ class Challenge(_Validated):
             raise UnsupportedVersion("server chose a protocol version that was not offered")
         if server_did is not None:
             if obj["server_did"] != server_did:
-                raise error("challenge comes from another DID than the one meant")
+                # Both named, so that a mistyped DID is seen at once; the peer's is checked
+                # as a DID first (its text goes into a message a terminal may show).
+                try:
+                    shown = check_did_syntax(obj["server_did"])[:128]
+                except InvalidParams:
+                    shown = "something that is not a DID"
+                raise error(
+                    f"challenge comes from another DID than the one meant: the agent there is {shown},"
+                    f" not {server_did[:128]}"
+                )
         else:
             require_did(obj["server_did"], "server_did", error)
         nonce_b = obj["nonce_b"]

@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-from a2a_secure.delegation import Chain, DelegationRefused
+from a2a_secure.delegation import NBF_SKEW, Chain, DelegationRefused
 from a2a_secure.errors import Unavailable
 from a2a_secure.policy import Policy
 from a2a_secure.system import MonoSeconds, WallSeconds
@@ -40,13 +40,29 @@ MAX_CACHED_CHAINS: Final = 4096
 MAX_TRACKED_SESSIONS: Final = 16_384
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Kept:
-    """A verified chain, and until when the keys that signed it may (None: no retired key)."""
+    """A verified chain, and until when the keys that signed it may (None: no retired key).
+
+    Also what later uses need not work out again (the delegation guard's): every link's
+    window as one interval, whether a use on this session passed the checks that do not
+    change on it (audience, targets), the deny lists' epochs read before the chain was last
+    found clean (None: never), and its verdict.
+    """
 
     chain: Chain
     keys_until: WallSeconds | None = None
     retired: str = ""  # the refusal once ``keys_until`` is past
+    not_before: float = field(init=False)
+    expires: float = field(init=False)
+    scoped: bool = field(default=False, init=False)
+    epochs: tuple[object, ...] | None = field(default=None, init=False)
+    verdict: Any = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        links = self.chain.links
+        self.not_before = max(link.nbf for link in links) - NBF_SKEW
+        self.expires = min(link.exp for link in links)
 
     def refusal(self, now: WallSeconds) -> DelegationRefused | None:
         """The refusal of a kept chain one of whose keys has been retired since, or None."""

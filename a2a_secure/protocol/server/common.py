@@ -9,16 +9,18 @@ is configured with; the rooms share it and own no copy of it. No state lives her
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from a2a_secure.checks import require_did
 from a2a_secure.delegation import DelegationRules
 from a2a_secure.errors import StaleTimestamp, log_unexpected
 from a2a_secure.frozen import quick_init
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.policy import Policy
+from a2a_secure.protocol.capacity import DEFAULT_RESERVED_SHARE, Reserved, limit_for
 from a2a_secure.protocol.keyguard import KeyGuard
 from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server.dispatcher import IntentDispatcher
@@ -87,6 +89,11 @@ class ServerLimits:
     # then its ACCEPT_POLICY is refused with a signed -32042.
     sealed_intents: bool = True
     require_sealed: bool = False
+    # Reserved capacity (protocol/capacity.py): DIDs the operator names, besides the
+    # principals, priority-rights holders and approvers the agent names already, for whom
+    # ``reserved_share`` of every shared bound is kept back from strangers.
+    reserved_callers: frozenset[str] = frozenset()
+    reserved_share: float = DEFAULT_RESERVED_SHARE
     # How often (s) the server forgets the sessions that expired (runtime/sweeper.py), their
     # sealing keys with them, in a store that holds them in process memory; 0: only when
     # looked up again (or when the store is full).
@@ -101,6 +108,10 @@ class ServerLimits:
             raise ValueError("max_concurrent_intents must be None or at least 1")
         if self.max_queued_intents < 0:
             raise ValueError("max_queued_intents must be at least 0")
+        if not 0.0 <= self.reserved_share < 1.0:
+            raise ValueError("reserved_share must be at least 0 and below 1")
+        named = frozenset(require_did(d, "reserved caller") for d in self.reserved_callers)
+        object.__setattr__(self, "reserved_callers", named)
 
 
 @dataclass(slots=True)
@@ -132,6 +143,24 @@ class ServerConfig:
     priority_rights: PriorityRights = field(default_factory=PriorityRights)
     # The delegation extension (PROTOCOL.md §12.7); None: not served (and not declared).
     delegation: DelegationRules | None = None
+    # Further DIDs the application names (its approvers), read at each use.
+    named_callers: Callable[[], Iterable[str]] | None = None
+
+    def reserved(self) -> Reserved:
+        """The callers for whom a share of every shared bound is kept (protocol/capacity.py)."""
+        rules = self.delegation
+        rights = self.priority_rights
+        return Reserved(
+            self.limits.reserved_callers,
+            rules.required_principals if rules is not None else {},
+            rights.per_did,
+            rights.default,
+            self.named_callers,
+        )
+
+    def limit_for(self, total: int, did: str) -> int:
+        """The bound ``did`` is held to, of a shared bound of ``total`` (protocol/capacity.py)."""
+        return limit_for(total, did, self.reserved(), self.limits.reserved_share)
 
 
 @quick_init  # built for every answer

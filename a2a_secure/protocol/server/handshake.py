@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from a2a_secure.errors import AuthenticationFailed, HandshakeUnknown, PolicyViolation, Unavailable
+from a2a_secure.errors import AuthenticationFailed, HandshakeUnknown, PolicyViolation
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign, jws_verify
 from a2a_secure.identity.resolver import ResolvedDID
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol import sealing
+from a2a_secure.protocol.capacity import SHARED, full, pool_of
 from a2a_secure.protocol.models import (
     AcceptPayload,
     AcceptPolicy,
@@ -131,14 +132,16 @@ class HandshakeResponder:
             source=source,
             server_did=cfg.identity.did,
         )
+        # The DID is only claimed yet: a stranger naming a reserved caller reaches that share
+        # of pending handshakes, within its address's quota, and no further than the PROOF.
         added = await cfg.store.add_pending(
             pending,
             max_per_source=cfg.limits.max_pending_per_source,
-            max_total=cfg.limits.max_pending_total,
+            max_total=cfg.limit_for(cfg.limits.max_pending_total, agent_did),
             now=now,
         )
         if not added:
-            raise Unavailable("too many pending handshakes", retry_after=5)
+            raise full("too many pending handshakes", retry_after=5, pool=pool_of(added))
         return challenge
 
     # -- §5.3 PROOF → §5.4 POLICY ---------------------------------------------------------
@@ -277,13 +280,14 @@ class HandshakeResponder:
             server_kid=cfg.identity.kid,
             seal_keys=seal_keys,
         )
+        max_sessions = cfg.limit_for(cfg.limits.max_sessions, pending.client_did)  # proven now
         opened = await cfg.store.open_session(
-            pending.nonce_b, record, max_sessions=cfg.limits.max_sessions, now=now, agent=pending.server_did
+            pending.nonce_b, record, max_sessions=max_sessions, now=now, agent=pending.server_did
         )
         if opened is OpenResult.HANDSHAKE_GONE:
             raise HandshakeUnknown("handshake already used or expired")
         if opened is OpenResult.FULL:
-            raise Unavailable("too many open sessions", retry_after=30)
+            raise full("too many open sessions", retry_after=30, pool=SHARED)
         self._deadlines.note(session_id, pending.policy.session_timeout)
         audit.session_id = session_id
         session_payload = {

@@ -68,7 +68,13 @@ from a2a_secure.protocol.server.common import (
     stale,
 )
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
-from a2a_secure.protocol.server.delegation import NO_DELEGATION, DelegationGuard, Verdict, claim_form
+from a2a_secure.protocol.server.delegation import (
+    NO_DELEGATION,
+    DelegationGuard,
+    Verdict,
+    as_told,
+    claim_form,
+)
 from a2a_secure.protocol.server.dispatcher import IntentContext
 from a2a_secure.protocol.server.ports import Claims, PendingClaim, Replay, Runner, Streams
 from a2a_secure.protocol.server.replies import SignedReplies, result_json
@@ -292,7 +298,13 @@ class IntentProcessor:
             # §12.7: the chain is checked now, its refusal given at step 9 (and claims no id).
             delegated = NO_DELEGATION
             if intent is not None and chain_value is not None:
-                delegated = await self._delegation.verdict(session, intent, now, chain_value)
+                # One Redis reads the deny list's epoch with steps 7-8 (not with a claim of
+                # §12.5, which a refused chain must not make): a kept chain then costs no
+                # round trip of its own.
+                epoch_later = intent.intent_id is None and getattr(store, "epoch_in_begin", False)
+                delegated = await self._delegation.verdict(
+                    session, intent, now, chain_value, epoch_later=epoch_later
+                )
             # Steps 9 and 10, decided once, here: §12.5 checks them before an intent_id is
             # claimed, so that a refused intent does not use its id up (its refusal would be
             # the id's answer for the whole retention window, and the corrected intent a 409).
@@ -337,6 +349,21 @@ class IntentProcessor:
                     now=now,
                     agent=session.server_did,
                 )
+            elif once is None and delegated.recheck is not None:
+                begin, epoch = await store.begin_request_reading_epoch(  # type: ignore[attr-defined]
+                    session_id,
+                    session.client_did,
+                    sequence,
+                    req_hash,
+                    rate_limit=session.policy.rate_limit,
+                    rate_period=session.policy.rate_period,
+                    now=now,
+                    agent=session.server_did,
+                )
+                if begin.kind is BeginKind.NEW:  # revoked since it was found clean: step 9
+                    delegated = await self._delegation.recheck(delegated, epoch)
+                    if refusal is None and delegated.refusal is not None:
+                        refusal = as_told(delegated.refusal, session)  # §12.7 on a sealed session
             elif once is None:
                 begin = await store.begin_request(
                     session_id,
