@@ -68,15 +68,16 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import httpx
 
 from a2a_secure.client.extensions import CARD_FETCH_TIMEOUT, CARD_PATH, fetch_card
-from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, SessionUnknown
+from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.client import MAX_INPUT_BYTES, MAX_INPUT_DEPTH, check_intent_inputs
+from a2a_secure.protocol.sealing import SEALED
 from a2a_secure.registry import AgentRegistry, RegistryEntry
 
 if TYPE_CHECKING:
     from a2a_secure.client.http import A2AClient
     from a2a_secure.delegation import Chain
-    from a2a_secure.protocol.client import ClientSession, IntentResult
+    from a2a_secure.protocol.client import ClientSession
 
 __all__ = [
     "GENERIC_INPUT_SCHEMA",
@@ -354,10 +355,18 @@ class ToolCatalog:
                 raise CardRefused("its card names another DID than the registry")
             # The handshake authenticates the agent by the registry's DID; the hash it signed
             # in its CHALLENGE must be the hash of the card we are about to show the model.
-            session = await self.agent.client.session_for(did, endpoint)
+            client = self.agent.client
+            session = await client.session_for(did, endpoint)
             card_hash = encoding.hash_of(card)
             if not hmac.compare_digest(card_hash, session.server_manifest_hash):
                 raise CardRefused("its card is not the one it committed to in the handshake (manifest_hash)")
+            # The card is verified now (the handshake signed its hash). One that declares
+            # sealed intents makes every session with the agent sealed: one opened while the
+            # card could not be fetched is replaced (or the agent refused), never offered.
+            if SEALED in client.trust_card(did, card) and not session.sealed:
+                session = await client.session_for(did, endpoint)
+                if not hmac.compare_digest(card_hash, session.server_manifest_hash):
+                    raise CardRefused("its card changed during the check")
             return _Checked(card, card_hash, session.policy.allows)
         except A2AError as exc:
             return f"{entry.name} refused: {exc.message} ({exc.code})"
@@ -433,10 +442,12 @@ class ToolCatalog:
             intent = {"goal": spec.intent, "inputs": arguments}
             if spec.streaming and on_progress is not None:
                 return await self._stream(spec, did, endpoint, intent, on_progress, check)
-            session = await self.agent.client.session_for(did, endpoint)
-            check(session)
             with self.agent._naming(spec.agent, endpoint):
-                verified = await self._send_checked(check, did, endpoint, session, intent)
+                # request(): the client's one attempt machine, which runs ``check`` on every
+                # session the call could go out on (a new one after -32043 too).
+                verified = await self.agent.client.request(
+                    did, intent, endpoint=endpoint, on_behalf_of=self.agent.on_behalf_of, session_check=check
+                )
         except _CardChanged:
             return _card_changed(spec, shown is not None)
         except PolicyViolation as exc:
@@ -476,32 +487,6 @@ class ToolCatalog:
                         await on_progress(len(partials), event.result)
         # The client raises unless the stream ended with a verified final event.
         return _success(spec, partials, tokens[-1], streamed=True, event_jws=tuple(tokens))
-
-    async def _send_checked(
-        self,
-        check: Callable[[ClientSession], None],
-        did: str,
-        endpoint: str | None,
-        session: ClientSession,
-        intent: Mapping[str, Any],
-    ) -> IntentResult:
-        """Send ``intent`` on ``session`` (which passed ``check``) and only there.
-
-        ``request`` would open a new session on its own when the server forgets this one, and
-        the new session may commit to another card than the one the model was shown.
-        """
-        client = self.agent.client
-        chain = self.agent.on_behalf_of  # the person the tools act for (PROTOCOL.md §12.7)
-        try:
-            return await client.send_intent(session, intent, on_behalf_of=chain)
-        except SessionUnknown:
-            if not client.resend_on_unknown_session:
-                raise
-        # Answered before the sequence is used (PROTOCOL.md §6.1 step 2): the intent did not
-        # run. A new session is used only if it commits to the same card.
-        session = await client.handshake(did, endpoint)
-        check(session)
-        return await client.send_intent(session, intent, on_behalf_of=chain)
 
 
 def _check_arguments(arguments: Any) -> None:

@@ -214,3 +214,23 @@ async def serve_env(
     server = build_server(policy=policy, limits=limits, clock=clock, audit=AuditLog())
     async with serve_app(server.app(), **serve_options) as url, httpx.AsyncClient(timeout=10) as http:
         yield await open_env(server, url, http, client=client, clock=clock)
+
+
+async def read_body(receive: Callable[[], Any]) -> bytes:
+    """The whole body of an ASGI request."""
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    return body
+
+
+def replaying(body: bytes) -> Callable[[], Any]:
+    """An ASGI ``receive`` that gives ``body`` once (a body already read), then a disconnect."""
+    given = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        return given.pop() if given else {"type": "http.disconnect"}
+
+    return receive

@@ -15,7 +15,7 @@ Nothing is mocked. Both ends are instrumented instead, to write down what they d
 * the server's handlers record every execution (session id, sequence, caller DID, inputs,
   output);
 * the client's handshake (a ``ClientHandshake`` subclass put in place of the one
-  ``a2a_secure.client.http`` uses, calling the real methods) records every PROOF and
+  ``a2a_secure.client.handshake`` uses, calling the real methods) records every PROOF and
   ACCEPT it signed and every session it accepted; each accepted session records every
   request and close it signed;
 * the harness records every value ``A2AClient.request``/``stream`` returned.
@@ -66,7 +66,7 @@ from typing import Any
 
 import httpx
 
-import a2a_secure.client.http as client_http
+import a2a_secure.client.handshake as client_handshake
 from a2a_secure.client import extensions as client_extensions
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.errors import A2AError, InvalidParams
@@ -1439,9 +1439,9 @@ class Campaign:
     async def __aenter__(self) -> Campaign:
         self._app = self._new_server().app()
         # The clients' handshakes write down what they sign (real methods, recorded).
-        original = client_http.ClientHandshake
-        client_http.ClientHandshake = recording_handshake(self.ledger)  # type: ignore[misc]
-        self._stack.callback(setattr, client_http, "ClientHandshake", original)
+        original = client_handshake.ClientHandshake
+        client_handshake.ClientHandshake = recording_handshake(self.ledger)  # type: ignore[misc]
+        self._stack.callback(setattr, client_handshake, "ClientHandshake", original)
         self._stack.callback(client_extensions.forget)
         client_extensions.forget()
         mutations = self.mutation_table + (RESTART_MUTATIONS if self.store_kind == "redis" else ())

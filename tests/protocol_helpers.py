@@ -235,7 +235,15 @@ def flip_signature(token: str) -> str:
     return f"{head}.{body}.{sig}"
 
 
-DROP = object()
+class _Drop:
+    """The value that removes a member (a stable repr: test ids must be the same in every
+    process, so that pytest-xdist's workers collect the same tests)."""
+
+    def __repr__(self) -> str:
+        return "DROP"
+
+
+DROP = _Drop()
 
 
 def forge_request(

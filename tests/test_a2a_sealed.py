@@ -44,6 +44,7 @@ from a2a.types import (
     TaskPushNotificationConfig,
     TaskState,
 )
+from http_helpers import read_body
 from nginx_helpers import Tap
 from test_a2a_binding import SERVER, CountingEcho, Env, ident, send_request, template_card, text_of
 
@@ -115,16 +116,6 @@ class Shout(CountingEcho):
                 last_chunk=i == len(words) - 1,
             )
         await updater.complete()
-
-
-async def read_body(receive: Callable[..., Any]) -> bytes:
-    """The whole body of an ASGI request."""
-    body, more = b"", True
-    while more:
-        message = await receive()
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
-    return body
 
 
 class Front:
@@ -665,3 +656,23 @@ async def test_a_client_context_timeout_still_applies_sealed() -> None:
         assert task is not None and task.status.state == TaskState.TASK_STATE_WORKING
         (intent,) = site.front.intents()
         assert intent["inputs"] == {} and intent["constraints"] == {"timeout_ms": 500}
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_a_session_opened_while_the_card_was_blocked_is_not_used_after_a_sealed_card_is_verified(
+    streaming: bool,
+) -> None:
+    # The default client (sealed=None) opens its session while the card is blocked on the
+    # way: unsealed. The transport then verifies the A2A card, which declares "sealed": no
+    # call may go out in the clear on that session; a sealed one replaces it.
+    async with bridged(via="front") as site, site.a2a_client() as client:
+        assert site.front is not None
+        site.front.card = lambda card: None
+        assert (await client.session_for(site.did, site.url)).sealed is False
+        kinds, task = await text_of(site.sdk_client(client, streaming=streaming), send_request(ASKED))
+        assert kinds[0] == "task" and kinds[-1] in ("task", "status_update")
+        assert streaming or get_artifact_text(task.artifacts[0], " ") == ANSWERED
+        assert (await client.session_for(site.did)).sealed is True
+        posted = [body for path, body in site.front.requests if path == "/a2a/intent"]
+        assert posted and not any(ASKED.encode() in body for body in posted)
+        assert all("sealed" in intent for intent in site.front.intents())

@@ -2538,7 +2538,7 @@ def test_i2_nonces_and_session_ids_come_from_the_os_csprng() -> None:
                 for n in ast.walk(tree)
                 if isinstance(n, ast.Attribute) and ast.unparse(n).startswith("random.")
             ]
-            assert path.name == "http.py" and uses == ["random.random"], (path, uses)
+            assert path.name == "transport.py" and uses == ["random.random"], (path, uses)
 
 
 @WIRE

@@ -13,6 +13,7 @@ from a2a_secure.delegation import CHAIN_UNKNOWN, DELEGATION, issue
 from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, Unavailable
 from a2a_secure.identity.keys import Identity
 from a2a_secure.policy import Policy
+from a2a_secure.protocol import sealing
 from a2a_secure.protocol.client import ClientSession
 from a2a_secure.protocol.client_decisions import (
     IDS_FULL_PAUSE,
@@ -59,7 +60,8 @@ def signed(exc: A2AError) -> A2AError:
     return exc
 
 
-def session(clock: FakeClock, *, lifetime: int = 60) -> ClientSession:
+def session(clock: FakeClock, *, lifetime: int = 60, sealed: bool = False) -> ClientSession:
+    """A session opened at the clock's time (sealed: with two made-up sealing keys)."""
     return ClientSession(
         identity=CLIENT,
         server_did=SERVER,
@@ -71,6 +73,7 @@ def session(clock: FakeClock, *, lifetime: int = 60) -> ClientSession:
         created_at=int(clock.now),
         expires_at=int(clock.now) + lifetime,
         clock=clock,
+        seal_keys=sealing.SessionKeys(b"\x01" * 32, b"\x02" * 32) if sealed else None,
     )
 
 

@@ -687,3 +687,61 @@ def test_a_server_that_closes_at_once_is_a_protocol_error(loop: str) -> None:
 
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(main())
+
+
+# -- the common reply, read without h11 (client/http11.py) ------------------------------------------
+@pytest.mark.parametrize(
+    ("head", "taken"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2", True),
+        (b"HTTP/1.1 503\r\nRetry-After: 7\r\ncontent-length:0", True),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 2", False),
+        (b"HTTP/1.1 100 Continue\r\nContent-Length: 2", False),
+        (b"HTTP/1.1 204 No Content\r\nContent-Length: 0", False),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked", False),
+        (b"HTTP/1.1 200 OK\r\nContent-Type: x", False),  # no length
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2", False),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: +2", False),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n folded", False),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX: a\x01b", False),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nBad Name: x", False),
+    ],
+)
+def test_only_the_common_reply_head_skips_h11(head: bytes, taken: bool) -> None:
+    from a2a_secure.client.http11 import parse_head
+
+    got = parse_head(head)
+    assert (got is not None) is taken
+    if got is not None:
+        assert got.length in (0, 2) and got.status in (200, 503)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"HTTP/1.1 200 OK\r\nX: a\x00b\r\nContent-Length: 2\r\n\r\n{}",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n folded\r\n\r\n{}",
+    ],
+    ids=["nul-byte", "folded-line"],
+)
+async def test_a_head_the_shortcut_does_not_take_is_h11s_to_refuse(reply: bytes) -> None:
+    async def odd(c: int, _n: int, body: bytes, writer: Writer) -> bool:
+        writer.write(reply if c == 1 else ok(body))
+        return c > 1
+
+    async with raw_server(odd) as server, pool() as p:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await post(p, server.url)
+        assert (await post(p, server.url))[0] == 200
+    assert server.connections == 2
+
+
+async def test_bytes_after_a_whole_reply_drop_the_connection() -> None:
+    async def chatty(_c: int, _n: int, body: bytes, writer: Writer) -> bool:
+        writer.write(ok(body) + b"HTTP/1.1 200 OK\r\n")
+        return True
+
+    async with raw_server(chatty) as server, pool() as p:
+        assert await post(p, server.url, b'{"n":1}') == (200, b'{"n":1}', None)
+        assert await post(p, server.url, b'{"n":2}') == (200, b'{"n":2}', None)
+    assert server.connections == 2

@@ -570,3 +570,28 @@ async def test_an_intent_resent_without_its_id_after_a_full_store_keeps_its_chai
             assert done.intent_id is None and done.result == {"created": "b", "for": PERSON.did}
     assert calls["create_event"] == 2
     assert [s["principal"] for s in seen] == [PERSON.did, PERSON.did]
+
+
+async def test_a_delegated_stream_sends_its_chain_in_full_when_another_worker_asks() -> None:
+    # Two workers of one agent share a store: the session is known to both, the verified
+    # chain only to the worker that saw it. A stream, like a unary request, answers the
+    # second worker's signed "send it in full" by sending it in full, on the same session.
+    calls: Counter[str] = Counter()
+    store = MemoryStore()
+    chain = to_orch(person_chain(goals=["create_event", "watch"]), goals=None)
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [
+            await stack.enter_async_context(serve_app(calendar(calls, [], store).app())) for _ in range(2)
+        ]
+        orch = await stack.enter_async_context(A2AClient(ORCH, retry=NO_RETRY))
+        for url in (urls[0], urls[1], urls[0], urls[1]):
+            items = [
+                item
+                async for item in orch.stream(
+                    CAL.did, {"goal": "watch", "inputs": {}}, endpoint=url, on_behalf_of=chain
+                )
+            ]
+            assert items == [{"i": 0, "for": PERSON.did}, {"i": 1, "for": PERSON.did}]
+        session = await orch.session_for(CAL.did)
+        assert session.last_sequence == 5  # one session throughout; one sequence went to the ask
+    assert calls["watch"] == 4

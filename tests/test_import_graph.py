@@ -252,3 +252,84 @@ def test_the_cycle_finder_finds_a_circle() -> None:
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(edges) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# -- the client: one machine decides, the adapters do I/O ------------------------------------------
+# The client's decisions between two sends (resend after -32043, the chain in full, ids
+# full, sealing, undeclared members) live in protocol/client_attempt.py, which uses the rules
+# of protocol/client_decisions.py. Which adapter may name which of them:
+CLIENT_DECISIONS = {
+    "a2a_secure.client.http": {"HANDSHAKE", "Call", "CallOptions", "Resend", "Send", "send_close"},
+    "a2a_secure.client.handshake": {"PeerState", "seal"},  # the CHALLENGE's card decides, in the core
+    "a2a_secure.client.transport": {  # retry of the byte-identical request
+        "Retry",
+        "backoff",
+        "gives_up",
+        "parse_retry_after",
+        "reply_retry",
+        "stream_reply_retried",
+        "transport_failure_retried",
+    },
+}
+DECISION_MODULES = ("a2a_secure.protocol.client_attempt", "a2a_secure.protocol.client_decisions")
+# Names that only a deciding module may use: seeing one in an adapter means a second place decides.
+DECISION_NAMES = (
+    "CHAIN_UNKNOWN",
+    "chain_unknown",
+    "is_ids_full",
+    "ids_full_pause",
+    "intent_id_need",
+    "resend_after_session_unknown",
+    "undeclared",
+)
+
+
+def _names_from(path: Path, modules: tuple[str, ...]) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module in modules
+        for alias in node.names
+    }
+
+
+def test_the_client_adapters_import_no_decision_but_the_machine() -> None:
+    modules = _modules(PACKAGE, "a2a_secure")
+    used = {
+        name: found
+        for name, path in modules.items()
+        if not name.startswith("a2a_secure.protocol") and (found := _names_from(path, DECISION_MODULES))
+    }
+    assert used == CLIENT_DECISIONS
+
+
+def test_no_adapter_names_a_resend_rule() -> None:
+    modules = _modules(PACKAGE, "a2a_secure")
+    core_or_server = (
+        "a2a_secure.protocol",
+        "a2a_secure.delegation",
+        "a2a_secure.runtime",
+        "a2a_secure.server",
+    )
+    hits = {}
+    for name, path in modules.items():
+        if name.startswith(core_or_server):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+            a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names
+        }
+        if bad := sorted(found & set(DECISION_NAMES)):
+            hits[name] = bad
+    assert hits == {}
+
+
+def test_the_bridges_reach_the_client_through_the_one_machine_only() -> None:
+    # The A2A transport and the MCP bridge's tool catalog call A2AClient; neither imports a
+    # session, handshake or decision module of the core to make a call of its own.
+    edges = graph(_modules(PACKAGE, "a2a_secure"))
+    for bridge in ("a2a_secure.a2a_binding.client", "a2a_secure.llm_tools", "a2a_secure.mcp_server"):
+        reached = {e for e in edges[bridge] if e.startswith("a2a_secure.protocol.client")}
+        reached -= {"a2a_secure.protocol.client"}  # the facade: types (ClientSession) and input bounds
+        assert reached == set(), bridge

@@ -7,13 +7,16 @@ handshake and a signed intent, verified by the real client.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
+from a2a_secure.client.extensions import CARD_PATH
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_verify
 from a2a_secure.llm_tools import (
@@ -30,7 +33,7 @@ from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer
 from a2a_secure.server.test_agent import count
 from a2a_secure.testing import serve_app
-from tests.http_helpers import build_server, identity
+from tests.http_helpers import build_server, identity, read_body, replaying
 
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 APPROVAL = {
@@ -488,3 +491,44 @@ async def test_a_card_that_trickles_in_is_refused_within_the_fetch_deadline(
         failures = agent.tools.failures
     assert "alpha__echo" in names and "slow__echo" not in names
     assert "did not arrive within" in failures["slow"]
+
+
+SECRET_WORD = "orchid-ledger-7"
+
+
+async def test_tools_are_offered_on_a_sealed_session_only_when_the_verified_card_declares_sealed() -> None:
+    # The orchestrator's session was opened while the agent's card could not be fetched, so
+    # it is not sealed. The listing then fetches the card, checks it against the handshake's
+    # manifest hash and sees "sealed": the tools go out on a sealed session, never that one.
+    server = _server("sealer")
+    server.limits = dataclasses.replace(server.limits, sealed_intents=True)
+    app = server.app()
+    blocked = [1]
+    posted: list[dict[str, Any]] = []
+
+    async def front(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == CARD_PATH and blocked[0] > 0:
+            blocked[0] -= 1
+            await send({"type": "http.response.start", "status": 404, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if scope["type"] == "http" and scope["path"] == "/a2a/intent":
+            body = await read_body(receive)
+            request = json.loads(body)
+            if request["method"] == "intent":
+                posted.append(request["params"]["intent"])
+            return await app(scope, replaying(body), send)
+        await app(scope, receive, send)
+
+    async with serve_app(front) as url:
+        registry = AgentRegistry()
+        registry.add(RegistryEntry("sealer", server.identity.did, url, ()))
+        async with A2AAgent("orchestrator", identity("orchestrator"), registry=registry) as agent:
+            first = await agent.client.session_for(server.identity.did, url)
+            assert first.sealed is False  # the card was blocked during its handshake
+            names = [spec.name for spec in await agent.tools.refresh()]
+            assert "sealer__echo" in names
+            assert (await agent.client.session_for(server.identity.did)).sealed is True
+            result = await agent.tools.call("sealer__echo", {"text": SECRET_WORD})
+            assert not result.is_error and SECRET_WORD in json.dumps(result.content)
+    assert posted and all(intent["inputs"] == {} and "sealed" in intent for intent in posted)

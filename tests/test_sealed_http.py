@@ -802,6 +802,29 @@ async def test_agents_as_tools_call_over_a_sealed_session() -> None:
     assert server.calls["echo"] == 1 and server.calls["count"] == 1  # type: ignore[attr-defined]
 
 
+async def test_a_blocked_card_fetch_speaks_for_one_client_and_one_server_only() -> None:
+    # One client's handshake could not fetch the card (blocked once on the way): its
+    # session is not sealed. That failure is not kept for the whole process: another
+    # client handshaking a moment later fetches the card and seals.
+    server = build_server(limits=ServerLimits(sealed_intents=True))
+    app = server.app()
+    blocked = [1]
+
+    async def front(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/.well-known/agent-card.json" and blocked[0]:
+            blocked[0] -= 1
+            await send({"type": "http.response.start", "status": 404, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await app(scope, receive, send)
+
+    async with serve_app(front) as url:
+        async with A2AClient(identity("blocked-once")) as first:
+            assert (await first.session_for(server.identity.did, url)).sealed is False
+        async with A2AClient(identity("came-later")) as second:
+            assert (await second.session_for(server.identity.did, url)).sealed is True
+
+
 def _kept_token(store: MemoryStore) -> str:
     """The one claim's kept answer (its sealed result) as the store holds it."""
     from a2a_secure.store.base import StoredReply

@@ -260,13 +260,19 @@ MEMORY_KEY_SPACES = {
     "_pending_by_source": "capacity",
     "_claims_by_expiry": "capacity",  # the store's bound on claims
     "_revoked": "deny list",  # the operator's, for every agent of the store: it only refuses
+    "_revoked_epoch": "deny list",  # moves whenever the deny list does: it names no one
     "_rates_sweep_at": "bookkeeping",
+    "_by_expiry": "capacity",  # sessions by expiry: the store's bound on sessions, and the sweep
+    "_pending_by_expiry": "capacity",  # pending handshakes by expiry: the store's bound on them
+    "_actions_by_expiry": "capacity",  # pending actions by expiry: the store's bound on them
+    "_actions_pending_total": "capacity",  # their count, store-wide: it only refuses
+    "_actions_by_keep": "bookkeeping",  # when each decided action's record may be forgotten
 }
 # Redis keys (after the prefix) that are shared on purpose; any other key names an agent.
 SHARED_REDIS_KEYS = [
     (r"\{?s:[^}]*\}?", "session: the record names its agent"),
     (r"\{?(ps:[^}]*|pa(:\d+)?|sa(:\d+)?|ix(:\d+)?)\}?", "a capacity bound of the store"),
-    (r"(rv:.*|\{d:[^}]*\}:rv|rva)", "the deny list"),
+    (r"(rv:.*|\{d:[^}]*\}:rv|rva|(\{[^}]*\}:)?rve)", "the deny list and its epoch"),
     (r"(\{act\}:)?(act:.*|actc:.*|acta)", "approval actions: the record names its agent"),
 ]
 

@@ -35,6 +35,7 @@ itself), so other calls to that agent through the same ``A2AClient`` wait for it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, Callable, Collection
 from typing import Any, TypeVar
 
@@ -75,12 +76,12 @@ from a2a_secure.a2a_binding.card import (
 )
 from a2a_secure.a2a_binding.errors import SecureTransportError, to_sdk_error
 from a2a_secure.a2a_binding.server import A2A_DOMAIN, SERVICE_PARAMETERS
-from a2a_secure.client.extensions import learn_card
 from a2a_secure.client.http import A2AClient
 from a2a_secure.delegation import Chain
 from a2a_secure.errors import A2AError, AuthenticationFailed
 from a2a_secure.identity import encoding
 from a2a_secure.identity.addresses import Reach, url_reach
+from a2a_secure.protocol.client import ClientSession
 
 __all__ = [
     "SecureA2ATransport",
@@ -161,10 +162,14 @@ class SecureA2ATransport(ClientTransport):
                     except SignatureVerificationError as exc:
                         raise AuthenticationFailed(f"agent card refused: {exc}"[:200]) from None
                     # The declared extensions, kept under the card's hash: a handshake whose
-                    # CHALLENGE signs that hash reads them (sealing is decided there).
-                    learn_card(self._card_json)
+                    # CHALLENGE signs that hash reads them. A card that declares ``sealed``
+                    # also makes every session with the agent sealed from now on, one
+                    # opened before (while its card could not be fetched, say) included.
+                    self.client.trust_card(self.did, self._card_json)
                     self._verified = True
-        session = await self.client.session_for(self.did, self.url)
+
+    def _check_session(self, session: ClientSession) -> None:
+        """Every session a call goes on (a new one after -32043 too) commits to this card."""
         if session.server_manifest_hash != self._manifest_hash:
             raise AuthenticationFailed("the agent card is not the one the agent's handshake names")
 
@@ -195,7 +200,11 @@ class SecureA2ATransport(ClientTransport):
         try:
             await self._ready()
             answer = await self.client.request(
-                self.did, intent, endpoint=self.url, on_behalf_of=self.on_behalf_of
+                self.did,
+                intent,
+                endpoint=self.url,
+                on_behalf_of=self.on_behalf_of,
+                session_check=self._check_session,
             )
         except A2AError as exc:
             raise to_sdk_error(exc) from exc
@@ -207,10 +216,19 @@ class SecureA2ATransport(ClientTransport):
         intent = self._intent(method, request, context)
         try:
             await self._ready()
-            async for item in self.client.stream(
-                self.did, intent, endpoint=self.url, on_behalf_of=self.on_behalf_of
-            ):
-                yield self._parse(item, StreamResponse())
+            events = self.client.stream_events(
+                self.did,
+                intent,
+                endpoint=self.url,
+                on_behalf_of=self.on_behalf_of,
+                session_check=self._check_session,
+            )
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    # The closing event of a streaming handler carries no partial result.
+                    if event.result is None and event.final:
+                        continue
+                    yield self._parse(event.result, StreamResponse())
         except A2AError as exc:
             raise to_sdk_error(exc) from exc
 

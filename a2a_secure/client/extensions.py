@@ -9,17 +9,19 @@ kept in one process-wide cache keyed by that hash (safe to share between clients
 peers: the key names the exact card), bounded in size, so a card is fetched once per
 server version, not per handshake and never per intent.
 
-A card that cannot be fetched, does not hash to the manifest hash, or does not parse counts
-as "no extensions": the client then behaves as with a server that implements only
-PROTOCOL.md. That failure is kept for a few minutes (then tried again); a verified card is
-kept until the cache evicts it.
+A card that cannot be fetched, does not hash to the manifest hash, or does not parse gives
+None ("not verified"), and is never cached here: one blocked fetch must not speak for every
+client and every server in the process for minutes. Each client remembers its own failures
+per server (``PeerState.card_failures``), and decides what an unverified card means (with
+``sealed=None`` and no verified card of that server declaring ``sealed``, a server that
+implements only PROTOCOL.md; otherwise a refusal: :func:`~a2a_secure.protocol.client_decisions.seal`).
+A verified card is kept until the cache evicts it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import urllib.parse
 from collections import OrderedDict
 from typing import Any, Final
@@ -31,19 +33,18 @@ from a2a_secure.errors import A2AError
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.intent_id import CARD_MEMBER
 
-__all__ = ["card_url", "fetch_card", "forget", "known_extensions", "learn_card", "learn_extensions"]
+__all__ = ["card_url", "fetch_card", "fetch_extensions", "forget", "known_extensions", "learn_card"]
 
 _log = logging.getLogger("a2a_secure.client.extensions")
 
 CACHE_SIZE: Final = 1024
-FAILURE_TTL: Final = 300.0  # seconds a failed look-up is remembered
 MAX_CARD_BYTES: Final = 256 * 1024
 CARD_FETCH_TIMEOUT: Final = 10.0  # seconds for the whole card, however slowly it comes
 CARD_PATH: Final = "/.well-known/agent-card.json"
 _NONE: Final[frozenset[str]] = frozenset()
 
-# manifest hash -> (extensions, monotonic time until which the entry holds; inf = verified)
-_cache: OrderedDict[str, tuple[frozenset[str], float]] = OrderedDict()
+# manifest hash -> the extensions of the verified card with that hash
+_cache: OrderedDict[str, frozenset[str]] = OrderedDict()
 
 
 def card_url(endpoint: str) -> str:
@@ -52,23 +53,16 @@ def card_url(endpoint: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, CARD_PATH, "", ""))
 
 
-def known_extensions(manifest_hash: str, *, verified_only: bool = False) -> frozenset[str] | None:
-    """The cached extensions for ``manifest_hash``, or None when a look-up is due.
-
-    ``verified_only``: a remembered failure counts as unknown (the caller needs certainty).
-    """
+def known_extensions(manifest_hash: str) -> frozenset[str] | None:
+    """The extensions of the verified card whose hash is ``manifest_hash``, or None."""
     hit = _cache.get(manifest_hash)
-    if hit is None:
-        return None
-    extensions, until = hit
-    if until != float("inf") and (verified_only or until <= time.monotonic()):
-        return None
-    _cache.move_to_end(manifest_hash)
-    return extensions
+    if hit is not None:
+        _cache.move_to_end(manifest_hash)
+    return hit
 
 
-def _put(manifest_hash: str, extensions: frozenset[str], until: float) -> frozenset[str]:
-    _cache[manifest_hash] = (extensions, until)
+def _put(manifest_hash: str, extensions: frozenset[str]) -> frozenset[str]:
+    _cache[manifest_hash] = extensions
     _cache.move_to_end(manifest_hash)
     while len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)
@@ -96,7 +90,7 @@ def learn_card(card: Any) -> frozenset[str]:
     keyed by the hash of this exact card, and a session reads it only when its CHALLENGE
     signed that hash.
     """
-    return _put(encoding.hash_of(card), parse_extensions(card), float("inf"))
+    return _put(encoding.hash_of(card), parse_extensions(card))
 
 
 async def fetch_card(
@@ -132,15 +126,16 @@ async def fetch_card(
     return encoding.loads(b"".join(chunks), error=error)
 
 
-async def learn_extensions(
-    http: httpx.AsyncClient, endpoint: str, manifest_hash: str, *, verified_only: bool = False
-) -> frozenset[str]:
+async def fetch_extensions(
+    http: httpx.AsyncClient, endpoint: str, manifest_hash: str
+) -> frozenset[str] | None:
     """The extensions of the server whose signed manifest hash is ``manifest_hash``.
 
     From the cache, else by fetching the card from ``endpoint``'s origin and checking that it
-    hashes to ``manifest_hash``; any failure gives no extensions (logged at debug level).
+    hashes to ``manifest_hash``; None when it cannot be had or does not verify (logged at
+    debug level, not cached).
     """
-    known = known_extensions(manifest_hash, verified_only=verified_only)
+    known = known_extensions(manifest_hash)
     if known is not None:
         return known
     url = card_url(endpoint)
@@ -148,10 +143,10 @@ async def learn_extensions(
         card = await fetch_card(http, url)
     except (httpx.HTTPError, A2AError, ValueError, OSError) as exc:
         _log.debug("agent card %s not usable: %s", url, str(exc)[:200])
-        return _put(manifest_hash, _NONE, time.monotonic() + FAILURE_TTL)
+        return None
     if encoding.hash_of(card) != manifest_hash:
         # Another version of the card (the server changed it since the handshake), or a
         # card altered on the way: either way not the one the server signed.
         _log.debug("agent card %s does not hash to the signed manifest_hash", url)
-        return _put(manifest_hash, _NONE, time.monotonic() + FAILURE_TTL)
-    return _put(manifest_hash, parse_extensions(card), float("inf"))
+        return None
+    return _put(manifest_hash, parse_extensions(card))

@@ -1,80 +1,48 @@
-"""The HTTP adapter of the client side: httpx around ``ClientHandshake``/``ClientSession``.
+"""The client: ``A2AClient``, which calls agents over DID-authenticated sessions.
 
-It resolves the server's DID once per handshake, drives the four-step handshake, sends
-signed requests and verifies every answer through the core. A retry re-sends the
-byte-identical request, which the server answers from its stored response, so an intent is
-never run twice under two sequence numbers. What to retry, when to re-handshake, when to
-name an ``intent_id``, which extension members to send: the rules are
-:mod:`a2a_secure.protocol.client_decisions`; this module sends, waits and applies them.
+A thin adapter. Every call (a request, a stream, an intent on a given session, and through
+them the A2A secure transport's calls and the MCP bridge's tool calls) is one
+:class:`~a2a_secure.protocol.client_attempt.Call` of the sans-I/O core, driven by one loop
+(:meth:`A2AClient._ready`): the machine says what to do next (open a session, look up the
+server's card, send this intent on this session) and what an answer leads to (send again,
+open a new session, raise); this module only does the I/O it is told. Around it:
+
+* :mod:`a2a_secure.client.transport`: one exchange and its byte-identical retries, streams
+  and their resumption;
+* :mod:`a2a_secure.client.handshake`: the handshake driver and card discovery;
+* :mod:`a2a_secure.client.framing`: bounded replies and the event stream's framing.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import itertools
 import logging
 import os
-import random
 import socket
 import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
 
+from a2a_secure import system
 from a2a_secure.client.endpoint import check_endpoint
-from a2a_secure.client.extensions import learn_extensions
-from a2a_secure.client.pool import ConnectionPool, StreamReply
-from a2a_secure.delegation import DELEGATION, Chain
-from a2a_secure.errors import (
-    A2AError,
-    AuthenticationFailed,
-    InternalError,
-    InvalidParams,
-    PeerUnreachable,
-    PolicyViolation,
-    SessionUnknown,
-    Unavailable,
-)
-from a2a_secure.identity import encoding
+from a2a_secure.client.extensions import learn_card
+from a2a_secure.client.handshake import Handshaker, Peer
+from a2a_secure.client.pool import ConnectionPool
+from a2a_secure.client.transport import RetryPolicy, Transport
+from a2a_secure.delegation import Chain
+from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity.addresses import AddressPolicy
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
-from a2a_secure.jsonrpc import JSONRPC_VERSION
 from a2a_secure.policy import Policy
-from a2a_secure.protocol.client import (
-    ClientHandshake,
-    ClientSession,
-    IntentResult,
-    PreparedRequest,
-    StreamEvent,
-)
-from a2a_secure.protocol.client_decisions import (
-    IdNeed,
-    PeerState,
-    Retry,
-    backoff,
-    chain_unknown,
-    gives_up,
-    ids_full_pause,
-    intent_id_need,
-    parse_retry_after,
-    reply_retry,
-    resend_after_session_unknown,
-    seal,
-    send_close,
-    stream_reply_retried,
-    transport_failure_retried,
-    undeclared,
-)
-from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id, new_intent_id
-from a2a_secure.protocol.priority import EXTENSION as PRIORITY
+from a2a_secure.protocol.client_attempt import HANDSHAKE, Call, CallOptions, Resend, Send
+from a2a_secure.protocol.client_decisions import send_close
+from a2a_secure.protocol.client_session import ClientSession, IntentResult, StreamEvent
 from a2a_secure.protocol.priority import with_priority
 from a2a_secure.protocol.server import AuditHook
-from a2a_secure.protocol.validate import json_equal
-from a2a_secure.protocol.wire import encode_request
 from a2a_secure.telemetry import tracing
 
 __all__ = ["A2AClient", "RetryPolicy", "check_endpoint"]
@@ -82,211 +50,6 @@ __all__ = ["A2AClient", "RetryPolicy", "check_endpoint"]
 _log = logging.getLogger("a2a_secure.client")
 
 MAX_TIMEOUT = 30.0
-
-
-def _tls_verify_error(exc: BaseException) -> str | None:
-    """The reason a TLS certificate did not verify, if that is what caused ``exc``."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            return str(cause.verify_message or "certificate not trusted")[:200]
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return None
-
-
-class RetryPolicy:
-    """Exponential backoff with full jitter, honouring ``Retry-After`` up to ``max_wait``."""
-
-    def __init__(
-        self, attempts: int = 3, base: float = 0.1, cap: float = 5.0, max_wait: float = 30.0
-    ) -> None:
-        self.attempts = attempts
-        self.base = base
-        self.cap = cap
-        self.max_wait = max_wait
-
-    def delay(self, attempt: int, retry_after: float | None) -> float:
-        """Seconds to wait before retry number ``attempt`` (1-based)."""
-        fraction = random.random()  # noqa: S311 - jitter, not security
-        return backoff(attempt, retry_after, base=self.base, cap=self.cap, fraction=fraction)
-
-
-class _Retryable(Exception):
-    """Internal: a stream failure worth resuming with the byte-identical request."""
-
-    def __init__(self, error: A2AError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-_POST_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-_STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
-
-
-class _HttpxStream:
-    """An httpx streamed response seen as the pool's ``StreamReply``."""
-
-    def __init__(self, resp: httpx.Response) -> None:
-        self.status = resp.status_code
-        self.content_type = resp.headers.get("content-type", "")
-        self.retry_after = resp.headers.get("retry-after")
-        self._resp = resp
-
-    def chunks(self) -> AsyncIterator[bytes]:
-        return self._resp.aiter_bytes()
-
-
-_StreamReply = StreamReply | _HttpxStream
-MAX_EVENT_BYTES = 1024 * 1024
-# A reply carries the result twice (in ``result`` and inside ``response_jws``): a 1 MiB result
-# makes a reply of about 2.4 MiB.
-MAX_REPLY_BYTES = 4 * 1024 * 1024
-
-
-def _reply_too_large() -> A2AError:
-    return AuthenticationFailed("reply too large")
-
-
-async def _read_capped(body: AsyncIterator[bytes], limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in body:
-        size += len(chunk)
-        if size > limit:
-            raise _reply_too_large()
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _unreachable_reason(exc: httpx.RequestError) -> str:
-    """A short cause for a person to act on; the exception text may hold addresses and errno noise."""
-    if isinstance(exc, httpx.TimeoutException):
-        return "timed out"
-    if isinstance(exc, httpx.ConnectError):
-        return "could not connect"
-    return "connection failed"
-
-
-def _jsonrpc_error(raw: bytes, rid: int) -> Any:
-    try:
-        obj = encoding.loads(raw)
-    except A2AError:
-        raise AuthenticationFailed("reply is not JSON") from None
-    if not isinstance(obj, dict) or obj.get("jsonrpc") != JSONRPC_VERSION or obj.get("id") not in (rid, None):
-        raise AuthenticationFailed("reply is not a JSON-RPC response to this request")
-    if "error" not in obj:
-        raise AuthenticationFailed("a streamed request was answered with a plain result")
-    return obj["error"]
-
-
-def _event_result(data: bytes, rid: int) -> Any:
-    try:
-        obj = encoding.loads(data)
-    except A2AError:
-        raise AuthenticationFailed("event data is not JSON") from None
-    if (
-        not isinstance(obj, dict)
-        or obj.keys() != {"jsonrpc", "id", "result"}
-        or obj["jsonrpc"] != JSONRPC_VERSION
-        or obj["id"] != rid
-    ):
-        raise AuthenticationFailed("event is not a JSON-RPC result for this request")
-    return obj["result"]
-
-
-async def _sse_lines(body: AsyncIterator[bytes]) -> AsyncIterator[str]:
-    """The lines of an event stream, split at LF only (§6.4).
-
-    Not ``resp.aiter_lines()``: it also splits at U+2028, U+2029, U+0085 and the other
-    ``str.splitlines`` separators, which a JSON string in an event may hold unescaped. A line
-    longer than an event is refused while it is still being read.
-    """
-    buf = bytearray()
-    async for chunk in body:
-        scan = len(buf)
-        buf += chunk
-        start = 0
-        while (end := buf.find(b"\n", scan)) >= 0:
-            yield _utf8(bytes(buf[start:end]))
-            start = scan = end + 1
-        del buf[:start]
-        if len(buf) > MAX_EVENT_BYTES + 16:
-            raise AuthenticationFailed("event larger than 1 MiB")
-    if buf:
-        yield _utf8(bytes(buf))
-
-
-def _utf8(line: bytes) -> str:
-    try:
-        return line.decode("utf-8")
-    except UnicodeDecodeError:
-        raise AuthenticationFailed("event stream is not UTF-8") from None
-
-
-async def _sse_events(body: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, bytes]]:
-    """Events framed as ``id: N`` LF ``data: JSON`` LF LF; comment lines are skipped (§6.4)."""
-    event_id: str | None = None
-    data: bytes | None = None
-    async for line in _sse_lines(body):
-        if len(line) > MAX_EVENT_BYTES + 16:
-            raise AuthenticationFailed("event larger than 1 MiB")
-        if line == "":
-            if event_id is None and data is None:
-                continue
-            if event_id is None or data is None:
-                raise AuthenticationFailed("event without id or data")
-            yield event_id, data
-            event_id, data = None, None
-        elif line.startswith(":"):
-            continue
-        elif line.startswith("id: ") and event_id is None and data is None:
-            event_id = line[4:]
-        elif line.startswith("data: ") and event_id is not None and data is None:
-            data = line[6:].encode()
-        else:
-            raise AuthenticationFailed("unexpected line in the event stream")
-    if event_id is not None or data is not None:
-        raise AuthenticationFailed("stream ended inside an event")
-
-
-class _Peer(PeerState):
-    """One server: its endpoint and its open session, with a lock keeping sequences ordered;
-    what the client knows of it (extensions, chains sent, the intent_id pause) is the core's
-    :class:`~a2a_secure.protocol.client_decisions.PeerState`."""
-
-    def __init__(self, did: str, endpoint: str) -> None:
-        super().__init__()
-        self.did = did
-        self.endpoint = endpoint
-        self.session: ClientSession | None = None
-        self.lock = asyncio.Lock()
-        self.key_timer: asyncio.TimerHandle | None = None  # drops a sealed session's keys
-
-    def hold(self, session: ClientSession) -> None:
-        """Make ``session`` this peer's, and drop its sealing keys when it expires (§12.6),
-        whether or not it is used again: a timer, checked against the session's own clock."""
-        self.session = session
-        if self.key_timer is not None:
-            self.key_timer.cancel()
-            self.key_timer = None
-        if session.sealed:
-            self._keys_timer(session)
-
-    def _keys_timer(self, session: ClientSession) -> None:
-        left = session.drop_keys()
-        if left is not None:  # not ended yet by its clock: look again then
-            loop = asyncio.get_running_loop()
-            self.key_timer = loop.call_later(left + 0.05, self._keys_timer, session)
-        else:
-            self.key_timer = None
-
-    def forget_timer(self) -> None:
-        """Cancel the timer (the client is closing; its sessions go with it)."""
-        if self.key_timer is not None:
-            self.key_timer.cancel()
-            self.key_timer = None
 
 
 class A2AClient:
@@ -372,16 +135,29 @@ class A2AClient:
         self.http = http or httpx.AsyncClient(
             transport=transport, timeout=httpx.Timeout(timeout), follow_redirects=False
         )
-        # With its own client, every protocol call goes through its own pool (_exchange,
-        # _open_stream).
-        self._pool = ConnectionPool(verify=verify, timeout=timeout) if http is None else None
-        self.retry = retry or RetryPolicy()
+        # With its own client, every protocol call goes through its own pool.
+        pool = ConnectionPool(verify=verify, timeout=timeout) if http is None else None
+        self._transport = Transport(self.http, pool, retry or RetryPolicy())
         self.manifest_hash = manifest_hash
         self.accept_policy = accept_policy
         self._audit = audit
         self._clock = clock
-        self._peers: dict[str, _Peer] = {}
-        self._ids = itertools.count(1)
+        self._wall = system.wall_clock_of(clock)  # the same clock, typed as wall seconds
+        self._peers: dict[str, Peer] = {}
+        # Cards the caller vouched for (trust_card) before this client knew the server.
+        self._trusted: dict[str, frozenset[str]] = {}
+        self._handshaker = Handshaker(
+            identity, self.resolver, self._transport, self.http, clock, self._record
+        )
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """How failed exchanges are tried again (:class:`RetryPolicy`)."""
+        return self._transport.retry
+
+    @retry.setter
+    def retry(self, value: RetryPolicy) -> None:
+        self._transport.retry = value
 
     async def __aenter__(self) -> A2AClient:
         return self
@@ -398,8 +174,7 @@ class A2AClient:
                         await self.close_session(peer.did)
         for peer in self._peers.values():
             peer.forget_timer()
-        if self._pool is not None:
-            await self._pool.aclose()
+        await self._transport.aclose()
         if self._own_http:
             await self.http.aclose()
 
@@ -408,7 +183,7 @@ class A2AClient:
         self,
         event: str,
         started: float,
-        peer: _Peer,
+        peer: Peer,
         *,
         error: A2AError | None = None,
         goal: str | None = None,
@@ -435,83 +210,33 @@ class A2AClient:
             verified=verified if error is None else bool(error.signed),
         )
 
-    # -- transport -----------------------------------------------------------------------------
-    async def _post(self, url: str, body: bytes, rid: int) -> tuple[int, Any, Any, float | None]:
-        """One JSON-RPC call; returns (HTTP status, result, error, Retry-After)."""
-        status, content, retry_header = await self._exchange(url, body)
-        retry_after = parse_retry_after(retry_header)
-        try:
-            obj = encoding.loads(content)
-        except A2AError:
-            raise InternalError(f"HTTP {status} with a body that is not JSON") from None
-        if (
-            not isinstance(obj, dict)
-            or obj.get("jsonrpc") != JSONRPC_VERSION
-            or obj.get("id") not in (rid, None)
-        ):
-            raise AuthenticationFailed("reply is not a JSON-RPC response to this request")
-        if "error" in obj:
-            return status, None, obj["error"], retry_after
-        if status != 200 or "result" not in obj or obj.get("id") != rid:
-            raise AuthenticationFailed("malformed JSON-RPC result")
-        return status, obj["result"], None, retry_after
-
-    async def _exchange(self, url: str, body: bytes) -> tuple[int, bytes, str | None]:
-        """POST ``body``; (HTTP status, reply body, Retry-After header).
-
-        The reply is read with a bound: a hostile server must not exhaust the client's memory.
-        """
-        trace = tracing.trace_headers()  # traceparent/tracestate of the current span, if any
-        if self._pool is None:
-            headers = {**_POST_HEADERS, **{k.decode(): v.decode() for k, v in trace}}
-            async with self.http.stream("POST", url, content=body, headers=headers) as resp:
-                content = await _read_capped(resp.aiter_bytes(), MAX_REPLY_BYTES)
-            return resp.status_code, content, resp.headers.get("retry-after")
-        # Without a given httpx client the call goes through the client's own small HTTP/1.1
-        # pool (client/pool.py): the httpx layers (URL merging, cookie jar, auth and redirect
-        # flows, hooks, anyio) do nothing for these calls and cost more than the signature
-        # check of the reply. It raises the same httpx exceptions.
-        return await self._pool.post(
-            url, body, limit=MAX_REPLY_BYTES, too_large=_reply_too_large, headers=trace
-        )
-
-    @contextlib.asynccontextmanager
-    async def _open_stream(
-        self, url: str, body: bytes, trace: Sequence[tuple[bytes, bytes]] = ()
-    ) -> AsyncIterator[_StreamReply]:
-        """POST a streamed request; the reply as it comes, through the pool or the given client."""
-        if self._pool is not None:
-            async with self._pool.stream(url, body, headers=trace) as reply:
-                yield reply
-            return
-        headers = {**_STREAM_HEADERS, **{k.decode(): v.decode() for k, v in trace}}
-        async with self.http.stream("POST", url, content=body, headers=headers) as resp:
-            yield _HttpxStream(resp)
-
-    @staticmethod
-    def _plain_error(error: Any) -> A2AError:
-        from a2a_secure.errors import error_for_code  # noqa: PLC0415 - keeps the import list short
-
-        if (
-            isinstance(error, dict)
-            and type(error.get("code")) is int
-            and isinstance(error.get("message"), str)
-        ):
-            data = error.get("data") if isinstance(error.get("data"), dict) else None
-            return error_for_code(error["code"], error["message"][:512], data)
-        return AuthenticationFailed("malformed error reply")
-
-    # -- handshake -----------------------------------------------------------------------------
-    def _peer(self, did: str, endpoint: str | None) -> _Peer:
+    # -- peers and sessions ----------------------------------------------------------------------
+    def _peer(self, did: str, endpoint: str | None) -> Peer:
         peer = self._peers.get(did)
         if peer is None:
             if endpoint is None:
                 raise InvalidParams(f"no endpoint known for {did}")
-            peer = _Peer(did, check_endpoint(endpoint))
+            peer = Peer(did, endpoint)
+            if did in self._trusted:
+                peer.card_verified(self._trusted.pop(did))
             self._peers[did] = peer
         elif endpoint is not None:
             peer.endpoint = check_endpoint(endpoint)
         return peer
+
+    def _call(self, peer: Peer, intent: Mapping[str, Any], **kw: Any) -> Call:
+        """One call of the attempt machine, with this client's settings as they are now."""
+        options = CallOptions(self.exactly_once, self.resend_on_unknown_session, self.sealed)
+        return Call(peer, intent, client_did=self.identity.did, server_did=peer.did, options=options, **kw)
+
+    async def _handshake(self, peer: Peer) -> ClientSession:
+        return await self._handshaker.open(
+            peer,
+            sealed=self.sealed,
+            exactly_once=self.exactly_once,
+            manifest_hash=self.manifest_hash,
+            accept=self.accept_policy,
+        )
 
     async def handshake(self, server_did: str, endpoint: str | None = None) -> ClientSession:
         """Run the handshake with ``server_did`` at ``endpoint`` and keep the session."""
@@ -519,248 +244,66 @@ class A2AClient:
         async with peer.lock:
             return await self._handshake(peer)
 
-    async def _handshake(self, peer: _Peer) -> ClientSession:
-        with tracing.client_span("handshake", peer.did):  # the steps are its events (_record)
-            return await self._run_handshake(peer)
-
-    async def _run_handshake(self, peer: _Peer) -> ClientSession:
-        resolved = await self.resolver.resolve(peer.did)
-        hs = ClientHandshake(self.identity, resolved, manifest_hash=self.manifest_hash, clock=self._clock)
-        url = peer.endpoint + "/a2a/handshake"
-        msg = hs.hello()
-        steps = (
-            ("hello", hs.receive_challenge),
-            ("proof", lambda r: hs.receive_policy(r, accept=self.accept_policy)),
-            ("accept_policy", None),
-        )
-        session: ClientSession | None = None
-        for method, nxt in steps:
-            started = self._clock()
-            try:
-                _status, result, error, _ra = await self._with_retries(url, method, msg, signed=False)
-                if error is not None:
-                    refused = self._plain_error(error)
-                    if method == "accept_policy":  # §12.6: a server's own refusal is signed
-                        refused.signed = hs.refusal_is_signed(error, msg)
-                    raise refused
-                if nxt is not None:
-                    msg = nxt(result)
-                    if method == "hello" and self.sealed is not False:
-                        await self._negotiate_sealing(peer, hs)
-                else:
-                    session = hs.receive_session(result)
-            except A2AError as exc:
-                self._record(method, started, peer, error=exc)
-                raise
-            if session is not None:
-                peer.hold(session)
-            self._record(method, started, peer, verified=True)
-        assert session is not None
-        peer.new_session()
-        if self.exactly_once is not False:
-            peer.extensions = await self._server_extensions(peer, session)
-        return session
-
-    async def _negotiate_sealing(self, peer: _Peer, hs: ClientHandshake) -> None:
-        """Bring a seal_key to the ACCEPT_POLICY if the server declares sealed intents (§12.6).
-
-        The card is the one whose hash the CHALLENGE just signed; with ``sealed=True`` a
-        server without the extension (or whose card cannot be had: stripping it is how an
-        attacker would downgrade) ends the handshake here, before any session exists.
-        """
-        declared = await learn_extensions(
-            self.http, peer.endpoint, hs.server_manifest_hash, verified_only=self.sealed is True
-        )
-        hs.seal = seal(peer.did, self.sealed, declared)
-
-    async def _server_extensions(
-        self, peer: _Peer, session: ClientSession, *, verified_only: bool = False
-    ) -> frozenset[str]:
-        """The extensions ``session``'s server declares (cached per signed manifest hash)."""
-        if not session.server_manifest_hash:
-            return frozenset()
-        return await learn_extensions(
-            self.http, peer.endpoint, session.server_manifest_hash, verified_only=verified_only
-        )
-
-    async def _with_intent_id(
-        self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any], chosen: str | None
-    ) -> tuple[Mapping[str, Any], str | None]:
-        """``intent`` with the intent_id to send to ``session``'s server, and that id.
-
-        ``chosen`` is the id already given or used (kept across retries and re-handshakes):
-        then, or with ``exactly_once=True``, a server that does not declare the extension is
-        refused rather than sent the intent without an id.
-        """
-        need = intent_id_need(
-            chosen=chosen, exactly_once=self.exactly_once, paused=peer.ids_paused(time.monotonic())
-        )
-        if need is IdNeed.NONE:
-            return intent, None
-        required = need is IdNeed.REQUIRED
-        if required and not peer.declares(INTENT_ID):  # a failed look-up is tried again when it matters
-            peer.extensions = await self._server_extensions(peer, session, verified_only=True)
-        if not peer.declares(INTENT_ID):
-            if required:
-                raise undeclared(peer.did, INTENT_ID)
-            return intent, None
-        if chosen is None:
-            chosen = new_intent_id(os.urandom)
-        return {**intent, INTENT_ID: chosen}, chosen
-
-    def _ids_full(
-        self, peer: _Peer, exc: A2AError, *, own_id: bool, attempt: int, yielded: bool = False
-    ) -> bool:
-        """Whether ``exc`` refused an id this client picked because the DID holds too many
-        (:func:`~a2a_secure.protocol.client_decisions.ids_full_pause`): then the intent goes
-        again without one, and so do the next ones for the pause. That intent is then not
-        remembered across sessions (logged).
-        """
-        pause = ids_full_pause(
-            exc, exactly_once=self.exactly_once, own_id=own_id, attempt=attempt, yielded=yielded
-        )
-        if pause is None:
-            return False
-        peer.pause_ids(time.monotonic(), pause)
-        _log.warning(
-            "%s keeps no more intent_ids for this client's DID: intents go without one for %.0f s",
-            peer.did[:128],
-            pause,
-        )
-        return True
-
-    async def _check_priority(self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any]) -> None:
-        """Refuse to ask for a priority of a server whose card does not declare it (§12.3).
-
-        Such a server would refuse the unknown member with -32602 only after the request is
-        signed and sent; the card (authenticated by the CHALLENGE's manifest_hash) says so
-        before anything leaves.
-        """
-        if not peer.needs_priority_check(intent):
-            return
-        peer.extensions = await self._server_extensions(peer, session, verified_only=True)
-        if not peer.declares(PRIORITY):
-            raise undeclared(peer.did, PRIORITY)
-
-    async def _with_delegation(
-        self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any], chain: Chain | None
-    ) -> Mapping[str, Any]:
-        """``intent`` acting under ``chain`` (PROTOCOL.md §12.7): the tokens the first time on
-        this session, the chain's hash after that.
-
-        Refused before anything is signed: a server whose card does not declare the
-        extension, and a chain that does not let this client's DID do this goal at this
-        server now (a chain delegated to someone else, expired, or too narrow).
-        """
-        if chain is None:
-            return intent
-        if not peer.declares(DELEGATION):
-            peer.extensions = await self._server_extensions(peer, session, verified_only=True)
-            if not peer.declares(DELEGATION):
-                raise undeclared(peer.did, DELEGATION)
-        refused = chain.refusal(
-            now=self._clock(),
-            client_did=self.identity.did,
-            server_did=peer.did,
-            goal=str(intent.get("goal", "")),
-            priority=intent.get(PRIORITY, 3),
-        )
-        if refused is not None:
-            raise InvalidParams(f"not sent: {refused.message}")
-        return {**intent, DELEGATION: peer.delegation_member(chain)}
-
-    async def _attempt(
-        self, peer: _Peer, intent: Mapping[str, Any], chosen: str | None, chain: Chain | None = None
-    ) -> tuple[ClientSession, Mapping[str, Any], str | None]:
-        """One attempt's session, the intent to sign on it and its intent_id.
-
-        A handshake first when there is no session or it expired. The caller holds
-        ``peer.lock``; the priority and intent_id checks (see :meth:`_with_intent_id`) run
-        against this session's server, before anything is signed.
-        """
-        if peer.session is None or peer.session.expired():
-            await self._handshake(peer)
-        session = peer.session
-        assert session is not None
-        await self._check_priority(peer, session, intent)
-        body, chosen = await self._with_intent_id(peer, session, intent, chosen)
-        body = await self._with_delegation(peer, session, body, chain)
-        return session, body, chosen
-
-    @staticmethod
-    def _given_intent_id(intent: Mapping[str, Any], intent_id: str | None) -> str | None:
-        given = intent_id if intent_id is not None else intent.get(INTENT_ID)
-        if given is not None:
-            check_intent_id(given)
-            if intent_id is not None and intent.get(INTENT_ID, intent_id) != intent_id:
-                raise InvalidParams("intent_id differs from the intent's own intent_id")
-        return given
-
-    async def _with_retries(
-        self,
-        url: str,
-        method: str,
-        params: Mapping[str, Any],
-        *,
-        signed: bool,
-        session: ClientSession | None = None,
-        req: PreparedRequest | None = None,
-    ) -> tuple[int, Any, Any, float | None]:
-        # One id and one body for all attempts: a retry is the byte-identical request.
-        rid = next(self._ids)
-        body = encode_request(method, params, rid)
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                status, result, error, retry_after = await self._post(url, body, rid)
-            except httpx.RequestError as exc:
-                # Every transport failure becomes an A2AError (never a raw httpx/ssl error).
-                # A certificate that does not verify will not verify on a retry either.
-                tls = _tls_verify_error(exc)
-                if not transport_failure_retried(
-                    attempt, self.retry.attempts, certificate_refused=tls is not None
-                ):
-                    if tls is not None:
-                        raise Unavailable(
-                            f"TLS certificate verification failed: {tls}", retry_after=1
-                        ) from None
-                    reason = _unreachable_reason(exc)
-                    raise PeerUnreachable(
-                        f"{url} did not answer ({reason})", endpoint=url, reason=reason
-                    ) from None
-                tracing.event(
-                    "a2a_secure.retry", {"a2a_secure.attempt": attempt + 1, "error.type": "transport"}
-                )
-                await asyncio.sleep(self.retry.delay(attempt, None))
-                continue
-            verdict = reply_retry(
-                status,
-                is_error=error is not None,
-                retry_after=retry_after,
-                max_wait=self.retry.max_wait,
-                signed_request=signed and session is not None and req is not None,
-            )
-            retryable = verdict is Retry.YES
-            if verdict is Retry.UNLESS_SIGNED and session is not None and req is not None:
-                retryable = not session.error_from_reply(req, error).signed
-            if not retryable or gives_up(attempt, self.retry.attempts):
-                return status, result, error, retry_after
-            tracing.event(
-                "a2a_secure.retry", {"a2a_secure.attempt": attempt + 1, "http.response.status_code": status}
-            )
-            await asyncio.sleep(self.retry.delay(attempt, retry_after))
-
-    # -- intents ---------------------------------------------------------------------------------
     async def session_for(self, server_did: str, endpoint: str | None = None) -> ClientSession:
-        """The open session with ``server_did``, handshaking if there is none or it expired."""
+        """The open session with ``server_did``, handshaking if there is none, it expired, or
+        it is not sealed while a verified card of that server declares ``sealed``."""
         peer = self._peer(server_did, endpoint)
         async with peer.lock:
-            if peer.session is None or peer.session.expired():
-                await self._handshake(peer)
-            assert peer.session is not None
-            return peer.session
+            return await self._session(peer)
 
+    async def _session(self, peer: Peer) -> ClientSession:
+        # The attempt machine's session rule, for a caller that only wants the session.
+        call = self._call(peer, {})
+        while (step := call.session_step(self._wall())) is HANDSHAKE:
+            await self._handshake(peer)
+        return step
+
+    def trust_card(self, server_did: str, card: Any) -> frozenset[str]:
+        """Take ``card`` as ``server_did``'s own: a card the caller verified (an A2A card
+        whose signature it checked against the DID, or one that hashes to the manifest hash
+        a session's CHALLENGE signed). Its extensions are known under its hash from now on;
+        if it declares ``sealed`` (and this client does not say ``sealed=False``), every
+        session used with that server from now on is sealed: an unsealed one is replaced by
+        a new handshake, which refuses to go on unsealed (PROTOCOL.md §12.6)."""
+        extensions = learn_card(card)
+        peer = self._peers.get(server_did)
+        if peer is not None:
+            peer.card_verified(extensions)
+        else:
+            self._trusted[server_did] = extensions
+        return extensions
+
+    # -- the one loop --------------------------------------------------------------------------------
+    async def _ready(self, peer: Peer, call: Call) -> Send:
+        """Run the machine until it says what to send: sessions opened, cards looked up."""
+        while True:
+            step = call.next(self._wall(), system.mono_now())
+            if type(step) is Send:
+                return step
+            if step is HANDSHAKE:
+                await self._handshake(peer)
+            else:
+                session = step.session
+                call.learnt(
+                    await self._handshaker.card_extensions(
+                        peer, session.server_manifest_hash, retry_failed=True
+                    )
+                )
+
+    def _resent(self, peer: Peer, why: Resend, trace: tracing.ClientTrace | None = None) -> None:
+        if why is Resend.IDS_FULL:
+            _log.warning(
+                "%s keeps no more intent_ids for this client's DID: intents go without one for %.0f s",
+                peer.did[:128],
+                max(0.0, peer.ids_full_until - system.mono_now()),
+            )
+        attrs = {"a2a_secure.reason": why.value}
+        if trace is not None:
+            trace.event("a2a_secure.resend", attrs)
+        else:
+            tracing.event("a2a_secure.resend", attrs)
+
+    # -- intents ---------------------------------------------------------------------------------
     async def request(
         self,
         server_did: str,
@@ -770,6 +313,7 @@ class A2AClient:
         priority: int | None = None,
         intent_id: str | None = None,
         on_behalf_of: Chain | None = None,
+        session_check: Callable[[ClientSession], None] | None = None,
     ) -> IntentResult:
         """Send ``intent`` to ``server_did`` on a (re)used session; return the verified result.
 
@@ -781,10 +325,12 @@ class A2AClient:
         run the intent at most once; the server must declare the extension (see
         ``exactly_once``). The id used is ``IntentResult.intent_id``. ``on_behalf_of``: a
         delegation chain whose leaf names this client's DID (PROTOCOL.md §12.7); the server
-        must declare the extension.
+        must declare the extension. ``session_check``: as for :meth:`stream_events`.
         """
         with tracing.client_span("intent", server_did, intent.get("goal")):
-            return await self._request(server_did, intent, endpoint, priority, intent_id, on_behalf_of)
+            return await self._request(
+                server_did, intent, endpoint, priority, intent_id, on_behalf_of, session_check
+            )
 
     async def _request(
         self,
@@ -794,55 +340,50 @@ class A2AClient:
         priority: int | None,
         intent_id: str | None,
         on_behalf_of: Chain | None,
+        session_check: Callable[[ClientSession], None] | None = None,
     ) -> IntentResult:
-        intent = with_priority(intent, priority)
         peer = self._peer(server_did, endpoint)
-        chosen = self._given_intent_id(intent, intent_id)
-        own_id = chosen is None  # an id this client picks, not the caller's
+        call = self._call(
+            peer,
+            with_priority(intent, priority),
+            intent_id=intent_id,
+            chain=on_behalf_of,
+            check=session_check,
+        )
+        return await self._run(peer, call)
+
+    async def _run(self, peer: Peer, call: Call) -> IntentResult:
         async with peer.lock:
-            for attempt in (1, 2):
-                session, body, chosen = await self._attempt(peer, intent, chosen, on_behalf_of)
+            while True:
+                step = await self._ready(peer, call)
                 try:
-                    return await self._send(peer, session, body)
-                except PolicyViolation as exc:
-                    if on_behalf_of is None or not chain_unknown(exc) or attempt == 2:
-                        raise
-                    # The worker that answered has not seen the chain: send it in full.
-                    peer.chain_unknown(on_behalf_of)
-                except Unavailable as exc:
-                    if not self._ids_full(peer, exc, own_id=own_id, attempt=attempt):
-                        raise
-                    # Nothing ran: once more without the id, the rest of the body as it was
-                    # (its delegation chain, above all: the intent acts for the same person).
-                    return await self._send(peer, session, {k: v for k, v in body.items() if k != INTENT_ID})
-                except SessionUnknown:
-                    peer.session = None
-                    if not resend_after_session_unknown(
-                        attempt=attempt, enabled=self.resend_on_unknown_session
-                    ):
-                        raise
-                    tracing.event("a2a_secure.resend", {"a2a_secure.reason": "session_unknown"})
-        raise SessionUnknown()  # pragma: no cover
+                    return await self._send(peer, step.session, step.intent)
+                except A2AError as exc:
+                    self._resent(peer, call.failed(exc, mono=system.mono_now()))
 
     async def send_intent(
         self, session: ClientSession, intent: Mapping[str, Any], *, on_behalf_of: Chain | None = None
     ) -> IntentResult:
-        """Send ``intent`` on an explicit ``session`` (under ``on_behalf_of``, see :meth:`request`)."""
+        """Send ``intent`` on an explicit ``session`` (under ``on_behalf_of``, see :meth:`request`).
+
+        Only on that session: no new one is opened (-32043 is raised) and this client names
+        no ``intent_id`` of its own; a delegated intent goes on the open session only, and a
+        session that is not sealed is refused when a verified card of the server declares
+        ``sealed``.
+        """
         peer = self._peers.get(session.server_did)
         if peer is None:
             raise InvalidParams("unknown session")
+        call = self._call(peer, intent, chain=on_behalf_of, pinned=session)
         with tracing.client_span("intent", session.server_did, intent.get("goal")):
-            async with peer.lock:
-                if on_behalf_of is not None and session is peer.session:
-                    intent = await self._with_delegation(peer, session, intent, on_behalf_of)
-                return await self._send(peer, session, intent)
+            return await self._run(peer, call)
 
-    async def _send(self, peer: _Peer, session: ClientSession, intent: Mapping[str, Any]) -> IntentResult:
+    async def _send(self, peer: Peer, session: ClientSession, intent: Mapping[str, Any]) -> IntentResult:
         req = session.prepare_intent(intent)
         started = self._clock()
         try:
-            _status, result, error, _ra = await self._with_retries(
-                peer.endpoint + "/a2a/intent", "intent", req.params, signed=True, session=session, req=req
+            _status, result, error, _ra = await self._transport.call(
+                peer.endpoint + "/a2a/intent", "intent", req.params, session=session, req=req
             )
             if error is not None:
                 raise session.error_from_reply(req, error)
@@ -914,14 +455,13 @@ class A2AClient:
         body_intent = dict(with_priority(intent, priority))
         body_intent["constraints"] = {**dict(intent.get("constraints") or {}), "stream": True}
         peer = self._peer(server_did, endpoint)
-        chosen = self._given_intent_id(intent, intent_id)
-        own_id = chosen is None  # an id this client picks, not the caller's
+        call = self._call(
+            peer, body_intent, streamed=True, intent_id=intent_id, chain=on_behalf_of, check=session_check
+        )
         # Not the current span: a generator's context is its consumer's between items.
         trace = tracing.start_client_span("intent", server_did, intent.get("goal"))
         failure: BaseException | None = None
-        attempts = self._stream_attempts(
-            peer, body_intent, chosen, own_id, trace, session_check, on_behalf_of
-        )
+        attempts = self._stream_attempts(peer, call, trace)
         try:
             async with contextlib.aclosing(attempts):  # releases the session lock now on early exit
                 async for item in attempts:
@@ -936,119 +476,29 @@ class A2AClient:
                 trace.end(failure)
 
     async def _stream_attempts(
-        self,
-        peer: _Peer,
-        body_intent: Mapping[str, Any],
-        chosen: str | None,
-        own_id: bool,
-        trace: tracing.ClientTrace | None,
-        session_check: Callable[[ClientSession], None] | None,
-        on_behalf_of: Chain | None,
+        self, peer: Peer, call: Call, trace: tracing.ClientTrace | None
     ) -> AsyncGenerator[StreamEvent, None]:
         async with peer.lock:
-            for attempt in (1, 2):
-                session, body, chosen = await self._attempt(peer, body_intent, chosen, on_behalf_of)
-                if session_check is not None:
-                    session_check(session)
-                req = session.prepare_intent(body)
+            while True:
+                step = await self._ready(peer, call)
+                session = step.session
+                req = session.prepare_intent(step.intent)
                 started = self._clock()
                 yielded = False
                 try:
-                    async for item in self._stream_events(peer, session, req, trace):
+                    async for item in self._transport.events(
+                        peer.endpoint + "/a2a/intent", session, req, trace
+                    ):
                         yielded = True
                         yield item
                 except A2AError as exc:
                     self._record("intent", started, peer, error=exc, goal=req.goal, sequence=req.sequence)
-                    if self._ids_full(peer, exc, own_id=own_id, attempt=attempt, yielded=yielded):
-                        chosen = None  # nothing ran: once more, without an id (see _ids_full)
-                        continue
-                    resend = isinstance(exc, SessionUnknown) and resend_after_session_unknown(
-                        attempt=attempt,
-                        enabled=self.resend_on_unknown_session,
-                        streamed=True,
-                        yielded=yielded,
-                        intent_id=chosen,
-                    )
-                    if not resend:
-                        raise
-                    peer.session = None
-                    if trace is not None:
-                        trace.event("a2a_secure.resend", {"a2a_secure.reason": "session_unknown"})
+                    self._resent(peer, call.failed(exc, yielded=yielded, mono=system.mono_now()), trace)
                     continue
                 self._record("intent", started, peer, goal=req.goal, sequence=req.sequence)
                 return
 
-    async def _stream_events(
-        self,
-        peer: _Peer,
-        session: ClientSession,
-        req: PreparedRequest,
-        trace: tracing.ClientTrace | None = None,
-    ) -> AsyncIterator[StreamEvent]:
-        rid = next(self._ids)
-        body = encode_request("intent", req.params, rid)
-        url = peer.endpoint + "/a2a/intent"
-        held: list[Any] = []  # the raw ``result`` objects of the events received so far
-        attempt = 0
-        while True:
-            attempt += 1
-            retry_after: float | None = None
-            replayed = 0  # events of this attempt that replayed ones already held, in order
-            held_before = len(held)  # a replay comes first: only these events can be replayed
-            try:
-                async with self._open_stream(url, body, trace.headers if trace is not None else ()) as resp:
-                    ctype = resp.content_type.split(";")[0].strip().lower()
-                    if ctype != "text/event-stream":
-                        raw = await _read_capped(resp.chunks(), MAX_REPLY_BYTES)
-                        retry_after = parse_retry_after(resp.retry_after)
-                        error = _jsonrpc_error(raw, rid)
-                        exc = session.error_from_reply(req, error)
-                        if stream_reply_retried(resp.status, signed=exc.signed):
-                            raise _Retryable(exc)
-                        raise exc
-                    async for event_id, data in _sse_events(resp.chunks()):
-                        if held and held[-1].get("final") is True:
-                            raise AuthenticationFailed("data after the final event")
-                        index = len(held)
-                        result = _event_result(data, rid)
-                        if event_id != str(result.get("index") if isinstance(result, dict) else None):
-                            raise AuthenticationFailed("event id does not match its index")
-                        got_index = result.get("index") if isinstance(result, dict) else None
-                        if type(got_index) is int and got_index < index:
-                            # Only a resumed stream replays, from index 0 and in order: each event
-                            # is identical to the one held, or a signed final error (the server no
-                            # longer has it). Anything else (a duplicate on a first attempt, say)
-                            # is a forgery.
-                            if attempt == 1 or got_index != replayed or len(held) != held_before:
-                                raise AuthenticationFailed(f"event {got_index} duplicated or out of order")
-                            replayed += 1
-                            if json_equal(result, held[got_index]):
-                                continue
-                            ev = session.verify_event(req, result, got_index, check_fresh=False)
-                            if ev.error is not None and ev.final:
-                                raise ev.error
-                            raise AuthenticationFailed("a replayed event differs from the one received")
-                        ev = session.verify_event(req, result, index)
-                        held.append(result)
-                        if ev.error is not None:
-                            raise ev.error
-                        yield ev
-                    if not held or held[-1].get("final") is not True:
-                        raise _Retryable(AuthenticationFailed("stream ended before its final event"))
-                    return
-            except httpx.RequestError:
-                failure: A2AError = Unavailable("stream interrupted", retry_after=1)
-            except _Retryable as wrapped:
-                failure = wrapped.error
-            if gives_up(attempt, self.retry.attempts, retry_after, self.retry.max_wait):
-                raise failure
-            if trace is not None:  # resumed with the byte-identical request (§6.4)
-                trace.event(
-                    "a2a_secure.retry",
-                    {"a2a_secure.attempt": attempt + 1, "a2a_secure.events_held": len(held)},
-                )
-            await asyncio.sleep(self.retry.delay(attempt, retry_after))
-
+    # -- close -------------------------------------------------------------------------------------
     async def close_session(self, server_did: str) -> None:
         """Close the session with ``server_did`` (authenticated close, §6.3)."""
         with tracing.client_span("close", server_did):
@@ -1067,8 +517,8 @@ class A2AClient:
             req = session.prepare_close()
             started = self._clock()
             try:
-                _s, result, error, _ra = await self._with_retries(
-                    peer.endpoint + "/a2a/intent", "close", req.params, signed=True, session=session, req=req
+                _s, result, error, _ra = await self._transport.call(
+                    peer.endpoint + "/a2a/intent", "close", req.params, session=session, req=req
                 )
                 if error is not None:
                     raise session.error_from_reply(req, error)

@@ -36,6 +36,7 @@ from typing import Any, cast
 import h11
 import httpx
 
+from a2a_secure.client.http11 import FastHead, parse_head, request_head
 from a2a_secure.system import mono_now
 
 __all__ = ["ConnectionPool", "StreamReply"]
@@ -47,7 +48,7 @@ MAX_HEAD_BYTES = 64 * 1024
 class _Origin:
     """Where a URL's requests go, and the parts of each request that never change."""
 
-    __slots__ = ("headers", "host", "key", "port", "target", "tls")
+    __slots__ = ("headers", "host", "key", "port", "post_head", "target", "tls")
 
     def __init__(self, url: str) -> None:
         u = httpx.URL(url)  # the same parsing (IDNA, percent-encoding) as httpx's
@@ -65,6 +66,8 @@ class _Origin:
             # compressed anyway is refused.
             (b"Accept-Encoding", b"identity"),
         ]
+        # The head of a POST for a JSON reply, written once (see client/http11.py).
+        self.post_head = request_head(self.target, [*self.headers, (b"Accept", b"application/json")])
 
 
 _JSON = b"application/json"
@@ -104,6 +107,10 @@ class _Connection(asyncio.Protocol):
         self._received = 0  # bytes received since the current request went out
         self._lost: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
+        # A request written and its reply read without h11 (client/http11.py): the reply's
+        # bytes gather here until its head and body are in, or are handed to h11.
+        self._fast = False
+        self._buf = bytearray()
 
     # -- protocol callbacks --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -118,7 +125,10 @@ class _Connection(asyncio.Protocol):
             return
         if not self._eof:
             self._received += len(data)
-            self.h11.receive_data(data)
+            if self._fast:
+                self._buf += data
+            else:
+                self.h11.receive_data(data)
         if not self._wake() and not self._paused:
             # Nobody is waiting for these bytes (a stream's reader is busy with the last
             # ones): read no more until it asks, or a fast server would fill this process's
@@ -144,7 +154,8 @@ class _Connection(asyncio.Protocol):
     def _end_of_data(self) -> None:
         if not self._eof:
             self._eof = True
-            self.h11.receive_data(b"")
+            if not self._fast:
+                self.h11.receive_data(b"")
         self._wake()
 
     def _wake(self) -> bool:
@@ -164,6 +175,7 @@ class _Connection(asyncio.Protocol):
             and h.our_state is h11.IDLE
             and h.their_state is h11.IDLE
             and h.trailing_data == (b"", False)
+            and not self._fast
         )
 
     def close(self) -> None:
@@ -195,6 +207,75 @@ class _Connection(asyncio.Protocol):
         self._exchanging = True
         self.transport.write(data)
 
+    def send_fast(self, data: bytes) -> None:
+        """Write a request the pool wrote itself; its reply is read by :meth:`read_fast`."""
+        assert self.transport is not None
+        if self.closed:  # lost between connecting (or being kept) and now: nothing was sent
+            raise _ClosedEarly(self._lost)
+        self._received = 0
+        self._exchanging = True
+        self._fast = True
+        self.transport.write(data)
+
+    async def _more(self) -> None:
+        """Wait for more bytes of a reply read by :meth:`read_fast`."""
+        if self._eof:
+            if not self._received:
+                raise _ClosedEarly(self._lost)
+            raise h11.RemoteProtocolError("reply cut short")
+        await self._bytes()
+
+    async def _bytes(self) -> None:
+        """Wait until the loop hands this connection bytes (or its end)."""
+        self._resume()
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    async def read_fast(
+        self, limit: int, too_large: Callable[[], Exception]
+    ) -> tuple[FastHead, bytes] | None:
+        """The reply to :meth:`send_fast`, head and whole body; None when its head is not the
+        common shape (then h11 has it, and :meth:`head` and :meth:`read_all` read it)."""
+        buf = self._buf
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            if len(buf) > MAX_HEAD_BYTES:
+                raise h11.RemoteProtocolError("reply head larger than 64 KiB")
+            await self._more()
+        head = parse_head(bytes(buf[:end]))
+        if head is None:
+            self._to_h11()
+            return None
+        if head.content_encoding not in (b"", b"identity"):
+            raise httpx.DecodingError("reply has a content-encoding that was not asked for")
+        if head.length > limit:
+            raise too_large()
+        need = end + 4 + head.length
+        while len(buf) < need:
+            await self._more()
+        body = bytes(buf[end + 4 : need])
+        stray = len(buf) > need
+        buf.clear()
+        self._fast = self._exchanging = False
+        self._resume()  # idle: an EOF or stray bytes must be seen (and drop the connection)
+        if stray or head.close:
+            self.close()
+        return head, body
+
+    def _to_h11(self) -> None:
+        """Hand the reply read so far to h11, as if h11 had written the request."""
+        h = self.h11
+        h.send(h11.Request(method="POST", target=b"/", headers=[(b"Host", b"x"), (b"Content-Length", b"0")]))
+        h.send(h11.EndOfMessage())
+        self._fast = False
+        data = bytes(self._buf)
+        self._buf.clear()
+        h.receive_data(data)
+        if self._eof:
+            h.receive_data(b"")
+
     async def _event(self) -> Any:
         """The reply's next h11 event, waiting for bytes as needed."""
         h = self.h11
@@ -210,12 +291,7 @@ class _Connection(asyncio.Protocol):
                     raise _ClosedEarly(self._lost)
                 return event
             # After an EOF h11 never answers NEED_DATA: it raises (reply cut short).
-            self._resume()
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._bytes()
 
     async def head(self) -> _Head:
         """Read up to the reply's final head (1xx informational heads are skipped)."""
@@ -250,6 +326,10 @@ class _Connection(asyncio.Protocol):
                 raise too_large()
             chunks.append(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _post_head(origin: _Origin, more: Sequence[tuple[bytes, bytes]]) -> bytes | None:
+    return request_head(origin.target, [*origin.headers, (b"Accept", _JSON), *more])
 
 
 class _ClosedEarly(Exception):
@@ -287,7 +367,7 @@ def _failures(conn: _Connection, *, may_resend: bool = False) -> Iterator[None]:
 class StreamReply:
     """A reply being read as it comes: its head, then :meth:`chunks` of its body."""
 
-    def __init__(self, conn: _Connection, head: _Head, timeout: float) -> None:
+    def __init__(self, conn: _Connection, head: _Head | FastHead, timeout: float) -> None:
         self.status = head.status
         self.content_type = head.content_type
         self.retry_after = head.retry_after
@@ -406,7 +486,7 @@ class ConnectionPool:
         accept: bytes,
         headers: Sequence[tuple[bytes, bytes]],
         whole: tuple[int, Callable[[], Exception]] | None,
-    ) -> tuple[_Connection, _Head, bytes]:
+    ) -> tuple[_Connection, _Head | FastHead, bytes]:
         """Send the request and read the reply's head within ``timeout``, and its body too
         when ``whole`` = (limit, too_large) is given; (connection, head, body or b"")."""
         for attempt in (1, 2):
@@ -414,9 +494,22 @@ class ConnectionPool:
             try:
                 with _failures(conn, may_resend=True):
                     async with asyncio.timeout(self.timeout):
-                        conn.send(origin, body, accept, headers)
-                        head = await conn.head()
-                        content = b"" if whole is None else await conn.read_all(*whole)
+                        fast: tuple[FastHead, bytes] | None = None
+                        head: _Head | FastHead
+                        if whole is not None:
+                            written = origin.post_head if not headers else _post_head(origin, headers)
+                            if written is not None:
+                                conn.send_fast(b"%sContent-Length: %d\r\n\r\n%s" % (written, len(body), body))
+                                fast = await conn.read_fast(*whole)
+                            else:
+                                conn.send(origin, body, accept, headers)
+                        else:
+                            conn.send(origin, body, accept, headers)
+                        if fast is not None:
+                            head, content = fast
+                        else:
+                            head = await conn.head()
+                            content = b"" if whole is None else await conn.read_all(*whole)
             except _ClosedEarly as exc:
                 if conn.reused and attempt == 1:
                     continue  # a stale kept-alive connection: once more on a new one

@@ -26,13 +26,15 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from a2a_secure.delegation import CHAIN_UNKNOWN, DELEGATION, Chain
-from a2a_secure.errors import A2AError, InvalidParams
-from a2a_secure.protocol.client import ClientSession
+from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation
+from a2a_secure.protocol.client_session import ClientSession
 from a2a_secure.protocol.intent_id import INTENT_ID, is_ids_full
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.sealing import SEALED
+from a2a_secure.system import MonoSeconds
 
 __all__ = [
+    "CARD_FAILURE_PAUSE",
     "IDS_FULL_PAUSE",
     "RETRYABLE_STATUSES",
     "IdNeed",
@@ -57,6 +59,8 @@ __all__ = [
 RETRYABLE_STATUSES: Final = frozenset({500, 502, 503, 504})
 # Seconds: the longest a client goes without its own intent_ids after a full DID's refusal.
 IDS_FULL_PAUSE: Final = 60.0
+# Seconds: how long one server's failed card look-up is remembered before it is tried again.
+CARD_FAILURE_PAUSE: Final = 300.0
 
 
 # -- retry -------------------------------------------------------------------------------------
@@ -195,14 +199,23 @@ def undeclared(server_did: str, extension: str) -> InvalidParams:
     return InvalidParams(f"{server_did[:128]} {_UNDECLARED[extension]}")
 
 
-def seal(server_did: str, sealed: bool | None, declared: frozenset[str]) -> bool:
+def seal(
+    server_did: str, sealed: bool | None, declared: frozenset[str] | None, *, seen: bool = False
+) -> bool:
     """Whether the session is sealed (§12.6), given the extensions its CHALLENGE's card declares.
 
-    ``sealed=True`` with a server that does not declare it (or whose card cannot be had:
-    stripping it is how an attacker would downgrade) ends the handshake before any session
-    exists; ``None`` seals when declared; ``False`` never (the card is then not fetched).
+    ``declared`` is None when that card could not be had or did not hash to the signed
+    manifest hash (blocked or altered on the way: how an attacker would downgrade). Then,
+    with ``sealed=True``, or after a verified card of this server declared ``sealed``
+    (``seen``), the handshake ends before any session exists: a blocked or altered card
+    cannot downgrade. ``None`` seals when declared; ``False`` never (the card is then not
+    fetched).
     """
     if sealed is False:
+        return False
+    if declared is None:
+        if sealed is True or seen:
+            raise undeclared(server_did, SEALED)
         return False
     if SEALED not in declared and sealed is True:
         raise undeclared(server_did, SEALED)
@@ -210,25 +223,59 @@ def seal(server_did: str, sealed: bool | None, declared: frozenset[str]) -> bool
 
 
 # -- delegation ----------------------------------------------------------------------------------
-def chain_unknown(exc: A2AError) -> bool:
-    """Whether ``exc`` is the server's signed "send the chain in full" (§12.7); nothing ran."""
-    return getattr(exc, "signed", False) is True and exc.message.endswith(CHAIN_UNKNOWN)
+def chain_unknown(exc: A2AError, reference: str | None = None) -> bool:
+    """Whether ``exc`` is the server's signed "send the chain in full" (§12.7); nothing ran.
+
+    Its ``data.chain_unknown`` names the reference the client sent (``reference``, the
+    chain's ``sha256:`` name, when known); an older server says so only at the end of its
+    message. Unsigned, it may come from anyone on the path, and is not followed.
+    """
+    if getattr(exc, "signed", False) is not True or exc.code != PolicyViolation.code:
+        return False
+    named = exc.data.get("chain_unknown") if isinstance(exc.data, dict) else None
+    if isinstance(named, str):
+        return reference is None or named == reference
+    return exc.message.endswith(CHAIN_UNKNOWN)
 
 
 # -- one server ------------------------------------------------------------------------------------
 class PeerState:
-    """What the client keeps about one server's session: its declared extensions, the
-    delegation chains it has seen, and a pause on new intent_ids. Times are on a monotonic
-    clock the caller reads."""
+    """What the client keeps about one server: its open session, the extensions its card
+    declares, the delegation chains sent on the session, whether a verified card of it ever
+    declared ``sealed``, its failed card look-ups and a pause on new intent_ids. Monotonic
+    times (``mono``) are on a clock the caller reads, never compared with wall-clock ones."""
 
     def __init__(self) -> None:
+        # The open session (None: none yet, or dropped after -32043).
+        self.session: ClientSession | None = None
         # The extensions the server of the current session declares in its authenticated card.
         self.extensions: frozenset[str] = frozenset()
         # Until then (monotonic), intents this client names no id for go without one: the
         # server refused a new id because this DID holds as many as it keeps (§12.5).
-        self.ids_full_until = 0.0
+        self.ids_full_until = MonoSeconds(0.0)
         # The delegation chains (by hash) sent in full on the current session.
         self.chains_sent: set[str] = set()
+        # A card of this server, verified (its hash signed in a CHALLENGE, or its A2A card
+        # signature checked), declared ``sealed``: every session used from then on is sealed.
+        # Cleared only by a verified card that no longer declares it (the server changed).
+        self.sealed_seen = False
+        # manifest hash -> monotonic time until which a failed card look-up is not retried.
+        # Per server, never process-wide: one blocked fetch must not decide for other peers.
+        self.card_failures: dict[str, MonoSeconds] = {}
+
+    def card_verified(self, extensions: frozenset[str]) -> None:
+        """A verified card of this server declares ``extensions``."""
+        self.sealed_seen = SEALED in extensions
+
+    def card_failed(self, manifest_hash: str, mono: MonoSeconds, pause: float = CARD_FAILURE_PAUSE) -> None:
+        """The card for ``manifest_hash`` could not be had (or did not verify) at ``mono``."""
+        if len(self.card_failures) >= 16:
+            self.card_failures.clear()
+        self.card_failures[manifest_hash] = MonoSeconds(mono + pause)
+
+    def card_failure_fresh(self, manifest_hash: str, mono: MonoSeconds) -> bool:
+        """Whether a look-up of ``manifest_hash``'s card failed lately (not retried yet)."""
+        return mono < self.card_failures.get(manifest_hash, MonoSeconds(0.0))
 
     def new_session(self) -> None:
         """A new session: nothing is known of its card, and no chain was sent on it."""
@@ -239,13 +286,13 @@ class PeerState:
         """Whether the server's card, as last learnt, declares ``extension``."""
         return extension in self.extensions
 
-    def ids_paused(self, now: float) -> bool:
+    def ids_paused(self, now: MonoSeconds) -> bool:
         """Whether intents this client names no id for go without one at monotonic ``now``."""
         return now < self.ids_full_until
 
-    def pause_ids(self, now: float, pause: float) -> None:
+    def pause_ids(self, now: MonoSeconds, pause: float) -> None:
         """No own intent_ids for ``pause`` seconds from monotonic ``now`` (:func:`ids_full_pause`)."""
-        self.ids_full_until = now + pause
+        self.ids_full_until = MonoSeconds(now + pause)
 
     def needs_priority_check(self, intent: Mapping[str, Any]) -> bool:
         """Whether ``intent`` asks for a priority (§12.3) the card is not yet known to declare."""
