@@ -23,7 +23,8 @@ from a2a_secure.identity.did import A2A_SERVICE_TYPE, did_web_to_url
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
 from a2a_secure.identity.rotation import WELL_KNOWN_ROTATION, RotationFollower
-from a2a_secure.llm_tools import ProgressCallback, ToolCatalog, ToolFormat, ToolResult
+from a2a_secure.llm_tool_values import ProgressCallback, ToolFormat, ToolResult
+from a2a_secure.llm_tools import ToolCatalog
 from a2a_secure.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.approval import ApprovalSettings, approver_dids
 from a2a_secure.protocol.client import ClientSession, IntentResult

@@ -50,7 +50,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from a2a_secure import __version__
 from a2a_secure.agent import A2AAgent
-from a2a_secure.llm_tools import META_PREFIX, ToolCallError, ToolResult, ToolSpec
+from a2a_secure.llm_tool_values import META_PREFIX, ToolCallError, ToolResult, ToolSpec
 from a2a_secure.system import wall_now
 from a2a_secure.telemetry import tracing
 from a2a_secure.terminal import printable
