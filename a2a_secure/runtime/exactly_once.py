@@ -107,7 +107,7 @@ class Pending:
     running_until: int
     claim: Claim | None = None
     agent: str = ""  # the server DID the claim belongs to (the session's)
-    # Sealed intents (protocol/sealing.py): the answer as the claim keeps it (sealed under
+    # Sealed intents (protocol/sealed_claims.py): the answer as the claim keeps it (sealed under
     # the intent's answer key), and back, sealed for this request's session.
     to_claim: Callable[[StoredReply], StoredReply] | None = None
     from_claim: Callable[[StoredReply, int, str], StoredReply] | None = None
