@@ -18,8 +18,8 @@ from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.delegation import Chain, DelegationRules
 from a2a_secure.errors import A2AError, InvalidParams, PeerUnreachable, SessionClosed
 from a2a_secure.identity import encoding
-from a2a_secure.identity.addresses import AddressPolicy
-from a2a_secure.identity.did import A2A_SERVICE_TYPE
+from a2a_secure.identity.addresses import AddressPolicy, url_reach
+from a2a_secure.identity.did import A2A_SERVICE_TYPE, did_web_to_url
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
 from a2a_secure.identity.rotation import WELL_KNOWN_ROTATION, RotationFollower
@@ -489,7 +489,9 @@ def _service_endpoint(resolved: ResolvedDID, addresses: AddressPolicy) -> str | 
         if service.get("type") != SERVICE_TYPE or not isinstance(ep, str):
             continue
         try:
-            return addresses.check_url(ep, what=f"the service endpoint of {resolved.did}")
+            # No more private than the network the document came from (the DID's host).
+            origin = url_reach(did_web_to_url(resolved.did))
+            return addresses.check_url(ep, what=f"the service endpoint of {resolved.did}", origin=origin)
         except A2AError as exc:
             refusal = refusal or exc
     if refusal is not None:

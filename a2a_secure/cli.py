@@ -296,11 +296,12 @@ def _build_call(subparsers: Subparsers) -> None:
 
 
 def _add_address_options(parser: argparse.ArgumentParser) -> None:
-    """The opt-ins of the address policy, for endpoints read from a registry or a DID document."""
+    """The opt-ins of the address policy, for endpoints read from a remote document."""
     group = parser.add_argument_group(
         "addresses",
-        "an endpoint read from the registry file or a did:web document must be a public https"
-        " host; these let it name more (SECURITY.md, 'Addresses taken from documents')",
+        "the registry file is yours (any https host, plain http to loopback); an endpoint read"
+        " from a did:web document or a card may not point further in than where the document"
+        " came from; these let it name more (SECURITY.md, 'Addresses taken from documents')",
     )
     group.add_argument(
         "--allow-loopback-dev",

@@ -29,6 +29,7 @@ from a2a_secure.identity.jws import Decoded, Signer, jws_decode_unverified, jws_
 
 __all__ = [
     "CHAIN_UNKNOWN",
+    "CHAIN_UNKNOWN_MEMBER",
     "DELEGATION",
     "MAX_CHAIN_CHARS",
     "MAX_DEPTH",
@@ -65,6 +66,8 @@ MAX_TARGETS: Final = 16
 NBF_SKEW: Final = 300
 CHAIN_UNKNOWN: Final = "is unknown on this session; send it in full"
 """The end of the refusal of a chain named by a hash the answering server does not hold."""
+CHAIN_UNKNOWN_MEMBER: Final = "chain_unknown"
+"""The member of that refusal's signed ``data``: the name the client sent (send it in full)."""
 REVOCATION_PREFIX: Final = "delegation:"
 """A deny-list target ``delegation:<jti>`` revokes the one link with that token id."""
 # The priorities of §12.3 (a2a_secure.protocol.priority, above this layer).

@@ -2,8 +2,10 @@
 
 :class:`~a2a_secure.agent.A2AAgent` looks its peers up here; the LLM tool catalog
 (:mod:`a2a_secure.llm_tools`) lists its agents from here. A registry DID is only a pointer (the
-handshake authenticates the agent); an endpoint read from a file is checked
-against the address policy (:mod:`a2a_secure.identity.addresses`): a file is a document.
+handshake authenticates the agent); an endpoint read from a file the operator points at is
+the operator's own choice, as ``--endpoint`` is (https, or plain http to loopback), and one
+read from a registry another network served may not point further in than that network
+(:func:`a2a_secure.identity.addresses.check_address`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from a2a_secure.errors import A2AError, AuthenticationFailed
 from a2a_secure.identity import encoding
-from a2a_secure.identity.addresses import AddressPolicy
+from a2a_secure.identity.addresses import AddressPolicy, Reach
 from a2a_secure.identity.did import check_did_syntax
 from a2a_secure.identity.rotation import RotationFollower, verify_rotation_statement
 from a2a_secure.system import wall_now
@@ -90,13 +92,14 @@ class RegistryEntry:
     capabilities: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _parse_entry(label: str, raw: Any, *, named: bool, addresses: AddressPolicy) -> RegistryEntry:
+def _parse_entry(
+    label: str, raw: Any, *, named: bool, addresses: AddressPolicy, origin: Reach | None
+) -> RegistryEntry:
     """One entry of a registry file; ``named`` when the name is a member (the array form).
 
     Every form goes through here, so a DID and an endpoint are checked the same way whatever
     the form: the DID's syntax (a registry DID is only a pointer, the handshake authenticates
-    the agent) and the endpoint against the address policy (a file is a document: its
-    endpoints may not point at loopback or private hosts without the operator's opt-in).
+    the agent) and the endpoint as the word of ``origin`` (None: the operator's own file).
     """
     if not isinstance(raw, dict):
         raise RegistryEntryError(label, None, "must be an object with a 'did' member")
@@ -120,7 +123,7 @@ def _parse_entry(label: str, raw: Any, *, named: bool, addresses: AddressPolicy)
         if not isinstance(endpoint, str):
             raise RegistryEntryError(name, "endpoint", "must be a string")
         try:
-            addresses.check_url(endpoint, what="endpoint")
+            addresses.check_url(endpoint, what="endpoint", origin=origin)
         except A2AError as exc:
             raise RegistryEntryError(name, "endpoint", f"is not usable: {exc.message}") from None
     caps = raw.get("capabilities", [])
@@ -164,10 +167,9 @@ class AgentRegistry:
     A top-level ``agents`` member always selects one of the last two. A malformed entry is
     skipped, logged as a warning and kept in :attr:`problems`; the others load. A file where
     every entry is malformed raises :class:`RegistryError`. A DID in the registry is only a
-    pointer: the handshake still authenticates the agent behind it. An endpoint read from a
-    file must pass the address policy (``addresses``: public https hosts unless the operator
-    opts in, :class:`~a2a_secure.identity.addresses.AddressPolicy`); entries added in code
-    are the caller's own choice.
+    pointer: the handshake still authenticates the agent behind it. A file the operator points
+    at is its own choice, as ``--endpoint`` and entries added in code are: its endpoints may
+    name loopback or private hosts (https, or plain http to loopback) without an opt-in.
     """
 
     def __init__(self, entries: Iterable[RegistryEntry] = ()) -> None:
@@ -214,7 +216,8 @@ class AgentRegistry:
     def load(cls, path: str | os.PathLike[str], *, addresses: AddressPolicy | None = None) -> AgentRegistry:
         """Read a registry file (any of the forms of :class:`AgentRegistry`).
 
-        ``addresses``: the policy its endpoints must pass (default: public https hosts only).
+        The file is the operator's: its endpoints are its own choice (``addresses`` matters
+        only to :meth:`from_dict` with an ``origin``).
         """
         p = Path(path)
         try:
@@ -231,15 +234,22 @@ class AgentRegistry:
             raise RegistryError(f"registry file {p}: {exc.message}") from None
 
     @classmethod
-    def from_dict(cls, data: Any, *, addresses: AddressPolicy | None = None) -> AgentRegistry:
-        """A registry from its JSON form (see :class:`AgentRegistry`; ``addresses`` as in :meth:`load`)."""
+    def from_dict(
+        cls, data: Any, *, addresses: AddressPolicy | None = None, origin: Reach | None = None
+    ) -> AgentRegistry:
+        """A registry from its JSON form (see :class:`AgentRegistry`).
+
+        ``origin``: None for the operator's own (a file it points at); else the network the
+        data came from, whose endpoints may then point no further in, unless ``addresses``
+        opts them in (:func:`a2a_secure.identity.addresses.check_address`).
+        """
         policy = addresses or AddressPolicy()
         registry = cls()
         problems: list[RegistryEntryError] = []
         raw_entries = _raw_entries(data)
         for label, raw, named in raw_entries:
             try:
-                entry = _parse_entry(label, raw, named=named, addresses=policy)
+                entry = _parse_entry(label, raw, named=named, addresses=policy, origin=origin)
                 if entry.name in registry._entries:
                     raise RegistryEntryError(entry.name, "name", "is used by an earlier entry")
             except RegistryEntryError as exc:

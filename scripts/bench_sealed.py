@@ -108,7 +108,8 @@ async def run_http(rounds: int, n: int, size: int) -> dict[str, Any]:
         key = Path(tmp) / "server.key"
         server_id.save(key)
         policy = Path(tmp) / "policy.json"
-        policy.write_text(json.dumps({"rate_limit": 10**9, "sealed_intents": True}))
+        # Sealing is the default: a plain serve, whose sessions are sealed or not as the client asks.
+        policy.write_text(json.dumps({"rate_limit": 10**9}))
         port = _free_port()
         proc = await asyncio.create_subprocess_exec(
             *[sys.executable, "-m", "a2a_secure", "serve", "--key-file", str(key)],

@@ -38,6 +38,7 @@ from a2a_secure.identity.jws import jws_decode_unverified
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
 from a2a_secure.policy import Policy
+from a2a_secure.protocol import messages as m
 from a2a_secure.protocol import sealing
 from a2a_secure.protocol.client import ClientHandshake, ClientSession, PreparedRequest
 from a2a_secure.protocol.intent_id import CARD_MEMBER, new_intent_id
@@ -97,6 +98,7 @@ AT: Final[dict[str, int]] = {
     "handshake_4": T0 + 60,
     "sealed": T0 + 70,
 }
+PLAIN: Final = ServerLimits(sealed_intents=False)  # a server that turned sealing off (§12.6)
 POLICY: Final = Policy(
     rate_limit=1000,
     rate_period=3600,
@@ -145,7 +147,8 @@ def client_random() -> Callable[[int], bytes]:
 def server_card(identity: Identity, limits: ServerLimits | None = None) -> dict[str, Any]:
     """The server's agent card (§4); its hash is the server's ``manifest_hash``.
 
-    ``limits``: the server's (its extensions follow from them), default ones if None.
+    ``limits``: the server's (its extensions follow from them); None: those of a server that
+    turned sealing off (§12.6), as the examples of sections 5 to 11 and §12.5 are made with.
     """
     return {
         "name": "example-server",
@@ -159,7 +162,7 @@ def server_card(identity: Identity, limits: ServerLimits | None = None) -> dict[
         "public_keys": [identity.public_key_entry()],
         "streaming_intents": ["count"],
         # What make_server's limits and store serve (§12.3, §12.5), as AgentServer's card says.
-        CARD_MEMBER: server_extensions(limits or ServerLimits(), MemoryStore()),
+        CARD_MEMBER: server_extensions(limits or PLAIN, MemoryStore()),
     }
 
 
@@ -300,10 +303,13 @@ async def _intent(
     return req, body, await _call(server, body)
 
 
-async def open_session(server: ServerProtocol, clock: FakeClock, start: int, label: bytes) -> ClientSession:
+async def open_session(
+    server: ServerProtocol, clock: FakeClock, start: int, label: bytes, *, seal: bool = False
+) -> ClientSession:
     """An undocumented handshake from ``start`` on, as §5's (one second a step), for §12's sessions.
 
-    ``label`` seeds the client's random source, so each session has its own ``nonce_a``.
+    ``label`` seeds the client's random source, so each session has its own ``nonce_a``;
+    ``seal``: the client brings a seal_key (§12.6).
     """
     hs = ClientHandshake(
         client_identity(),
@@ -317,6 +323,7 @@ async def open_session(server: ServerProtocol, clock: FakeClock, start: int, lab
     challenge = await _call(server, _request("hello", 1, hello))
     clock.now = start + 2
     policy = await _call(server, _request("proof", 2, hs.receive_challenge(challenge.result)))
+    hs.seal = seal
     clock.now = start + 3
     session = await _call(server, _request("accept_policy", 3, hs.receive_policy(policy.result)))
     return hs.receive_session(session.result)
@@ -580,7 +587,16 @@ DELEGATION_AT: Final[dict[str, int]] = {
     "first": T0 + 70,
     "again": T0 + 71,
     "refused": T0 + 72,
+    "unknown": T0 + 73,
+    # on a server that also seals (§12.6): the chain travels sealed
+    "sealed_handshake": T0 + 80,
+    "sealed_first": T0 + 90,
+    "sealed_unknown": T0 + 91,
 }
+
+
+UNHELD: Final = "sha256:" + hashlib.sha256(b"a chain the example server never saw").hexdigest()
+"""The name of a chain the example server does not hold (it answers: send it in full)."""
 
 
 def person_identity() -> Identity:
@@ -593,28 +609,36 @@ def assistant_identity() -> Identity:
     return Identity.from_seed(hashlib.sha256(b"a2a-secure example assistant").digest(), "example-assistant")
 
 
-def delegation_card(identity: Identity) -> dict[str, Any]:
+def delegation_card(identity: Identity, limits: ServerLimits = PLAIN) -> dict[str, Any]:
     """:func:`server_card` of a server that also serves delegation chains (§12.7)."""
-    extensions = server_extensions(ServerLimits(), MemoryStore(), delegation=True)
+    extensions = server_extensions(limits, MemoryStore(), delegation=True)
     return {**server_card(identity), CARD_MEMBER: extensions}
 
 
-def make_delegation_server(clock: FakeClock, runs: list[HandlerRun] | None = None) -> ServerProtocol:
-    """The test agent under :data:`POLICY`, where ``echo`` runs only on the person's behalf."""
+def make_delegation_server(
+    clock: FakeClock, runs: list[HandlerRun] | None = None, *, sealed: bool = False
+) -> ServerProtocol:
+    """The test agent under :data:`POLICY`, where ``echo`` runs only on the person's behalf.
+
+    ``sealed``: a server that also seals (§12.6: the chain then travels sealed).
+    """
     identity = server_identity()
     dispatcher = _RecordingDispatcher([] if runs is None else runs)
     register_test_agent(dispatcher)
+    limits = ServerLimits(sealed_intents=sealed)
+    label = b"a2a-secure example delegation server random" + (b" sealed" if sealed else b"")
     return ServerProtocol(
         identity,
         POLICY,
         store=MemoryStore(),
         resolver=DIDResolver(clock=clock),
         dispatcher=dispatcher,
-        manifest_hash=encoding.hash_of(delegation_card(identity)),
+        manifest_hash=encoding.hash_of(delegation_card(identity, limits)),
         clock=clock,
-        random_bytes=seeded_random(b"a2a-secure example delegation server random"),
+        random_bytes=seeded_random(label),
         monotonic=clock.monotonic,
         delegation=DelegationRules.build({"echo": [person_identity().did]}),
+        limits=limits,
     )
 
 
@@ -656,6 +680,7 @@ async def _delegation_examples(run: _Run) -> None:
         ("first", "delegation-request", "delegation-result", "req-9", "echo", chain.tokens),
         ("again", "delegation-again-request", "delegation-again-result", "req-10", "echo", chain.hash),
         ("refused", "delegation-refused-request", "delegation-refused-error", "req-11", "count", chain.hash),
+        ("unknown", "delegation-unknown-request", "delegation-unknown-error", "req-12", "echo", UNHELD),
     )
     for step, name, answer_name, rid, goal, member in steps:
         clock.now = DELEGATION_AT[step]
@@ -671,6 +696,54 @@ async def _delegation_examples(run: _Run) -> None:
             raise SystemExit("the example delegation refusal does not verify")
     if [(r.goal, r.sequence) for r in runs] != [("echo", 1), ("echo", 2)]:
         raise SystemExit(f"the delegation examples ran {runs}")
+    await _sealed_delegation_examples(run, chain)
+
+
+async def _sealed_delegation_examples(run: _Run, chain: Chain) -> None:
+    """§12.6 with §12.7: the chain sealed on a sealed session, and a refusal naming nothing of it."""
+    clock = run.clock
+    runs: list[HandlerRun] = []
+    server = make_delegation_server(clock, runs, sealed=True)
+    session = await open_session(
+        server, clock, DELEGATION_AT["sealed_handshake"], b"a2a-secure example client random 5", seal=True
+    )
+    clock.now = DELEGATION_AT["sealed_first"]
+    intent = {"goal": "echo", "inputs": {"text": "Add the dentist on Friday"}, "delegation": chain.tokens}
+    req, _body, reply = await _intent(run, server, session, "sealed-delegation-request", "req-3", intent)
+    run.payload("sealed-delegation-payload", req.params["request_jws"])
+    answer = _answer("req-3", reply)
+    if session.verify_result(req, answer["result"]).result != intent["inputs"]:
+        raise SystemExit("the sealed delegation example did not run")
+    record = await server.store.get_session(session.session_id, clock())
+    assert record is not None
+    keys = sealing.SessionKeys.from_bytes(record.seal_keys)
+    sealed = req.params["intent"][sealing.CHAIN_MEMBER]
+    run.add(
+        "sealed-delegation-vector",
+        {
+            "c2s_key": keys.c2s.hex(),
+            "delegation_nonce": sealing.nonce(req.sequence, sealing.Part.DELEGATION).hex(),
+            "delegation_aad": sealing.aad(
+                "c2s", session.session_id, req.sequence, sealing.Part.DELEGATION, 0, "echo"
+            ).decode(),
+            "delegation_plaintext": encoding.dumps(chain.tokens).decode(),
+            "sealed_delegation": sealed,
+            "digest": m.sealed_digest(sealed),
+        },
+    )
+    # A name this server does not hold (a chain never sent on this session): the refusal's
+    # message names nothing of the chain; its data, sealed, says which one to send in full.
+    clock.now = DELEGATION_AT["sealed_unknown"]
+    intent = {"goal": "echo", "inputs": {"text": "Add the dentist on Friday"}, "delegation": UNHELD}
+    req, _body, reply = await _intent(run, server, session, "sealed-chain-unknown-request", "req-4", intent)
+    answer = _answer("req-4", reply)
+    run.add("sealed-chain-unknown-error", answer, reply.http_status)
+    refused = session.error_from_reply(req, answer["error"])
+    if not refused.signed or (refused.data or {}).get("chain_unknown") != UNHELD:
+        raise SystemExit("the sealed chain-unknown example does not open to its name")
+    run.add("sealed-chain-unknown-data", refused.data)
+    if [(r.goal, r.sequence) for r in runs] != [("echo", 1)]:
+        raise SystemExit(f"the sealed delegation examples ran {runs}")
 
 
 def examples_in(text: str) -> dict[str, tuple[str, int | None, str]]:

@@ -92,6 +92,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.addresses import AddressPolicy
 from a2a_secure.identity.keys import Identity
 from a2a_secure.policy import Policy
+from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer
 from a2a_secure.testing import serve_app
 
@@ -196,7 +197,11 @@ async def running(
         push_url_validator=push_url_validator,
         extended_agent_card=extended_card,
     )
-    server = AgentServer(SERVER, policy or Policy(), name="a2a-echo")
+    # The binding of §10 on sessions of the base contract: this server turned sealing (on by
+    # default) off. tests/test_a2a_sealed.py runs the binding sealed.
+    server = AgentServer(
+        SERVER, policy or Policy(), name="a2a-echo", limits=ServerLimits(sealed_intents=False)
+    )
     bridge = A2ABridge(handler, agent_card=card)
     bridge.mount(server)
     try:

@@ -74,7 +74,7 @@ from a2a_secure.server.app import AgentServer
 from a2a_secure.testing import serve_app
 
 SEALED = ServerLimits(sealed_intents=True)
-PLAIN = ServerLimits()
+PLAIN = ServerLimits(sealed_intents=False)  # a server that turned sealing off
 CARD_PATH = "/.well-known/agent-card.json"
 FAST_RETRY = RetryPolicy(attempts=2, base=0.01, cap=0.02)
 # What the caller asks and what the agent answers: distinct words, so each is looked for.
@@ -447,7 +447,7 @@ def test_the_declared_extensions_are_signed_and_checked_like_the_other_params() 
 
 
 def test_a_card_builder_may_declare_only_what_the_server_serves() -> None:
-    plain = AgentServer(SERVER, Policy(), limits=ServerLimits(intent_id_retention=0))
+    plain = AgentServer(SERVER, Policy(), limits=ServerLimits(intent_id_retention=0, sealed_intents=False))
     assert plain.card["a2a_secure_extensions"] == ["priority"]
     for claimed in (["priority", "sealed"], ["sealed"], ["priority", "priority"], [], "priority", [1]):
         plain.set_card_builder(lambda card, claimed=claimed: {**card, "a2a_secure_extensions": claimed})
@@ -519,6 +519,39 @@ async def test_a2a_calls_act_on_behalf_of_a_principal_through_the_transport() ->
         assert info.value.code == -32602 and info.value.signed is False
         assert (await client.session_for(site.did)).last_sequence == 0  # nothing was sent
     assert site.executor.calls == 0
+
+
+async def test_on_a_default_server_the_chain_of_an_a2a_call_crosses_the_relay_sealed() -> None:
+    # Sealing is on by default (§12.6), and on a sealed session the chain travels sealed too.
+    chain = PERSON.delegate(ident("alice").did, ["SendMessage"], ttl=600)
+    async with bridged(limits=ServerLimits(), via="tap", delegation=DelegationRules()) as site:
+        assert site.tap is not None
+        async with site.a2a_client() as client:  # the defaults: seal with a server that declares it
+            sdk = await create_secure_client(
+                client, site.url, site.did, config=secure_client_config(streaming=False), on_behalf_of=chain
+            )
+            for _ in range(2):  # the chain in full, then its name
+                _kinds, task = await text_of(sdk, send_request(ASKED))
+                assert get_artifact_text(task.artifacts[0], " ") == ANSWERED
+            assert (await client.session_for(site.did)).sealed is True
+        tap = site.tap
+        assert b'"sealed_delegation":' in tap.to_server and b'"delegation":' not in tap.to_server
+        hidden = [*chain.tokens, chain.hash, PERSON.did, *(link.jti for link in chain.links), ASKED, ANSWERED]
+        assert [x for x in hidden if tap.holds(x)] == []
+    assert site.executor.principals == [PERSON.did, PERSON.did]
+
+
+async def test_require_sealed_refuses_an_a2a_caller_without_seal_keys_signed() -> None:
+    # The A2A binding opens its sessions through the same handshake: the same refusal.
+    async with bridged(limits=ServerLimits(require_sealed=True)) as site:
+        async with site.a2a_client(sealed=False) as client:
+            with pytest.raises(SecureTransportError, match="sealed intents required") as info:
+                await text_of(site.sdk_client(client, streaming=False), send_request(ASKED))
+            assert info.value.code == -32042 and info.value.signed is True
+        async with site.a2a_client() as client:
+            kinds, _task = await text_of(site.sdk_client(client, streaming=False), send_request(ASKED))
+            assert kinds == ["task"] and (await client.session_for(site.did)).sealed is True
+    assert site.executor.calls == 1
 
 
 # -- push notifications leave the session ---------------------------------------------------------------

@@ -9,6 +9,7 @@ did:web documents come over HTTPS from the test CA of test_didweb.py.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from pathlib import Path
@@ -18,12 +19,13 @@ import pytest
 import test_didweb as didweb
 from test_didweb import ca, client_ctx, server, servers, start  # noqa: F401
 
+from a2a_secure.a2a_binding.push import PushUrlPolicy
 from a2a_secure.agent import A2AAgent, AgentRegistry, RegistryEntry
 from a2a_secure.cli import main
 from a2a_secure.client.http import check_endpoint
 from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity import encoding
-from a2a_secure.identity.addresses import AddressPolicy, parse_http_url
+from a2a_secure.identity.addresses import AddressPolicy, Reach, may_point, parse_http_url, url_reach
 from a2a_secure.testing import serve_app
 from tests.http_helpers import identity
 
@@ -221,8 +223,12 @@ def _write(tmp_path: Path, data: Any) -> Path:
     return path
 
 
-@pytest.mark.parametrize("endpoint", UNPARSABLE + NON_PUBLIC)
-def test_a_registry_endpoint_that_is_broken_or_not_public_is_skipped(
+# Plain http to a host other than loopback: refused even from the operator (PROTOCOL.md §4).
+PLAIN_HTTP_ELSEWHERE = ["http://10.0.0.5", "http://agent.example.com", "http://printer.local"]
+
+
+@pytest.mark.parametrize("endpoint", UNPARSABLE + PLAIN_HTTP_ELSEWHERE)
+def test_a_registry_endpoint_that_is_broken_or_plain_http_elsewhere_is_skipped(
     tmp_path: Path, endpoint: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     did = identity("summarizer").did
@@ -236,14 +242,106 @@ def test_a_registry_endpoint_that_is_broken_or_not_public_is_skipped(
     assert "secret" not in caplog.text
 
 
-def test_a_registry_file_names_loopback_only_with_the_opt_in(tmp_path: Path) -> None:
+def test_a_registry_file_is_the_operators_own_choice_as_an_endpoint_argument_is(tmp_path: Path) -> None:
+    # The operator points at the file: loopback and private hosts need no opt-in (as with
+    # --endpoint), and the rule is the endpoint rule of §4, the same function.
     did = identity("summarizer").did
-    path = _write(tmp_path, {"local": {"did": did, "endpoint": "http://127.0.0.1:8101"}})
-    with pytest.raises(A2AError, match=r"no usable agent: .*'local'.*must be https"):
-        AgentRegistry.load(path)
-    assert AgentRegistry.load(path, addresses=LOOPBACK).find("local").endpoint == "http://127.0.0.1:8101"
-    # Entries added in code are the caller's own choice, as an endpoint argument is.
+    # (Every https one but the IPv4 addresses in a non-standard form, which no rule parses.)
+    odd = ("https://127.1:8443", "https://2130706433", "https://0x7f000001")
+    taken = [url for url in NON_PUBLIC if url.startswith("https://") and url not in odd]
+    taken.append("http://127.0.0.1:8080/admin")
+    local = {f"a{i}": {"did": did, "endpoint": url} for i, url in enumerate(taken)}
+    local["dev"] = {"did": did, "endpoint": "http://127.0.0.1:8101"}
+    registry = AgentRegistry.load(_write(tmp_path, local))
+    assert registry.problems == ()
+    assert registry.find("dev").endpoint == "http://127.0.0.1:8101"
+    for url in taken:
+        assert check_endpoint(url)  # what --endpoint takes, a registry file takes
+    # Entries added in code are the caller's own choice too.
     AgentRegistry([RegistryEntry("local", did, "http://127.0.0.1:8101")])
+    # A registry another network served is a remote document: no further in than that network.
+    served = {
+        "a": {"did": did, "endpoint": "https://10.0.0.5"},
+        "b": {"did": did, "endpoint": "https://a.example"},
+    }
+    assert [e.name for e in AgentRegistry.from_dict(served, origin=Reach.PUBLIC).entries()] == ["b"]
+    assert len(AgentRegistry.from_dict(served, origin=Reach.PRIVATE).entries()) == 2
+
+
+# (target, origin of the document that names it, allowed without an opt-in)
+ORIGINS = [
+    ("https://agent.example.com", Reach.PUBLIC, True),
+    ("https://10.1.2.3", Reach.PUBLIC, False),
+    ("https://agents.corp", Reach.PUBLIC, False),
+    ("https://127.0.0.1:8443", Reach.PUBLIC, False),
+    ("https://agent.example.com", Reach.PRIVATE, True),
+    ("https://10.1.2.3", Reach.PRIVATE, True),
+    ("https://[fd00::1]", Reach.PRIVATE, True),
+    ("https://agents.corp", Reach.PRIVATE, True),
+    ("https://127.0.0.1:8443", Reach.PRIVATE, False),
+    ("https://localhost", Reach.PRIVATE, False),
+    ("https://agent.example.com", Reach.LOOPBACK, True),
+    ("https://10.1.2.3", Reach.LOOPBACK, True),
+    ("https://127.0.0.1:8443", Reach.LOOPBACK, True),
+    ("http://127.0.0.1:8443", Reach.LOOPBACK, True),
+    ("http://127.0.0.1:8443", Reach.PRIVATE, False),
+    ("http://10.1.2.3", Reach.LOOPBACK, False),
+    # The metadata service and other special ranges: from nowhere.
+    ("http://169.254.169.254/latest/meta-data", Reach.LOOPBACK, False),
+    ("https://169.254.169.254", Reach.PRIVATE, False),
+    ("https://metadata.google.internal", Reach.LOOPBACK, False),
+    ("https://[ff02::1]", Reach.LOOPBACK, False),
+]
+
+
+@pytest.mark.parametrize(("url", "origin", "allowed"), ORIGINS)
+def test_a_document_may_point_no_further_in_than_where_it_came_from(
+    url: str, origin: Reach, allowed: bool
+) -> None:
+    policy = AddressPolicy()
+    if allowed:
+        assert policy.check_url(url, origin=origin) == url.rstrip("/")
+    else:
+        with pytest.raises(InvalidParams, match=r"opt-in|must be https"):
+            policy.check_url(url, origin=origin)
+    # The push validator decides by the same rule (its DNS answers are addresses too).
+    push = PushUrlPolicy(origin=origin, allow_http=True, resolve=_dns)
+    assert asyncio.run(push(url)) is (
+        allowed or (url.startswith("http://") and may_point(url_reach(url), origin))
+    )
+    # The operator's opt-in admits it whatever the origin (here, the networks named).
+    opted = AddressPolicy.build(allow_addresses=["10.1.0.0/16", "127.0.0.0/8"], allow_hosts=["agents.corp"])
+    if url.startswith("https://") and ("10.1." in url or "127.0.0.1" in url or "agents.corp" in url):
+        assert opted.check_url(url, origin=Reach.PUBLIC) == url.rstrip("/")
+
+
+async def _dns(host: str, port: int) -> list[str]:
+    """What the names of ORIGINS resolve to, in this test."""
+    names = {
+        "agent.example.com": "93.184.216.34",
+        "agents.corp": "10.1.2.3",
+        "localhost": "127.0.0.1",
+        "metadata.google.internal": "169.254.169.254",
+    }
+    return [names[host]]
+
+
+def test_a_did_web_service_endpoint_points_no_further_in_than_the_did_web_host() -> None:
+    from a2a_secure.agent import _service_endpoint
+    from a2a_secure.identity.resolver import ResolvedDID
+
+    def endpoint_of(did: str, url: str) -> str | None:
+        service = {"id": "#a2a", "type": "A2ASecureAgent", "serviceEndpoint": url}
+        return _service_endpoint(ResolvedDID(did, {}, (service,)), AddressPolicy())
+
+    assert endpoint_of("did:web:agents.corp", "https://10.1.2.3:8443") == "https://10.1.2.3:8443"
+    assert (
+        endpoint_of("did:web:agent.example.com", "https://agent.example.com") == "https://agent.example.com"
+    )
+    with pytest.raises(InvalidParams, match="non-public address"):
+        endpoint_of("did:web:agent.example.com", "https://10.1.2.3:8443")  # public -> private
+    with pytest.raises(InvalidParams, match="non-public address"):
+        endpoint_of("did:web:agents.corp", "https://127.0.0.1:8443")  # private -> loopback
 
 
 def test_cli_call_with_a_malformed_registry_endpoint_skips_it_without_a_traceback(
@@ -265,7 +363,8 @@ def test_cli_call_with_a_malformed_registry_endpoint_skips_it_without_a_tracebac
     assert "No agent found matching 'xyz' (known agents: good)" in err
     path.write_bytes(encoding.dumps({"local": {"did": did, "endpoint": "http://127.0.0.1:1"}}))
     code = main(["call", "--key-file", str(key), "--registry", str(path), "--to", "local", "--goal", "echo"])
-    assert code == 1 and "must be https" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the operator's own file: taken, and nothing answers there
+    assert code == 1 and "did not answer at http://127.0.0.1:1" in err and "Traceback" not in err
     code = main(["call", "--key-file", str(key), "--registry", str(path), "--to", "local", "--goal", "echo",
                  "--allow-address", "not-a-network"])  # fmt: skip
     assert code == 1 and "--allow-address takes a network" in capsys.readouterr().err
@@ -282,3 +381,27 @@ def test_cli_mcp_with_only_malformed_registry_endpoints_is_one_clean_line(
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     assert "no usable agent: registry entry 'bad': member 'endpoint' is not usable" in err
+
+
+async def test_the_readmes_first_snippet_works_with_a_registry_of_agents_on_this_machine(
+    tmp_path: Path,
+) -> None:
+    # README "Use": A2AAgent(..., registry="agent_registry.json") and request by name, the
+    # registry naming an agent on loopback, with no address opt-in: the operator's own file.
+    from a2a_secure.server.app import AgentServer
+
+    translator = AgentServer(identity("readme-translator"))
+
+    @translator.intent("translate")
+    def translate(inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"text": inputs["text"][::-1]}
+
+    async with serve_app(translator.app()) as url:
+        entry = {"did": translator.identity.did, "endpoint": url, "capabilities": ["translate"]}
+        path = _write(tmp_path, {"translator": entry})
+        async with A2AAgent("orchestrator", identity("readme-orchestrator"), registry=str(path)) as agent:
+            result = await agent.request(
+                "translator",
+                {"goal": "translate", "inputs": {"text": "Hello world", "target_language": "es"}},
+            )
+    assert result == {"text": "dlrow olleH"}

@@ -57,20 +57,15 @@ def test_call_errors_name_the_flag_and_the_fix(tmp_path: Path, keys: dict[str, P
         assert (done.returncode, json.loads(done.stdout)) == (0, {"a": 1})
     registry = tmp_path / "agents.json"
     registry.write_text(json.dumps({"srv": {"did": SERVER.did, "endpoint": "http://127.0.0.1:9"}}))
+    # The registry file is the operator's own, as --endpoint is: its loopback endpoint is
+    # taken without an opt-in (SECURITY.md, "Addresses taken from documents"), and the
+    # error is the one of an agent that does not answer there.
     loopback = one_line_error(
         run_cli(
             "call", "--key-file", str(keys["me"]), "--registry", str(registry), "--to", "srv", "--goal", "x"
         )
     )
-    assert loopback.endswith("(add --allow-loopback-dev)"), loopback
-    private = tmp_path / "private.json"
-    private.write_text(json.dumps({"srv": {"did": SERVER.did, "endpoint": "https://10.1.2.3"}}))
-    opt_in = one_line_error(
-        run_cli(
-            "call", "--key-file", str(keys["me"]), "--registry", str(private), "--to", "srv", "--goal", "x"
-        )
-    )
-    assert "add --allow-address NET or --allow-host NAME" in opt_in
+    assert loopback == "agent 'srv' did not answer at http://127.0.0.1:9 (could not connect)", loopback
 
 
 def test_key_file_errors_name_the_file(tmp_path: Path, keys: dict[str, Path]) -> None:
@@ -221,3 +216,25 @@ async def test_an_agent_served_in_code_on_a_redis_that_is_down_says_so_before_li
             await agent.serve(port=down)
     finally:
         await store.aclose()
+
+
+def test_a_document_address_refusal_names_the_flags_of_the_opt_in() -> None:
+    # What a did:web document or a card may not name (a network more private than its own)
+    # is refused by the SDK in its own words; the command names the flag that opts in.
+    import argparse
+
+    from a2a_secure.cli import cli_words
+    from a2a_secure.errors import InvalidParams
+    from a2a_secure.identity.addresses import AddressPolicy, Reach
+
+    args = argparse.Namespace(allow_loopback_dev=False, allow_address=[])
+    for url, hint in (
+        ("http://127.0.0.1:9", "(add --allow-loopback-dev)"),
+        ("https://10.1.2.3", "add --allow-address NET or --allow-host NAME"),
+        ("https://agents.corp", "add --allow-address NET or --allow-host NAME"),
+    ):
+        with pytest.raises(InvalidParams) as refused:
+            AddressPolicy().check_url(
+                url, what="the service endpoint of did:web:agent.example", origin=Reach.PUBLIC
+            )
+        assert hint in cli_words(refused.value.message, args), refused.value.message

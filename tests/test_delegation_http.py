@@ -36,7 +36,7 @@ from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol import messages as m
-from a2a_secure.protocol.server import IntentContext
+from a2a_secure.protocol.server import IntentContext, ServerLimits
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.store.revocation import StoreRevocations
@@ -281,8 +281,14 @@ async def test_the_client_refuses_before_sending() -> None:
         assert w.calls == Counter()
 
 
-async def test_a_server_without_the_extension_refuses_the_member_unsigned() -> None:
-    plain = AgentServer(CAL, store=MemoryStore(), name="plain")
+@pytest.mark.parametrize(
+    ("sealed", "member"), [(True, "sealed_delegation"), (False, "delegation")], ids=["sealed", "plain"]
+)
+async def test_a_server_without_the_extension_refuses_the_member_unsigned(sealed: bool, member: str) -> None:
+    # The chain crosses as sealed_delegation on a sealed session (§12.6), in the clear on
+    # another: a server without the extension refuses either as an unknown member.
+    limits = ServerLimits(sealed_intents=sealed)
+    plain = AgentServer(CAL, store=MemoryStore(), name="plain", limits=limits)
 
     @plain.intent("create_event")
     async def create_event(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:
@@ -294,7 +300,7 @@ async def test_a_server_without_the_extension_refuses_the_member_unsigned() -> N
             await orch.request(
                 CAL.did, {"goal": "create_event", "inputs": {}}, endpoint=url, on_behalf_of=to_orch()
             )
-        with pytest.raises(A2AError, match="unexpected member 'delegation'") as info:
+        with pytest.raises(A2AError, match=f"unexpected member '{member}'") as info:
             await raw(orch, url, to_orch().tokens)
         assert info.value.code == -32602 and not info.value.signed
 

@@ -63,10 +63,10 @@ def recording_server(
 
 
 async def test_card_declares_the_extension_only_when_it_is_on() -> None:
-    on = recording_server()
-    assert on.card["a2a_secure_extensions"] == ["intent_id", "priority"]
+    on = recording_server()  # sealing is on by default too (§12.6)
+    assert on.card["a2a_secure_extensions"] == ["intent_id", "priority", "sealed"]
     off = recording_server(ServerLimits(intent_id_retention=0))
-    assert off.card["a2a_secure_extensions"] == ["priority"]
+    assert off.card["a2a_secure_extensions"] == ["priority", "sealed"]
     assert encoding.hash_of(off.card) == off.manifest_hash
 
 

@@ -29,6 +29,7 @@ from a2a_secure.llm_tools import (
     tool_name,
 )
 from a2a_secure.policy import Policy
+from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer
 from a2a_secure.server.test_agent import count
 from a2a_secure.testing import serve_app
@@ -45,8 +46,13 @@ APPROVAL = {
 
 
 def _server(name: str, policy: Policy | None = None) -> AgentServer:
-    """The HTTP test agent, plus a streaming ``count`` and an approval-gated ``delete``."""
-    server = build_server(identity(name), policy=policy)
+    """The HTTP test agent, plus a streaming ``count`` and an approval-gated ``delete``.
+
+    It turned sealing (on by default) off: these tests read the results the signed tokens
+    carry, in the clear only on an unsealed session (on a sealed one they carry digests:
+    tests/test_mcp_server.py runs a sealed agent too).
+    """
+    server = build_server(identity(name), policy=policy, limits=ServerLimits(sealed_intents=False))
     server.name = name
     server.describe_intent("echo", "Echo the inputs back, signed.", ECHO_SCHEMA)
     server.add_handler("count", count)

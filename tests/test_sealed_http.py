@@ -47,6 +47,7 @@ from a2a_secure.store.memory import MemoryStore
 from a2a_secure.testing import serve_app
 
 SEALED = ServerLimits(sealed_intents=True)
+PLAIN = ServerLimits(sealed_intents=False)  # a server that turned sealing off
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -168,7 +169,7 @@ def error_of(resp: httpx.Response) -> dict[str, Any]:
 # -- the extension and the handshake --------------------------------------------------------
 async def test_the_card_declares_sealed_only_when_it_is_on() -> None:
     assert "sealed" in sealed_server().card["a2a_secure_extensions"]
-    assert "sealed" not in build_server(identity("plain")).card["a2a_secure_extensions"]
+    assert "sealed" not in build_server(identity("plain"), limits=PLAIN).card["a2a_secure_extensions"]
 
 
 async def test_a_sealed_session_hides_inputs_and_results_from_the_wire() -> None:
@@ -197,7 +198,7 @@ async def test_without_sealing_the_same_traffic_shows_the_secret() -> None:
 
 
 async def test_a_seal_key_to_a_server_that_does_not_declare_sealing_is_refused() -> None:
-    server = build_server(identity("plain"), audit=AuditLog())
+    server = build_server(identity("plain"), limits=PLAIN, audit=AuditLog())
     async with running(server) as wire:
         with pytest.raises(A2AError, match="unexpected member 'seal_key'") as info:
             await handshake(wire, identity("client"), server.identity.did)
@@ -425,7 +426,7 @@ async def test_sealed_inputs_on_a_session_without_keys_are_refused() -> None:
 
 
 async def test_sealed_members_to_a_server_that_does_not_declare_the_extension_are_refused() -> None:
-    server = build_server(identity("plain"), audit=AuditLog())
+    server = build_server(identity("plain"), limits=PLAIN, audit=AuditLog())
     async with running(server) as wire:
         plain = await handshake(wire, identity("client"), server.identity.did, seal=False)
         intent = {"goal": "echo", "inputs": {}, "sealed": encoding.b64u_encode(b"\x01" * 40)}
@@ -489,7 +490,7 @@ async def test_the_client_seals_by_default_when_the_server_declares_it() -> None
 
 
 async def test_sealed_true_refuses_a_server_that_does_not_declare_it() -> None:
-    server = build_server(identity("plain"), audit=AuditLog())
+    server = build_server(identity("plain"), limits=PLAIN, audit=AuditLog())
     async with serve_app(server.app()) as url, A2AClient(identity("alice"), sealed=True) as alice:
         with pytest.raises(InvalidParams, match="does not declare the sealed extension"):
             await alice.request(server.identity.did, {"goal": "echo", "inputs": {"x": SECRET}}, endpoint=url)
@@ -617,7 +618,7 @@ async def _call_cli(tmp_path: Path, url: str, did: str, *extra: str) -> tuple[in
 async def test_call_sealed_seals_with_a_server_that_declares_it_and_refuses_one_that_does_not(
     tmp_path: Path,
 ) -> None:
-    sealed, plain = sealed_server(), build_server(identity("plain"), audit=AuditLog())
+    sealed, plain = sealed_server(), build_server(identity("plain"), limits=PLAIN, audit=AuditLog())
     async with serve_app(sealed.app()) as sealed_url, serve_app(plain.app()) as plain_url:
         code, out, err = await _call_cli(tmp_path, sealed_url, sealed.identity.did, "--sealed")
         assert code == 0, err
@@ -627,18 +628,29 @@ async def test_call_sealed_seals_with_a_server_that_declares_it_and_refuses_one_
     assert sealed.calls["echo"] == 1 and plain.calls["echo"] == 0  # type: ignore[attr-defined]
 
 
-def test_a_policy_file_turns_sealed_intents_on_for_serve(tmp_path: Path) -> None:
+def test_serve_seals_by_default_and_a_policy_file_turns_it_off_or_requires_it(tmp_path: Path) -> None:
     from a2a_secure.server.run import load_policy, load_scheduling
 
+    assert load_scheduling(None)[1].sealed_intents is True  # no policy file: sealed
     path = tmp_path / "policy.json"
-    path.write_text('{"sealed_intents": true, "allowed_intents": ["echo"]}')
-    assert load_scheduling(path)[1].sealed_intents is True
+    path.write_text("{}")
+    limits = load_scheduling(path)[1]
+    assert limits.sealed_intents is True and limits.require_sealed is False
+    path.write_text('{"sealed_intents": false, "allowed_intents": ["echo"]}')
+    assert load_scheduling(path)[1].sealed_intents is False
     assert load_policy(path).allowed_intents == ("echo",)  # a server member, not a policy one
+    path.write_text('{"require_sealed": true}')
+    assert load_scheduling(path)[1].require_sealed is True
+    assert "require_sealed" not in load_policy(path).to_dict()
     path.write_text('{"sealed_intents": "yes"}')
     with pytest.raises(ValueError, match="sealed_intents must be true or false"):
         load_scheduling(path)
-    path.write_text("{}")
-    assert load_scheduling(path)[1].sealed_intents is False
+    path.write_text('{"require_sealed": 1}')
+    with pytest.raises(ValueError, match="require_sealed must be true or false"):
+        load_scheduling(path)
+    path.write_text('{"require_sealed": true, "sealed_intents": false}')
+    with pytest.raises(ValueError, match="require_sealed needs sealed_intents"):
+        load_scheduling(path)
 
 
 # -- approvals over sealed sessions (PROTOCOL.md §12.1) -------------------------------------------
@@ -762,7 +774,7 @@ async def test_an_intent_id_without_its_sealed_key_is_refused_and_nothing_runs()
 
 
 async def test_a_sealed_key_to_a_server_that_does_not_declare_sealing_is_refused_unsigned() -> None:
-    server = build_server(identity("plain"), audit=AuditLog())
+    server = build_server(identity("plain"), limits=PLAIN, audit=AuditLog())
     async with running(server) as wire:
         plain = await handshake(wire, identity("client"), server.identity.did, seal=False)
         member = encoding.b64u_encode(b"\x02" * 48)

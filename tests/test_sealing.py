@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from a2a_secure.errors import AuthenticationFailed, InvalidParams, PolicyViolation
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
-from a2a_secure.protocol import sealing
+from a2a_secure.protocol import sealed_claims, sealing
 from a2a_secure.protocol.sealing import EphemeralKey, Part, SessionKeys, SessionSealer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -301,11 +301,11 @@ def test_the_answer_key_is_stable_per_intent_and_secret_per_client() -> None:
         Identity.from_seed(seed, "a").derive_key,
         Identity.from_seed(bytes([1]) * 32, "b").derive_key,
     )
-    k = sealing.derive_answer_key(mine, "did:key:zS", "i" * 22)
-    assert k == sealing.derive_answer_key(mine, "did:key:zS", "i" * 22) and len(k) == 32
-    assert k != sealing.derive_answer_key(other, "did:key:zS", "i" * 22)
-    assert k != sealing.derive_answer_key(mine, "did:key:zT", "i" * 22)
-    assert k != sealing.derive_answer_key(mine, "did:key:zS", "j" * 22)
+    k = sealed_claims.derive_answer_key(mine, "did:key:zS", "i" * 22)
+    assert k == sealed_claims.derive_answer_key(mine, "did:key:zS", "i" * 22) and len(k) == 32
+    assert k != sealed_claims.derive_answer_key(other, "did:key:zS", "i" * 22)
+    assert k != sealed_claims.derive_answer_key(mine, "did:key:zT", "i" * 22)
+    assert k != sealed_claims.derive_answer_key(mine, "did:key:zS", "j" * 22)
     # A key file's holder derives as before holders existed: HKDF-SHA256 of the seed, so a
     # client that restarts on a new version still brings the answer key its first send did.
     info = b"a2a-secure/sealed/v1 answer key|did:key:zS|" + b"i" * 22
@@ -315,13 +315,13 @@ def test_the_answer_key_is_stable_per_intent_and_secret_per_client() -> None:
 def test_a_claim_hashes_the_inputs_under_the_answer_key() -> None:
     key = bytes(range(32))
     intent = {"goal": "echo", "inputs": {}, "sealed": "AAAA", "sealed_key": "BBBB", "intent_id": "i" * 22}
-    claimed = sealing.claim_intent(intent, {"room": 4}, key)
+    claimed = sealed_claims.claim_intent(intent, {"room": 4}, key)
     assert set(claimed) == {"goal", "inputs", "intent_id"} and claimed["inputs"].startswith("hmac-sha256:")
     assert "room" not in encoding.dumps(claimed).decode()
     # Another session's ciphertext of the same intent claims the same; other inputs do not.
-    assert sealing.claim_intent({**intent, "sealed": "CCCC"}, {"room": 4}, key) == claimed
-    assert sealing.claim_intent(intent, {"room": 5}, key) != claimed
-    assert sealing.claim_intent(intent, {"room": 4}, bytes(32)) != claimed
+    assert sealed_claims.claim_intent({**intent, "sealed": "CCCC"}, {"room": 4}, key) == claimed
+    assert sealed_claims.claim_intent(intent, {"room": 5}, key) != claimed
+    assert sealed_claims.claim_intent(intent, {"room": 4}, bytes(32)) != claimed
 
 
 def test_a_kept_answer_moves_from_one_session_to_another_only_through_the_answer_key() -> None:
@@ -329,19 +329,23 @@ def test_a_kept_answer_moves_from_one_session_to_another_only_through_the_answer
 
     first_client, first_server = pair()
     second_client, second_server = pair(OTHER_SID)
-    box = sealing.ClaimBox(bytes(range(32)), "i" * 22, seeded("box"))
+    box = sealed_claims.ClaimBox(bytes(range(32)), "i" * 22, seeded("box"))
     answer = StoredReply(200, result=first_server.seal_result(2, REQ_HASH, {"ok": "the room"}), signed_at=5)
-    kept = sealing.to_claim(answer, first_server, 2, REQ_HASH, box)
+    kept = sealed_claims.to_claim(answer, first_server, 2, REQ_HASH, box)
     assert "the room" not in encoding.dumps(kept.to_dict()).decode()
-    again = sealing.from_claim(kept, 7, OTHER_HASH, box, second_server)
+    again = sealed_claims.from_claim(kept, 7, OTHER_HASH, box, second_server)
     assert second_client.open_result(7, OTHER_HASH, again.result) == {"ok": "the room"}
     with pytest.raises(AuthenticationFailed, match="answer key"):
-        sealing.from_claim(
-            kept, 7, OTHER_HASH, sealing.ClaimBox(bytes(32), "i" * 22, seeded("box")), second_server
+        sealed_claims.from_claim(
+            kept, 7, OTHER_HASH, sealed_claims.ClaimBox(bytes(32), "i" * 22, seeded("box")), second_server
         )
     with pytest.raises(AuthenticationFailed, match="answer key"):
-        sealing.from_claim(
-            kept, 7, OTHER_HASH, sealing.ClaimBox(bytes(range(32)), "j" * 22, seeded("box")), second_server
+        sealed_claims.from_claim(
+            kept,
+            7,
+            OTHER_HASH,
+            sealed_claims.ClaimBox(bytes(range(32)), "j" * 22, seeded("box")),
+            second_server,
         )
     events = (
         {
@@ -353,8 +357,8 @@ def test_a_kept_answer_moves_from_one_session_to_another_only_through_the_answer
         },
         {"status": "success", "sequence": 2, "index": 1, "final": True, "result": None},
     )
-    kept = sealing.to_claim(StoredReply(200, events=events), first_server, 2, REQ_HASH, box)
-    again = sealing.from_claim(kept, 7, OTHER_HASH, box, second_server)
+    kept = sealed_claims.to_claim(StoredReply(200, events=events), first_server, 2, REQ_HASH, box)
+    again = sealed_claims.from_claim(kept, 7, OTHER_HASH, box, second_server)
     assert again.events is not None and again.events[1]["result"] is None
     assert second_client.open_event(7, OTHER_HASH, 0, False, again.events[0]["result"]) == {"i": 0}
     assert first_client is not second_client
@@ -364,14 +368,14 @@ def test_a_claim_box_never_seals_twice_under_one_key_and_nonce() -> None:
     # One intent_id, one answer key, run again after its claim lapsed: a fresh box each run
     # (as the server builds one per request, from its random source).
     key, iid = bytes(range(32)), "i" * 22
-    first = sealing.ClaimBox(key, iid, seeded("run")).seal(Part.RESULT, 0, True, {"run": 1})
-    second = sealing.ClaimBox(key, iid, seeded("run2")).seal(Part.RESULT, 0, True, {"run": 2})
-    again = sealing.ClaimBox(key, iid, seeded("run3"))
+    first = sealed_claims.ClaimBox(key, iid, seeded("run")).seal(Part.RESULT, 0, True, {"run": 1})
+    second = sealed_claims.ClaimBox(key, iid, seeded("run2")).seal(Part.RESULT, 0, True, {"run": 2})
+    again = sealed_claims.ClaimBox(key, iid, seeded("run3"))
     third = [again.seal(Part.RESULT, 0, True, {"run": 3}) for _ in range(2)]
     nonces = [encoding.b64u_decode(t.removeprefix("2."))[:12] for t in (first, second, *third)]
     assert all(t.startswith("2.") for t in (first, second, *third))
     assert len(set(nonces)) == 4  # one box draws a new nonce per seal too
-    opener = sealing.ClaimBox(key, iid, seeded("other"))
+    opener = sealed_claims.ClaimBox(key, iid, seeded("other"))
     assert opener.open(Part.RESULT, 0, True, first) == {"run": 1}
     assert opener.open(Part.RESULT, 0, True, second) == {"run": 2}
     # Moved to another place, or cut short: it does not open.
@@ -389,7 +393,7 @@ def test_a_claim_kept_with_the_fixed_nonce_still_opens() -> None:
     key, iid = bytes(range(32)), "i" * 22
     where = f"{sealing.LABEL}|claim|{iid}|event|3|partial".encode()
     old = ChaCha20Poly1305(key).encrypt(sealing.nonce(1, Part.EVENT, 3), b'{"i":3}', where)
-    box = sealing.ClaimBox(key, iid, seeded("box"))
+    box = sealed_claims.ClaimBox(key, iid, seeded("box"))
     assert box.open(Part.EVENT, 3, False, encoding.b64u_encode(old)) == {"i": 3}
     with pytest.raises(AuthenticationFailed):
         box.open(Part.EVENT, 3, True, encoding.b64u_encode(old))

@@ -44,7 +44,7 @@ from a2a_secure.identity.keys import Identity, KeyFileError
 from a2a_secure.identity.resolver import DIDResolver, resolve_did_key
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.client import ClientHandshake
-from a2a_secure.protocol.server import IntentDispatcher
+from a2a_secure.protocol.server import IntentDispatcher, ServerLimits
 from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.server.app import AgentServer
 from a2a_secure.server.run import app_from_env
@@ -87,7 +87,12 @@ def debug_logs(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
 
 
 def build_server(identity: Identity, audit: Auditor) -> AgentServer:
-    server = AgentServer(identity, Policy.build(blocked=["blocked"]), store=MemoryStore(), audit=audit)
+    # Sealing (on by default) turned off: the inputs and results cross the wire in the clear,
+    # where an HTTP library's debug logging could copy them, which is what is tested here.
+    limits = ServerLimits(sealed_intents=False)
+    server = AgentServer(
+        identity, Policy.build(blocked=["blocked"]), store=MemoryStore(), audit=audit, limits=limits
+    )
 
     @server.intent("echo")
     async def echo(inputs: dict[str, Any]) -> dict[str, Any]:

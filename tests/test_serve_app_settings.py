@@ -83,6 +83,7 @@ def _examples(tmp: Path) -> dict[str, tuple[Any, Callable[[AgentServer, Any], bo
         "serve_tools": (True, lambda s, v: s.has("tool.list") and s.has("tool.execute")),
         "metrics": (True, lambda s, v: s.metrics is not None and "/metrics" in _route_paths(s)),
         "log_requests": (True, lambda s, v: s._observer.log_requests is True),
+        "require_sealed": (True, lambda s, v: s.limits.require_sealed is v and s.limits.sealed_intents),
         "delegation": (
             {"pay": [PERSON.did]},
             lambda s, v: (

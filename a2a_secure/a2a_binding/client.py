@@ -80,6 +80,7 @@ from a2a_secure.client.http import A2AClient
 from a2a_secure.delegation import Chain
 from a2a_secure.errors import A2AError, AuthenticationFailed
 from a2a_secure.identity import encoding
+from a2a_secure.identity.addresses import Reach, url_reach
 from a2a_secure.protocol.client import ClientSession
 
 __all__ = [
@@ -309,9 +310,10 @@ class SecureA2ATransport(ClientTransport):
             await self.client.aclose()
 
 
-def _card_url(client: A2AClient, url: str) -> str:
+def _card_url(client: A2AClient, url: str, origin: Reach = Reach.PUBLIC) -> str:
+    # The card's word: no more private than the network the card came from (unknown: public).
     try:
-        return client.addresses.check_url(url, what="the card's interface URL")
+        return client.addresses.check_url(url, what="the card's interface URL", origin=origin)
     except A2AError as exc:
         raise SecureTransportError(exc) from None
 
@@ -328,19 +330,26 @@ def register_secure_transport(
     *,
     expected_did: ExpectedDID = None,
     on_behalf_of: Chain | None = None,
+    card_origin: Reach = Reach.PUBLIC,
 ) -> None:
     """Register the secure transport in ``factory`` under :data:`BINDING_URI`.
 
     Every transport the factory makes shares ``client`` (and so its sessions); ``client``
     stays open when an SDK client is closed. ``expected_did`` pins the agents it may reach;
     ``on_behalf_of``: the delegation chain their calls act under (see :class:`SecureA2ATransport`).
+    ``card_origin``: the network the cards came from (their URLs may point no further in);
+    by default public, the strictest.
     """
 
     def produce(card: AgentCard, url: str, config: ClientConfig) -> ClientTransport:
         # The SDK picked ``url`` from the card's interfaces: the card's word, so it passes
         # the client's address policy (a card must not point this client at loopback).
         return SecureA2ATransport(
-            client, card, _card_url(client, url), expected_did=expected_did, on_behalf_of=on_behalf_of
+            client,
+            card,
+            _card_url(client, url, card_origin),
+            expected_did=expected_did,
+            on_behalf_of=on_behalf_of,
         )
 
     factory.register(BINDING_URI, produce)
@@ -362,5 +371,11 @@ async def create_secure_client(
     """
     verified = await fetch_agent_card(base_url, expected_did, http=client.http, resolver=client.resolver)
     factory = ClientFactory(config or secure_client_config())
-    register_secure_transport(factory, client, expected_did=expected_did, on_behalf_of=on_behalf_of)
+    register_secure_transport(
+        factory,
+        client,
+        expected_did=expected_did,
+        on_behalf_of=on_behalf_of,
+        card_origin=url_reach(base_url),  # the card came from there
+    )
     return factory.create(verified.card)

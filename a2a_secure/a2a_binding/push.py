@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection
 import httpx
 
 from a2a_secure.errors import InvalidParams
-from a2a_secure.identity.addresses import host_name_blocked, is_public_address, parse_http_url
+from a2a_secure.identity.addresses import Reach, address_reach, host_reach, may_point, parse_http_url
 from a2a_secure.identity.dial import AddressRefused, PinnedTransport, Resolve, resolve_checked, system_resolve
 
 __all__ = ["PushUrlPolicy"]
@@ -43,11 +43,15 @@ def _any_address(_addr: _Address) -> bool:
 class PushUrlPolicy:
     """A ``push_url_validator``: True only for a URL the server may safely POST to.
 
-    The URL must be ``https`` (``allow_http=True`` also takes ``http``), name a host without
-    user info, and that host must not be a blocked name (``localhost``, names without a dot,
-    ``*.internal``, ``*.local`` …) and must resolve only to public unicast addresses. Hosts
-    in ``allow_hosts`` (exact, lower case) skip the address rules: for a known internal
-    receiver. Any failure, including a name that does not resolve, is a refusal. The
+    The URL must be ``https`` (``allow_http=True`` also takes ``http``) and name a host
+    without user info. It is the caller's word, a remote document's, so the host may point no
+    further in than ``origin``, the network such callers come from (by default public, the
+    strictest: :class:`~a2a_secure.identity.addresses.Reach`): its name judged as a name
+    (``localhost``, names without a dot, ``*.internal``, ``*.local`` …), and every address
+    it resolves to (:func:`~a2a_secure.identity.addresses.may_point`, the rule of every
+    address a document names). Hosts in ``allow_hosts`` (exact, lower case) skip the rule:
+    for a known internal receiver. Any failure, including a name that does not resolve, is
+    a refusal. The
     notifications themselves go through :meth:`client`, which dials only an address these
     rules allowed at that moment.
     """
@@ -59,15 +63,21 @@ class PushUrlPolicy:
         allow_http: bool = False,
         resolve: Resolve = system_resolve,
         timeout: float = 2.0,
+        origin: Reach = Reach.PUBLIC,
     ) -> None:
         self.allow_hosts = frozenset(h.lower() for h in allow_hosts)
         self.schemes = frozenset(("https", "http") if allow_http else ("https",))
         self._resolve = resolve
         self._timeout = timeout
+        self.origin = origin
 
     def addresses_for(self, host: str) -> Callable[[_Address], bool]:
-        """The address rule for ``host``: any address for an allow-listed host, else public only."""
-        return _any_address if host in self.allow_hosts else is_public_address
+        """The address rule for ``host``: any address for an allow-listed host, else those no
+        further in than ``origin``."""
+        return _any_address if host in self.allow_hosts else self._reaches
+
+    def _reaches(self, addr: _Address) -> bool:
+        return may_point(address_reach(addr), self.origin)
 
     async def __call__(self, url: str) -> bool:
         """True if notifications may go to ``url`` (its name's addresses as resolved now)."""
@@ -80,7 +90,7 @@ class PushUrlPolicy:
             return False
         if host in self.allow_hosts:
             return True  # no address rule to apply (the client still dials what it resolved)
-        if parsed.address is None and host_name_blocked(host):
+        if parsed.address is None and not may_point(host_reach(host), self.origin):
             return False
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         try:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from a2a_secure.errors import InvalidParams
-from a2a_secure.identity.addresses import parse_http_url
+from a2a_secure.identity.addresses import check_address
 
 __all__ = ["check_endpoint"]
 
@@ -27,14 +26,9 @@ def _is_loopback(host: str) -> bool:
 def check_endpoint(url: str) -> str:
     """Return the base URL if it is https, or http to a loopback host (PROTOCOL.md §4).
 
-    The rule for an endpoint the caller gives itself; one taken from a document, registry
-    or card also passes the client's :attr:`A2AClient.addresses` policy. A URL that does not
-    parse is ``InvalidParams`` like any other refusal (never ``ValueError``).
+    The rule for an endpoint the operator gives itself (in code, ``--endpoint``, a registry
+    file it points at); one taken from a remote document passes
+    :func:`~a2a_secure.identity.addresses.check_address` with the document's origin. A URL
+    that does not parse is ``InvalidParams`` like any other refusal (never ``ValueError``).
     """
-    parsed = parse_http_url(url, what="endpoint")
-    if parsed.scheme == "https":
-        return parsed.base
-    loopback = parsed.host == "localhost" if parsed.address is None else parsed.address.is_loopback
-    if loopback:
-        return parsed.base
-    raise InvalidParams("endpoint must be https (plain http only to loopback)")
+    return check_address(url, what="endpoint", origin=None)

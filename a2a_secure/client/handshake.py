@@ -142,7 +142,10 @@ class Handshaker:
                 try:
                     _status, result, error, _ra = await self.transport.call(url, method, msg)
                     if error is not None:
-                        raise self.transport.plain_error(error)
+                        refused = self.transport.plain_error(error)
+                        if method == "accept_policy":  # §12.6: a server's own refusal is signed
+                            refused.signed = hs.refusal_is_signed(error, msg)
+                        raise refused
                     if method == "hello":
                         msg = hs.receive_challenge(result)
                         if sealed is not False:

@@ -17,6 +17,18 @@ did:web fetch included (``DidWebResolver`` holds an :class:`AddressPolicy`):
 * a URL that does not parse cleanly is refused, never half-read: no user info, no
   non-ASCII or percent-encoded host, no scoped IPv6 address, ports 1-65535 only.
 
+Whose word the address is decides how far in it may point (:func:`check_address`, the one
+place that decides, with :class:`Reach`):
+
+* the operator's own (an endpoint given in code or with ``--endpoint``, a registry file the
+  operator points at): any host, over https, or plain http to loopback (PROTOCOL.md §4);
+* a remote document's (a did:web document's service, a fetched agent or A2A card's URL, a
+  push URL): no network more private than the one the document came from, the rule
+  browsers apply to private networks. From a public origin, loopback and private hosts are
+  refused; from a private one, loopback; the same network or a more public one is allowed.
+  Link-local (the cloud metadata address), multicast, reserved and documentation ranges are
+  refused from any origin.
+
 The opt-in is explicit and per policy: ``allow_hosts`` (exact names exempt from the name
 rule), ``allow_addresses`` (networks that may be dialled although not public) and
 ``dev_allow_loopback`` (development: ``localhost`` and 127.0.0.0/8, ::1, and only then plain
@@ -28,6 +40,7 @@ resolver turns its own into ``DIDResolutionError``.
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 import re
 import urllib.parse
@@ -41,9 +54,15 @@ from a2a_secure.identity.did import _is_ip_literal
 __all__ = [
     "AddressPolicy",
     "HttpURL",
+    "Reach",
+    "address_reach",
+    "check_address",
     "host_name_blocked",
+    "host_reach",
     "is_public_address",
+    "may_point",
     "parse_http_url",
+    "url_reach",
 ]
 
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -177,6 +196,62 @@ def host_name_blocked(host: str) -> bool:
     return host in _BLOCKED_NAMES or "." not in host or host.endswith(_BLOCKED_SUFFIXES)
 
 
+class Reach(enum.IntEnum):
+    """How far a network reaches, the most private first.
+
+    An address a remote document names may reach only as far in as the document's own origin:
+    ``target >= origin``. ``NOWHERE`` (link-local, multicast, reserved, unspecified,
+    documentation and benchmark ranges, cloud metadata names) is below every origin.
+    """
+
+    NOWHERE = -1
+    LOOPBACK = 0
+    PRIVATE = 1
+    PUBLIC = 2
+
+
+_PRIVATE_NETWORKS: Final[tuple[IPNetwork, ...]] = tuple(
+    ipaddress.ip_network(n)
+    for n in ("10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
+)
+_METADATA_NAMES: Final = frozenset(n for n in _BLOCKED_NAMES if n != "localhost")
+
+
+def address_reach(addr: IPAddress) -> Reach:
+    """The network ``addr`` belongs to (an IPv6 form carrying an IPv4 address: the lower of both)."""
+    inner = embedded_ipv4(addr)
+    own = _reach_one(addr) if not (isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped) else None
+    reaches = [r for r in (own, None if inner is None else _reach_one(inner)) if r is not None]
+    return min(reaches)
+
+
+def _reach_one(addr: IPAddress) -> Reach:
+    if addr.is_loopback:
+        return Reach.LOOPBACK
+    if _plainly_public(addr):
+        return Reach.PUBLIC
+    if any(addr in net for net in _PRIVATE_NETWORKS):
+        return Reach.PRIVATE
+    return Reach.NOWHERE
+
+
+def may_point(target: Reach, origin: Reach) -> bool:
+    """Whether a document from the network ``origin`` may point the SDK at ``target``.
+
+    No further in than where it came from; ``NOWHERE`` from nowhere (only an opt-in).
+    """
+    return target is not Reach.NOWHERE and target >= origin
+
+
+def host_reach(host: str) -> Reach:
+    """The network a host name (lower case, not an IP literal) names, judged by the name."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return Reach.LOOPBACK
+    if host in _METADATA_NAMES or host.endswith(".metadata.goog"):
+        return Reach.NOWHERE
+    return Reach.PRIVATE if host_name_blocked(host) else Reach.PUBLIC
+
+
 # -- URLs ----------------------------------------------------------------------------------
 
 
@@ -258,6 +333,48 @@ def parse_http_url(url: object, *, what: str = "URL") -> HttpURL:
     return HttpURL(url=url, scheme=scheme, host=hostname, port=port, address=address)
 
 
+def url_reach(url: object, *, what: str = "URL") -> Reach:
+    """The network the host of ``url`` is in (``InvalidParams`` when it does not parse)."""
+    return _reach_of(parse_http_url(url, what=what))
+
+
+def _reach_of(parsed: HttpURL) -> Reach:
+    return address_reach(parsed.address) if parsed.address is not None else host_reach(parsed.host)
+
+
+def check_address(
+    url: object, *, what: str = "endpoint", origin: Reach | None, policy: AddressPolicy | None = None
+) -> str:
+    """``url`` without its trailing slash, if the SDK may connect there; else ``InvalidParams``.
+
+    The one decision for every address the SDK follows. ``origin`` is whose word it is:
+    None for the operator's own (an endpoint in code or ``--endpoint``, a registry file it
+    points at): https to any host, or plain http to loopback (PROTOCOL.md §4). Otherwise the
+    network of the remote document that named it: the address may not be more private than
+    that (see the module documentation), unless ``policy`` opts it in. Plain http goes only
+    to loopback, and from a document only with the loopback opt-in or from loopback itself.
+    A name is judged here, before any I/O; its DNS answer is checked where the connection is
+    made (the did:web fetch, the push sender), or bound by TLS certificate verification
+    against the name (endpoints: see SECURITY.md).
+    """
+    parsed = parse_http_url(url, what=what)
+    reach = _reach_of(parsed)
+    loopback = reach is Reach.LOOPBACK
+    if origin is None:
+        if parsed.scheme == "http" and not loopback:
+            raise _refuse(what, "must be https (plain http only to loopback)")
+        return parsed.base
+    policy = policy or _DEFAULT_POLICY
+    opted = policy.opted_in(parsed)
+    if parsed.scheme == "http" and not (loopback and (policy.dev_allow_loopback or origin is Reach.LOOPBACK)):
+        raise _refuse(what, "must be https (plain http only to loopback, in development mode)")
+    if opted or may_point(reach, origin):
+        return parsed.base
+    if parsed.address is not None:
+        raise _refuse(what, "names a non-public address (it needs an explicit opt-in)")
+    raise _refuse(what, "names a local or internal host (it needs an explicit opt-in)")
+
+
 # -- the policy ----------------------------------------------------------------------------
 
 
@@ -318,28 +435,24 @@ class AddressPolicy:
             return True
         return not host_name_blocked(host)
 
-    def _is_loopback_host(self, parsed: HttpURL) -> bool:
+    def opted_in(self, parsed: HttpURL) -> bool:
+        """True if the operator let the SDK connect to ``parsed``'s host whatever named it."""
         if parsed.address is not None:
-            return is_loopback_address(parsed.address)
-        return parsed.host == "localhost" or parsed.host.endswith(".localhost")
+            addr = parsed.address
+            if self.dev_allow_loopback and is_loopback_address(addr):
+                return True
+            inner = embedded_ipv4(addr)
+            candidates = [addr] if inner is None else [addr, inner]
+            return any(c in net for net in self.allow_networks for c in candidates)
+        host = parsed.host
+        return host in self.allow_hosts or (
+            self.dev_allow_loopback and (host == "localhost" or host.endswith(".localhost"))
+        )
 
-    def check_url(self, url: object, *, what: str = "endpoint") -> str:
-        """``url`` without its trailing slash, if this policy lets the SDK connect there.
+    def check_url(self, url: object, *, what: str = "endpoint", origin: Reach | None = Reach.PUBLIC) -> str:
+        """:func:`check_address` under this policy: ``url`` named by a document from ``origin``
+        (by default a public one: the strictest), or the operator's own (None)."""
+        return check_address(url, what=what, origin=origin, policy=self)
 
-        Raises ``InvalidParams`` naming ``what`` and the reason: a URL that does not parse
-        (:func:`parse_http_url`), plain ``http://`` (allowed only with ``dev_allow_loopback``
-        and only to a loopback host), a host name that is local or internal, an IP literal
-        that is not public. A name is checked here, before any I/O; its DNS answer is
-        checked where the connection is made (the did:web fetch), or bound by TLS
-        certificate verification against the name (endpoints: see SECURITY.md).
-        """
-        parsed = parse_http_url(url, what=what)
-        loopback = self._is_loopback_host(parsed)
-        if parsed.scheme == "http" and not (self.dev_allow_loopback and loopback):
-            raise _refuse(what, "must be https (plain http only to loopback, in development mode)")
-        if parsed.address is not None:
-            if not self.address_allowed(parsed.address):
-                raise _refuse(what, "names a non-public address (it needs an explicit opt-in)")
-        elif not self.host_allowed(parsed.host):
-            raise _refuse(what, "names a local or internal host (it needs an explicit opt-in)")
-        return parsed.base
+
+_DEFAULT_POLICY: Final = AddressPolicy()

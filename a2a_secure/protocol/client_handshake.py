@@ -10,7 +10,7 @@ handshake is never resumed). It hands over to a
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from a2a_secure import system
@@ -27,7 +27,7 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import ResolvedDID
 from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
-from a2a_secure.protocol import sealing
+from a2a_secure.protocol import refusal, sealing
 from a2a_secure.protocol.client_session import ClientSession, Clock, RandomSource
 from a2a_secure.protocol.models import (
     Challenge,
@@ -236,6 +236,22 @@ class ClientHandshake:
             "nonce_b": self.nonce_b,
             "accept_jws": jws_sign(payload, self.identity, m.Typ.ACCEPT),
         }
+
+    def refusal_is_signed(self, error: Any, accept_params: Mapping[str, Any]) -> bool:
+        """Whether ``error``, answering the ACCEPT_POLICY ``accept_params``, is signed (§12.6)."""
+        return refusal.refusal_is_signed(
+            error,
+            server_key=self._server_key,
+            server_kid=self._server_kid,
+            expected={
+                "nonce_a": self.nonce_a,
+                "nonce_b": self.nonce_b,
+                "client_did": self.identity.did,
+                "server_did": self.server.did,
+            },
+            accept_jws=accept_params.get("accept_jws", ""),
+            now=self._clock(),
+        )
 
     # -- SESSION ------------------------------------------------------------------------------
     def receive_session(self, msg: Any) -> ClientSession:

@@ -27,7 +27,7 @@ from a2a_secure.identity.jws import jws_check, jws_decode_unverified, jws_sign, 
 from a2a_secure.identity.keys import Identity
 from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
-from a2a_secure.protocol import sealing
+from a2a_secure.protocol import sealed_claims, sealing
 from a2a_secure.protocol.models import (
     ClosedMessage,
     ErrorObject,
@@ -52,6 +52,7 @@ __all__ = [
 Clock = Callable[[], float]
 RandomSource = Callable[[int], bytes]
 _ERROR_MEMBERS = frozenset(("code", "message"))
+_REFUSED = "delegation refused"  # how a refusal of a delegation chain begins (§12.7)
 
 
 #: The most JSON an intent's ``inputs`` may hold: the intent travels twice in a request (in
@@ -214,7 +215,7 @@ class ClientSession:
         # The §6.1 shape check of the server's parse_intent, without importing the server
         # side (and asyncio with it) into a client.
         Intent.parse(body)
-        if sealing.SEALED in body or sealing.ANSWER_KEY_MEMBER in body:
+        if sealing.SEALED in body or sealing.ANSWER_KEY_MEMBER in body or sealing.CHAIN_MEMBER in body:
             raise InvalidParams("the sealed members are made by a sealed session, not given by the caller")
         check_intent_inputs(body["inputs"])
         if not self.policy.allows(body["goal"]):
@@ -238,11 +239,15 @@ class ClientSession:
                 "inputs": {},
                 sealing.SEALED: sealer.seal_inputs(sequence, intent["goal"], intent["inputs"]),
             }
+            chain = sealed_intent.pop("delegation", None)
+            if chain is not None:  # §12.6: the chain (or its name) crosses sealed, never in the clear
+                sealed_chain = sealer.seal_delegation(sequence, intent["goal"], chain)
+                sealed_intent[sealing.CHAIN_MEMBER] = sealed_chain
             intent_id = intent.get("intent_id")
             if intent_id is not None:
                 # §12.6: the answer key under which the server keeps this intent's answer,
                 # the same on every resend (derived from this agent's key and the id).
-                key = sealing.derive_answer_key(self.identity.derive_key, self.server_did, intent_id)
+                key = sealed_claims.derive_answer_key(self.identity.derive_key, self.server_did, intent_id)
                 sealed_intent[sealing.ANSWER_KEY_MEMBER] = sealer.seal_answer_key(
                     sequence, intent["goal"], intent_id, key
                 )
@@ -257,7 +262,10 @@ class ClientSession:
             # §12.6: the payload signs the sealed inputs by their digest; params carry them.
             sealed_intent = body["intent"]
             digest = m.sealed_digest(sealed_intent[sealing.SEALED])
-            signed = {"intent": {**sealed_intent, sealing.SEALED: digest}}
+            signed_intent = {**sealed_intent, sealing.SEALED: digest}
+            if sealing.CHAIN_MEMBER in sealed_intent:
+                signed_intent[sealing.CHAIN_MEMBER] = m.sealed_digest(sealed_intent[sealing.CHAIN_MEMBER])
+            signed = {"intent": signed_intent}
         token = jws_sign({**common, "timestamp": ts, **signed}, self.identity, typ)
         params = {**common, **({"intent": body["intent"]} if "intent" in body else {}), "request_jws": token}
         intent_id = body["intent"].get("intent_id") if "intent" in body else None
@@ -398,9 +406,11 @@ class ClientSession:
 
     def _open_error_data(self, req: PreparedRequest, data: dict[str, Any], signed: bool) -> dict[str, Any]:
         # Only a signed error's data is opened: the AEAD binds it to this request, and an
-        # unsigned error is anyone's (its "sealed" member is dropped unread).
+        # unsigned error is anyone's (its "sealed" member is dropped unread). Of a signed
+        # error, only retry_after is taken from beside "sealed": the rest is anyone's too.
         sealed = data.pop(sealing.SEALED)
         if signed:
+            data = {k: v for k, v in data.items() if k == "retry_after"}
             try:
                 opened = self._keys().open_error_data(req.sequence, req.request_hash, sealed)
             except A2AError:
@@ -438,8 +448,17 @@ class ClientSession:
             except A2AError:
                 signed = False
         plain = {k: v for k, v in data.items() if k != "response_jws"} if isinstance(data, dict) else None
-        if self._sealed and plain is not None and sealing.SEALED in plain:
+        if self._sealed and plain is not None and sealing.SEALED not in plain and signed:
+            # §12.6: a sealed session's server seals all of a signed error's data but
+            # retry_after; anything else beside it was added on the way.
+            plain = {k: v for k, v in plain.items() if k == "retry_after"}
+        elif self._sealed and plain is not None and sealing.SEALED in plain:
             plain = self._open_error_data(req, plain, signed)
+            # §12.7: a sealed session's delegation refusal names nothing of the chain in the
+            # clear; its full message came sealed, from the server alone (the AEAD's s2c key).
+            reason = plain.get("reason") if signed else None
+            if isinstance(reason, str) and code == PolicyViolation.code and message.startswith(_REFUSED):
+                message = reason
         exc = error_for_code(code, message[:512], plain)
         exc.signed = signed
         return exc

@@ -43,6 +43,7 @@ class Typ:
     RESPONSE: Final = "a2a-response+jws"
     EVENT: Final = "a2a-event+jws"
     AUDIT: Final = "a2a-audit+jws"
+    REFUSAL: Final = "a2a-refusal+jws"  # §12.6: a session refused for want of seal keys
 
 
 HELLO_MEMBERS: Final = frozenset(
@@ -139,7 +140,18 @@ CLOSED_MEMBERS: Final = frozenset(("type", "session_id", "response_jws"))
 # "intent_id": the intent_id extension (PROTOCOL.md §12.5), refused by a server
 # that does not declare it; "priority": PROTOCOL.md §12.3.
 INTENT_MEMBERS: Final = frozenset(
-    ("goal", "domain", "inputs", "constraints", "priority", "intent_id", "sealed", "sealed_key", "delegation")
+    (
+        "goal",
+        "domain",
+        "inputs",
+        "constraints",
+        "priority",
+        "intent_id",
+        "sealed",
+        "sealed_key",
+        "delegation",
+        "sealed_delegation",
+    )
 )
 CONSTRAINT_MEMBERS: Final = frozenset(("timeout_ms", "max_tokens", "stream"))
 KEY_ENTRY_MEMBERS: Final = frozenset(("kid", "kty", "crv", "alg", "key"))

@@ -22,8 +22,7 @@ session keys inside the handshake and then carry inputs, results, stream events 
 The signed JWS covers the sealed form; a receiver verifies the signature first, then opens.
 
 An intent with an ``intent_id`` (§12.5) also carries its answer key, sealed: the server keeps
-that intent's answer sealed under it (:class:`ClaimBox`), never the key, and seals the answer
-again for the session of each resend.
+that intent's answer sealed under it, never the key (:mod:`.sealed_claims`).
 """
 
 from __future__ import annotations
@@ -31,10 +30,9 @@ from __future__ import annotations
 import copy
 import enum
 import hashlib
-import hmac
 import struct
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from cryptography.exceptions import InvalidTag
@@ -43,36 +41,33 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from a2a_secure.delegation import check_member as check_delegation_member
 from a2a_secure.errors import A2AError, AuthenticationFailed, InternalError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.protocol.validate import MAX_SAFE_INT, require_b64u_bytes
 
 if TYPE_CHECKING:
     from a2a_secure.protocol.models import Intent
-    from a2a_secure.store.base import StoredReply
 
 __all__ = [
     "ANSWER_KEY_MEMBER",
+    "CHAIN_MEMBER",
     "KEY_BYTES",
     "KEY_MEMBER",
     "SEALED",
-    "ClaimBox",
     "EphemeralKey",
     "Part",
     "SessionKeys",
     "SessionSealer",
     "aad",
-    "claim_intent",
-    "derive_answer_key",
     "derive_keys",
-    "from_claim",
     "nonce",
+    "open_intent_delegation",
     "open_intent_inputs",
     "parse_seal_key",
     "record_sealer",
     "seal_error_data",
     "sealer_for",
-    "to_claim",
     "transcript",
 ]
 
@@ -82,6 +77,8 @@ KEY_MEMBER: Final = "seal_key"
 """The signed handshake member carrying a side's ephemeral X25519 public key."""
 ANSWER_KEY_MEMBER: Final = "sealed_key"
 """The ``intent`` member carrying, sealed, the answer key of an intent with an intent_id."""
+CHAIN_MEMBER: Final = "sealed_delegation"
+"""The ``intent`` member carrying, sealed, what ``delegation`` would have been (§12.7)."""
 KEY_BYTES: Final = 32
 LABEL: Final = "a2a-secure/sealed/v1"
 _INFO: Final = (LABEL + " keys").encode("ascii")
@@ -96,6 +93,7 @@ class Part(enum.IntEnum):
     ERROR_DATA = 3  # server → client: an error's data (besides response_jws, retry_after)
     EVENT = 4  # server → client: a §6.4 event's result
     ANSWER_KEY = 5  # client → server: the answer key of an intent with an intent_id
+    DELEGATION = 6  # client → server: intent.delegation, the chain or its name (§12.7)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +277,14 @@ class SessionSealer:
             raise err("the answer key is not 32 bytes")
         return key
 
+    def seal_delegation(self, sequence: int, goal: str, value: Any) -> str:
+        """The ``sealed_delegation`` member: ``value`` (a chain's links, or its name) sealed."""
+        return self._seal(self._c2s, "c2s", sequence, Part.DELEGATION, 0, goal, value)
+
+    def open_delegation(self, sequence: int, goal: str, token: str) -> Any:
+        """The JSON value sealed in a ``sealed_delegation`` member, else -32040 (types unchecked)."""
+        return self._open(self._c2s, "c2s", sequence, Part.DELEGATION, 0, goal, token, 3)
+
     # -- server → client --------------------------------------------------------------------
     def seal_result(self, sequence: int, request_hash: str, result: Any) -> str:
         """The sealed ``result`` of the answer to the request ``request_hash``."""
@@ -386,23 +392,41 @@ def open_intent_inputs(
     """The inputs a handler gets, and the intent's answer key if it has an intent_id (§12.6).
 
     A sealed session takes only sealed intents, and a session without keys none: either
-    mismatch is a signed -32602 (the sequence is not used up), and so is an intent_id on a
-    sealed session without its ``sealed_key`` (or a ``sealed_key`` without an intent_id).
-    Values that do not open are -32040. Called after the signature check: what is opened
-    is what the client signed.
+    mismatch is a signed -32602 (the sequence is not used up), and so are a clear chain on a
+    sealed session and an intent_id on a sealed session without its ``sealed_key`` (or a
+    ``sealed_key`` without an intent_id). Values that do not open are -32040. Called after
+    the signature check: what is opened is what the client signed.
     """
     if sealer is None:
-        if intent.sealed is not None or intent.sealed_key is not None:
+        if intent.sealed is not None or intent.sealed_key is not None or intent.sealed_delegation is not None:
             raise InvalidParams("sealed inputs on a session that agreed on no sealing keys")
         return intent.inputs, None
     if intent.sealed is None:
         raise InvalidParams("this session is sealed: its intents carry sealed inputs")
+    if intent.delegation is not None:
+        raise InvalidParams("this session is sealed: a delegation chain travels as sealed_delegation")
     if (intent.intent_id is None) != (intent.sealed_key is None):
         raise InvalidParams("on a sealed session, an intent has sealed_key exactly when it has an intent_id")
     inputs = sealer.open_inputs(sequence, intent.goal, intent.sealed_bytes)
     if intent.intent_id is None or intent.sealed_key is None:
         return inputs, None
     return inputs, sealer.open_answer_key(sequence, intent.goal, intent.intent_id, intent.sealed_key)
+
+
+def open_intent_delegation(
+    sealer: SessionSealer | None, intent: Intent, sequence: int
+) -> tuple[str, ...] | str | None:
+    """The chain ``intent`` acts under, as ``intent.delegation`` has it: opened when sealed.
+
+    Called after :func:`open_intent_inputs` (which refuses a chain in the wrong form for the
+    session). A sealed chain that does not open, or opens to another type than a clear
+    ``delegation`` member may have (a non-empty array of strings, or a hash string), is -32040.
+    """
+    token = intent.sealed_delegation
+    if token is None or sealer is None:
+        return intent.delegation
+    value = sealer.open_delegation(sequence, intent.goal, token)
+    return check_delegation_member(value, AuthenticationFailed)
 
 
 def seal_error_data(
@@ -427,153 +451,3 @@ def seal_error_data(
         out = exc
     out.data = sealed
     return out
-
-
-# -- intent_id on a sealed session (§12.5 with §12.6) ---------------------------------------------
-# The answer to an intent_id is kept beyond its session and served again, sealed for a new one.
-# The client names a per-intent answer key (sealed to the server in ``sealed_key``); the server
-# keeps the claim's answer sealed under it and never stores the key, so the store holds no
-# plaintext and cannot open what it holds. A resend brings the key again.
-_ANSWER_INFO: Final = LABEL + " answer key"
-# The nonce of a claim kept before nonces were drawn (opened, never sealed again; ClaimBox).
-_CLAIM_NONCE_SEQUENCE: Final = 1
-_CLAIM_NONCE_BYTES: Final = 12
-_CLAIM_V2: Final = "2."  # not base64url: a token kept before it has no such head
-
-
-def derive_answer_key(derive_key: Callable[[bytes], bytes], server_did: str, intent_id: str) -> bytes:
-    """The client's answer key for ``intent_id`` at ``server_did``, derived by its key's holder.
-
-    ``derive_key`` is the identity's (``Identity.derive_key``: HKDF of a key file's seed, an
-    HMAC inside a token). Derived rather than drawn so that a caller that restarts and resends
-    its own intent_id brings the same key (the server finds the first answer).
-    """
-    key = derive_key(f"{_ANSWER_INFO}|{server_did}|{intent_id}".encode())
-    if len(key) != KEY_BYTES:
-        raise ValueError("a derived key must be 32 bytes")
-    return key
-
-
-def claim_intent(intent: Mapping[str, Any], inputs: Any, answer_key: bytes) -> dict[str, Any]:
-    """The intent as a claim hashes it (``intent_hash``): the same for every resend of it.
-
-    ``sealed`` and ``sealed_key`` differ per session; the inputs enter as a MAC under the
-    answer key instead, so the stored hash says nothing about them to whoever reads the store.
-    """
-    out = {k: v for k, v in intent.items() if k not in (SEALED, ANSWER_KEY_MEMBER)}
-    mac = hmac.new(answer_key, encoding.jcs(inputs), hashlib.sha256).hexdigest()
-    out["inputs"] = "hmac-sha256:" + mac
-    return out
-
-
-class ClaimBox:
-    """Seals a claim's answer under an intent's answer key, and opens it again.
-
-    The answer key is the same for every run of an ``intent_id`` (the client derives it), and
-    a claim that lapsed, or that a store forgot, runs again and is sealed again under it: a
-    nonce fixed per (part, index) would then seal two answers under one (key, nonce), which
-    gives away their XOR and Poly1305's one-time key. Each seal draws a fresh 96-bit nonce
-    from the random source and keeps it beside the ciphertext: ``"2." + base64url(nonce ||
-    ciphertext)``; at 2**32 seals under one key the chance of a repeat stays below 2**-32
-    (NIST SP 800-38D, 8.3), and one intent_id is sealed once per run. A token without the
-    ``"2."`` head (a claim kept before nonces were drawn) opens with the fixed nonce it was
-    sealed with, and is never written again.
-    """
-
-    __slots__ = ("_aead", "_head", "_random")
-
-    def __init__(self, answer_key: bytes, intent_id: str, random_bytes: Callable[[int], bytes]) -> None:
-        self._aead = ChaCha20Poly1305(answer_key)
-        self._head = f"{LABEL}|claim|{intent_id}|"
-        self._random = random_bytes
-
-    def _aad(self, part: Part, index: int, final: bool) -> bytes:
-        return f"{self._head}{_PART_NAMES[part]}|{index}|{'final' if final else 'partial'}".encode()
-
-    def seal(self, part: Part, index: int, final: bool, value: Any) -> str:
-        """``value`` sealed for the claim, under a nonce drawn for this seal alone."""
-        n = self._random(_CLAIM_NONCE_BYTES)
-        if len(n) != _CLAIM_NONCE_BYTES:
-            raise InternalError("the random source gave a short nonce")
-        sealed = self._aead.encrypt(n, encoding.dumps(value), self._aad(part, index, final))
-        return _CLAIM_V2 + encoding.b64u_encode(n + sealed)
-
-    def open(self, part: Part, index: int, final: bool, token: Any) -> Any:
-        """The value sealed in ``token``, else -32040."""
-        err = AuthenticationFailed
-        if not isinstance(token, str):
-            raise err("a kept answer is not sealed")
-        if token.startswith(_CLAIM_V2):
-            data = encoding.b64u_decode(token[len(_CLAIM_V2) :], error=err)
-            n, data = data[:_CLAIM_NONCE_BYTES], data[_CLAIM_NONCE_BYTES:]
-            if len(n) != _CLAIM_NONCE_BYTES:
-                raise err("a kept answer is too short")
-        else:  # kept before nonces were drawn: the fixed nonce of its (part, index)
-            n, data = nonce(_CLAIM_NONCE_SEQUENCE, part, index), encoding.b64u_decode(token, error=err)
-        try:
-            plain = self._aead.decrypt(n, data, self._aad(part, index, final))
-        except InvalidTag:
-            raise err("a kept answer does not open with this intent's answer key") from None
-        return encoding.loads(plain, error=err)
-
-
-def _is_sealed_event(event: Mapping[str, Any]) -> bool:
-    return event.get("status") == "success" and not (
-        event.get("final") is True and event.get("result") is None
-    )
-
-
-_Open = Callable[[Part, int, bool, Any], Any]
-_Seal = Callable[[Part, int, bool, Any], str]
-
-
-def _reseal(stored: StoredReply, opened: _Open, sealed: _Seal) -> StoredReply:
-    # Every sealed value of a kept answer: the result, the error's data, each event's result.
-    def again(part: Part, index: int, final: bool, token: Any) -> str:
-        return sealed(part, index, final, opened(part, index, final, token))
-
-    if stored.result is not None:
-        stored = replace(stored, result=again(Part.RESULT, 0, True, stored.result))
-    data = (stored.error or {}).get("data")
-    if stored.error is not None and isinstance(data, Mapping) and isinstance(data.get(SEALED), str):
-        data = {**data, SEALED: again(Part.ERROR_DATA, 0, True, data[SEALED])}
-        stored = replace(stored, error={**stored.error, "data": data})
-    if stored.events is not None:
-        events = tuple(
-            {**ev, "result": again(Part.EVENT, ev["index"], ev["final"], ev["result"])}
-            if _is_sealed_event(ev)
-            else ev
-            for ev in stored.events
-        )
-        stored = replace(stored, events=events)
-    return stored
-
-
-def to_claim(
-    stored: StoredReply, sealer: SessionSealer, sequence: int, request_hash: str, box: ClaimBox
-) -> StoredReply:
-    """An answer sealed for its session, sealed instead for the claim (nothing in the clear)."""
-
-    def opened(part: Part, index: int, final: bool, token: Any) -> Any:
-        if part is Part.RESULT:
-            return sealer.open_result(sequence, request_hash, token)
-        if part is Part.ERROR_DATA:
-            return sealer.open_error_data(sequence, request_hash, token)
-        return sealer.open_event(sequence, request_hash, index, final, token)
-
-    return _reseal(stored, opened, box.seal)
-
-
-def from_claim(
-    stored: StoredReply, sequence: int, request_hash: str, box: ClaimBox, sealer: SessionSealer
-) -> StoredReply:
-    """A claim's answer sealed for another session's request (the inverse of :func:`to_claim`)."""
-
-    def sealed(part: Part, index: int, final: bool, value: Any) -> str:
-        if part is Part.RESULT:
-            return sealer.seal_result(sequence, request_hash, value)
-        if part is Part.ERROR_DATA:
-            return sealer.seal_error_data(sequence, request_hash, value)
-        return sealer.seal_event(sequence, request_hash, index, final, value)
-
-    return _reseal(stored, box.open, sealed)

@@ -120,7 +120,7 @@ class Pending:
     keep_until: int = 0
     renew_at: float = 0.0
     claimed_at: float = 0.0  # wall clock, when the claim was prepared
-    # Sealed intents (protocol/sealing.py): the answer as the claim keeps it (sealed under
+    # Sealed intents (protocol/sealed_claims.py): the answer as the claim keeps it (sealed under
     # the intent's answer key), and back, sealed for this request's session.
     to_claim: Callable[[StoredReply], StoredReply] | None = None
     from_claim: Callable[[StoredReply, int, str], StoredReply] | None = None

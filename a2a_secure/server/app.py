@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import inspect
 import logging
@@ -372,6 +373,7 @@ class AgentServer(IntentDispatcher):
         metrics: bool | ServerMetrics = False,
         log_requests: bool = False,
         delegation: DelegationRules | Mapping[str, Iterable[str]] | None = None,
+        require_sealed: bool = False,
     ) -> None:
         """``priority_rights``: the highest intent priority each caller may use (PROTOCOL.md
         §12.3; default 3 for everyone). ``limits.max_concurrent_intents`` turns the priority
@@ -379,6 +381,9 @@ class AgentServer(IntentDispatcher):
         the goals that run only on behalf of listed principals, as :class:`DelegationRules`
         or as the policy file's member ``{goal: [principal DIDs]}`` (``{}``: chains accepted,
         no goal reserved); None: the extension is off.
+        Sealed intents (§12.6) are served unless ``limits.sealed_intents`` is False;
+        ``require_sealed`` (or ``limits.require_sealed``) refuses every session without
+        seal keys, with a signed -32042 at ACCEPT_POLICY.
 
         ``metrics``: True (or a :class:`~a2a_secure.telemetry.metrics.ServerMetrics`) serves
         Prometheus metrics at ``/metrics`` (the ``metrics`` extra). ``log_requests``: one
@@ -402,6 +407,8 @@ class AgentServer(IntentDispatcher):
         self.store: Store = store if store is not None else MemoryStore()
         self.resolver = resolver or DIDResolver()
         self.limits = limits or ServerLimits()
+        if require_sealed and not self.limits.require_sealed:
+            self.limits = dataclasses.replace(self.limits, require_sealed=True)
         self.priority_rights = priority_rights or PriorityRights()
         self.delegation = (
             DelegationRules.from_member(delegation)

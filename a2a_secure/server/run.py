@@ -152,6 +152,7 @@ SERVER_MEMBERS = (
     "max_concurrent_intents",
     "max_queued_intents",
     "sealed_intents",
+    "require_sealed",
     "reserved_callers",
     "reserved_share",
     "delegation",
@@ -206,10 +207,11 @@ def load_scheduling(path: str | os.PathLike[str] | None) -> tuple[PriorityRights
             if not (value is None and name == "max_concurrent_intents") and type(value) is not int:
                 raise ValueError(f"{path}: {name} must be an integer")
             bounds[name] = value
-    if "sealed_intents" in data:  # PROTOCOL.md §12.6
-        if type(data["sealed_intents"]) is not bool:
-            raise ValueError(f"{path}: sealed_intents must be true or false")
-        bounds["sealed_intents"] = data["sealed_intents"]
+    for name in ("sealed_intents", "require_sealed"):  # PROTOCOL.md §12.6
+        if name in data:
+            if type(data[name]) is not bool:
+                raise ValueError(f"{path}: {name} must be true or false")
+            bounds[name] = data[name]
     if "reserved_callers" in data:  # reserved capacity (SECURITY.md)
         named = data["reserved_callers"]
         if not isinstance(named, list) or not all(isinstance(d, str) for d in named):

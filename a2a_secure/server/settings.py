@@ -184,6 +184,8 @@ SETTINGS: Mapping[str, Setting] = {
         lambda s: s._observer.log_requests, _default(False), _give_log_requests, "--log-format", _both_on
     ),
     "delegation": Setting(lambda s: s.delegation, _default(None), _attr("delegation"), "--policy"),
+    # Folded into the limits by the constructor: the command line gives it with them (--policy).
+    "require_sealed": Setting(lambda s: s.limits.require_sealed, _default(False)),
 }
 
 

@@ -36,7 +36,19 @@ from a2a_secure.protocol.validate import (
     require_str,
 )
 
-__all__ = ["ClosePayload", "CloseRequest", "Constraints", "Intent", "IntentRequest", "RequestPayload"]
+# The longest sealed chain taken (§12.6): a chain of §12.7 (16 KiB of tokens at most, and its
+# JSON punctuation) sealed and in base64url is below it; anything longer is refused unread.
+MAX_SEALED_CHAIN = 32_768
+
+__all__ = [
+    "MAX_SEALED_CHAIN",
+    "ClosePayload",
+    "CloseRequest",
+    "Constraints",
+    "Intent",
+    "IntentRequest",
+    "RequestPayload",
+]
 
 
 # -- §6.1 intents --------------------------------------------------------------------------------
@@ -98,6 +110,8 @@ class Intent(_Validated):
     sealed_key: str | None = None  # sealed intents with an intent_id: the sealed answer key
     # The delegation extension (a2a_secure/delegation.py): a chain of tokens, or a chain's hash.
     delegation: tuple[str, ...] | str | None = None
+    # ... or, on a sealed session, the same value sealed (§12.6, part ``delegation``).
+    sealed_delegation: str | None = None
 
     @classmethod
     def parse(cls, obj: Any, *, error: ErrorType = InvalidParams) -> Intent:
@@ -140,6 +154,17 @@ class Intent(_Validated):
         delegation = None
         if "delegation" in intent:
             delegation = check_delegation(intent["delegation"], error)
+        sealed_delegation = None
+        if "sealed_delegation" in intent:  # §12.6: the chain sealed, next to the sealed inputs
+            sealed_delegation = intent["sealed_delegation"]
+            what = "intent sealed_delegation"
+            require_str(sealed_delegation, what, min_len=1, max_len=MAX_SEALED_CHAIN, error=error)
+            if len(encoding.b64u_decode(sealed_delegation, error=error)) < 18:
+                raise error("intent sealed_delegation is too short to hold a sealed chain")
+            if sealed is None:
+                raise error("intent sealed_delegation needs sealed inputs")
+            if delegation is not None:
+                raise error("intent has both delegation and sealed_delegation")
         return _make(
             cls,
             goal,
@@ -152,6 +177,7 @@ class Intent(_Validated):
             sealed_bytes,
             sealed_key,
             delegation,
+            sealed_delegation,
         )
 
     @property
@@ -182,6 +208,8 @@ class Intent(_Validated):
         if self.delegation is not None:
             d = self.delegation
             out["delegation"] = d if isinstance(d, str) else list(d)
+        if self.sealed_delegation is not None:
+            out["sealed_delegation"] = self.sealed_delegation
         return out
 
 

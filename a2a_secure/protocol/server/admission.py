@@ -31,7 +31,7 @@ from typing import Any
 from a2a_secure.errors import InvalidParams, MethodNotFound, PolicyViolation
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY
 from a2a_secure.protocol.server.common import ServerConfig
-from a2a_secure.protocol.server.delegation import NO_DELEGATION, Verdict
+from a2a_secure.protocol.server.delegation import NO_DELEGATION, Verdict, as_told
 from a2a_secure.store.actions import PendingAction
 from a2a_secure.store.base import SessionRecord
 
@@ -65,19 +65,19 @@ def admit_goal(
         raise PolicyViolation(f"intent {goal[:64]!r} is not allowed by the session policy")
     # 2. ... intersected with the scope of the chain the intent acts under.
     if delegated.refusal is not None:
-        raise delegated.refusal
+        raise as_told(delegated.refusal, session)
     chain = delegated.chain
     if chain is not None:
         refused = chain.refusal_for(goal, requested or DEFAULT_PRIORITY)
         if refused is not None:
-            raise refused
+            raise as_told(refused, session)
         principal = chain.principal
     # 3. A goal reserved to named principals.
     rules = cfg.delegation
     if rules is not None and rules.required_principals:
         refusal = rules.refusal_of(goal, principal)
         if refusal is not None:
-            raise refusal
+            raise as_told(refusal, session)
     # 4. The server's priority rights, also -32042 before anything runs.
     priority = cfg.priority_rights.effective(requested, session.client_did)
     # 5. What came sealed is never run for a session that is not.

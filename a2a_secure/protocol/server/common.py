@@ -89,8 +89,11 @@ class ServerLimits:
     max_concurrent_intents: int | None = None
     max_queued_intents: int = 100
     # Sealed intents (PROTOCOL.md §12.6, protocol/sealing.py): declared in the card, and a
-    # client that brings a seal_key gets session keys; off unless asked for.
-    sealed_intents: bool = False
+    # client that brings a seal_key gets session keys; on unless turned off. A client that
+    # brings none (a base-contract peer) gets an unsealed session, unless ``require_sealed``:
+    # then its ACCEPT_POLICY is refused with a signed -32042.
+    sealed_intents: bool = True
+    require_sealed: bool = False
     # Reserved capacity (protocol/capacity.py): DIDs the operator names, besides the
     # principals, priority-rights holders and approvers the agent names already, for whom
     # ``reserved_share`` of every shared bound is kept back from strangers.
@@ -102,6 +105,8 @@ class ServerLimits:
     session_sweep_seconds: float = 2.0
 
     def __post_init__(self) -> None:
+        if self.require_sealed and not self.sealed_intents:
+            raise ValueError("require_sealed needs sealed_intents: a server that does not seal opens nothing")
         if not 0 <= self.session_sweep_seconds < float("inf"):
             raise ValueError("session_sweep_seconds must be a finite number of seconds, at least 0")
         if self.max_concurrent_intents is not None and self.max_concurrent_intents < 1:

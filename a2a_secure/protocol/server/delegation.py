@@ -31,6 +31,7 @@ from typing import Any, Final
 from a2a_secure import system
 from a2a_secure.delegation import (
     CHAIN_UNKNOWN,
+    CHAIN_UNKNOWN_MEMBER,
     DELEGATION,
     REVOCATION_PREFIX,
     Chain,
@@ -43,6 +44,7 @@ from a2a_secure.delegation import (
 from a2a_secure.errors import A2AError, DIDResolutionError, InternalError, InvalidParams, Unavailable
 from a2a_secure.protocol.keyguard import revoked_message
 from a2a_secure.protocol.models import Intent
+from a2a_secure.protocol.sealing import CHAIN_MEMBER
 from a2a_secure.protocol.server.chain_cache import MAX_CACHED_CHAINS, ChainCache, Kept
 from a2a_secure.protocol.server.common import MonoClock, ServerConfig
 from a2a_secure.store.base import SessionRecord
@@ -50,7 +52,19 @@ from a2a_secure.store.memory import MemoryStore
 from a2a_secure.store.revocation import FileRevocations, Revocation, RevocationStore, StoreRevocations
 from a2a_secure.system import WallSeconds
 
-__all__ = ["MAX_CACHED_CHAINS", "NO_DELEGATION", "DelegationGuard", "Verdict", "claim_form"]
+__all__ = [
+    "MAX_CACHED_CHAINS",
+    "NO_DELEGATION",
+    "REASON_MEMBER",
+    "DelegationGuard",
+    "Verdict",
+    "as_told",
+    "claim_form",
+    "quiet_refusal",
+]
+
+REASON_MEMBER: Final = "reason"
+"""The member of a sealed session's delegation refusal ``data`` with the full message (§12.7)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +79,27 @@ class Verdict:
 
 
 NO_DELEGATION: Final = Verdict()
+
+
+def quiet_refusal(exc: A2AError) -> A2AError:
+    """``exc`` as a sealed session gives it: a message naming nothing of the chain (§12.7).
+
+    The message is never sealed; the full one goes in ``data.reason``, sealed with the rest of
+    the error's data (beside ``chain_unknown``, which keeps its text's ending). Any other
+    error is returned as it is.
+    """
+    if not isinstance(exc, DelegationRefused) or REASON_MEMBER in (exc.data or {}):
+        return exc  # not a refusal of the chain, or already quiet
+    data = dict(exc.data or {})
+    data[REASON_MEMBER] = exc.message
+    unknown = CHAIN_UNKNOWN_MEMBER in data
+    message = f"delegation refused: chain {CHAIN_UNKNOWN}" if unknown else "delegation refused"
+    return DelegationRefused(message, data=data)
+
+
+def as_told(refusal: A2AError, session: SessionRecord) -> A2AError:
+    """``refusal`` as ``session`` is told it: quiet on a sealed session (:func:`quiet_refusal`)."""
+    return quiet_refusal(refusal) if session.seal_keys else refusal
 
 
 def claim_form(intent_obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -120,27 +155,43 @@ class DelegationGuard:
         self._epoch_readers: tuple[Callable[[], object], ...] = ()
 
     def check_member(self, intent: Intent) -> None:
-        """Step 1 for a server without the extension: ``delegation`` is an unknown member."""
-        if self._config.delegation is None:
-            raise InvalidParams(f"intent: unexpected member {DELEGATION!r}")
+        """Step 1: ``delegation`` is an unknown member at a server without the extension, and
+        ``sealed_delegation`` at one that does not declare both it and sealed intents (§12.6)."""
+        cfg = self._config
+        if cfg.delegation is None:
+            name = DELEGATION if intent.delegation is not None else CHAIN_MEMBER
+            raise InvalidParams(f"intent: unexpected member {name!r}")
+        if intent.sealed_delegation is not None and not cfg.limits.sealed_intents:
+            raise InvalidParams(f"intent: unexpected member {CHAIN_MEMBER!r} (this server does not seal)")
 
     async def verdict(
-        self, session: SessionRecord, intent: Intent, now: WallSeconds, *, epoch_later: bool = False
+        self,
+        session: SessionRecord,
+        intent: Intent,
+        now: WallSeconds,
+        value: tuple[str, ...] | str | None = None,
+        *,
+        epoch_later: bool = False,
     ) -> Verdict:
         """The chain ``intent`` acts under, verified for this session now, or why it is refused.
 
         Checks 1-7 and 9 of §12.7: the chain itself, whoever uses it, here, now. Check 8 (the
         goal and the priority) and the goals reserved to principals are the admission's
         (:mod:`.admission`), made for every goal the intent runs, a goal inside a goal included.
+        ``value``: the chain, opened when it came sealed (by default ``intent.delegation``).
+        On a sealed session a refusal names nothing of the chain in its message: the
+        admission gives it so (:func:`quiet_refusal`), the message is never sealed.
 
         ``epoch_later``: the store will read its deny list's epoch with steps 7-8 (one Redis:
         ``begin_request_reading_epoch``). A kept chain whose only deny list is the store's
         then leaves its revocation check to :meth:`recheck`, with no look-up of its own.
         """
-        if intent.delegation is None:
+        if value is None:
+            value = intent.delegation
+        if value is None:
             return NO_DELEGATION
         try:
-            kept = await self._chain(session, intent.delegation, now)
+            kept = await self._chain(session, value, now)
             if not (kept.scoped and kept.not_before <= now < kept.expires):
                 refused = kept.chain.refusal_now(
                     now=now, client_did=session.client_did, server_did=session.server_did
@@ -198,7 +249,8 @@ class DelegationGuard:
             return kept
         if isinstance(value, str):
             # Another worker, or a chain this one has since let go: the client sends it again.
-            raise DelegationRefused(f"delegation refused: chain {ref} {CHAIN_UNKNOWN}")
+            message = f"delegation refused: chain {ref} {CHAIN_UNKNOWN}"
+            raise DelegationRefused(message, data={CHAIN_UNKNOWN_MEMBER: ref})
         # Counted before anything is decoded, resolved or verified (503 past the budget).
         self._cache.spend(session.session_id, session.policy, self._monotonic())
         chain = parse_chain(value)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from a2a_secure.errors import AuthenticationFailed, HandshakeUnknown
+from a2a_secure.errors import AuthenticationFailed, HandshakeUnknown, PolicyViolation
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_sign, jws_verify
 from a2a_secure.identity.resolver import ResolvedDID
@@ -31,6 +31,7 @@ from a2a_secure.protocol.models import (
     ProofPayload,
     PublicKeyEntry,
 )
+from a2a_secure.protocol.refusal import sign_refusal
 from a2a_secure.protocol.server.auditing import AuditFields
 from a2a_secure.protocol.server.common import Clock, RandomSource, ServerConfig, stale
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
@@ -38,7 +39,10 @@ from a2a_secure.protocol.validate import is_fresh
 from a2a_secure.store.base import OpenResult, PendingHandshake, SessionRecord
 from a2a_secure.system import WallSeconds
 
-__all__ = ["HandshakeResponder"]
+__all__ = ["SEALED_REQUIRED", "HandshakeResponder"]
+
+SEALED_REQUIRED = "sealed intents required: accept_policy carries no seal_key"
+"""The message of the refusal of a session without seal keys at a server that requires them."""
 
 
 class HandshakeResponder:
@@ -228,6 +232,18 @@ class HandshakeResponder:
         if not is_fresh(ts, now):
             raise stale("accept_policy", ts, now)
         audit.verified = True
+        if client_seal is None and cfg.limits.require_sealed:
+            # §12.6: the one place every door that opens a session decides it (the /a2a
+            # handshake, the A2A binding, serve --app); signed, the pending handshake kept.
+            raise sign_refusal(
+                PolicyViolation(SEALED_REQUIRED),
+                cfg.identity,
+                nonce_a=pending.nonce_a,
+                nonce_b=pending.nonce_b,
+                client_did=pending.client_did,
+                accept_jws=accept.accept_jws,
+                now=now_i,
+            )
         session_id = encoding.b64u_encode(self._random(m.SESSION_ID_BYTES))
         expires_at = now_i + pending.policy.session_timeout
         seal_keys, server_seal = b"", None

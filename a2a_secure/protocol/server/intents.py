@@ -28,6 +28,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from a2a_secure.delegation import DELEGATION
 from a2a_secure.errors import (
     A2AError,
     AuthenticationFailed,
@@ -48,14 +49,13 @@ from a2a_secure.protocol.models import (
     RequestPayload,
 )
 from a2a_secure.protocol.priority import DEFAULT_PRIORITY
+from a2a_secure.protocol.sealed_claims import ClaimBox, claim_intent, from_claim, to_claim
 from a2a_secure.protocol.sealing import (
-    ClaimBox,
-    claim_intent,
-    from_claim,
+    CHAIN_MEMBER,
+    open_intent_delegation,
     open_intent_inputs,
     record_sealer,
     seal_error_data,
-    to_claim,
 )
 from a2a_secure.protocol.server.admission import admit_goal
 from a2a_secure.protocol.server.auditing import AuditFields
@@ -68,7 +68,13 @@ from a2a_secure.protocol.server.common import (
     stale,
 )
 from a2a_secure.protocol.server.deadlines import SessionDeadlines
-from a2a_secure.protocol.server.delegation import NO_DELEGATION, DelegationGuard, Verdict, claim_form
+from a2a_secure.protocol.server.delegation import (
+    NO_DELEGATION,
+    DelegationGuard,
+    Verdict,
+    as_told,
+    claim_form,
+)
 from a2a_secure.protocol.server.dispatcher import IntentContext
 from a2a_secure.protocol.server.ports import Claims, PendingClaim, Replay, Runner, Streams
 from a2a_secure.protocol.server.replies import SignedReplies, result_json
@@ -153,7 +159,7 @@ class IntentProcessor:
             if (intent.sealed is not None or intent.sealed_key is not None) and not cfg.limits.sealed_intents:
                 # §12.6: as any unknown member of intent at a server without the extension.
                 raise InvalidParams("intent: unexpected member 'sealed' (this server does not seal)")
-            if intent.delegation is not None:
+            if intent.delegation is not None or intent.sealed_delegation is not None:
                 self._delegation.check_member(intent)
         audit.sequence = params_seq
         # Step 2: the session. A store that never suspends (MemoryStore) is called without a
@@ -254,15 +260,20 @@ class IntentProcessor:
                 signed = ClosePayload.parse(payload, expected=expected)
             else:
                 expected["intent"] = intent_obj = intent.to_dict()
-                if intent.sealed is not None:  # §12.6: the payload signs the sealed inputs' digest
-                    expected["intent"] = {**intent_obj, "sealed": m.sealed_digest(intent.sealed)}
+                if intent.sealed is not None:  # §12.6: the payload signs the sealed values' digests
+                    signed_intent = {**intent_obj, "sealed": m.sealed_digest(intent.sealed)}
+                    expected["intent"] = signed_intent
+                    if intent.sealed_delegation is not None:
+                        signed_intent[CHAIN_MEMBER] = m.sealed_digest(intent.sealed_delegation)
                 signed = RequestPayload.parse(payload, expected=expected)
             sequence, ts = signed.sequence, signed.timestamp
             sealer = record_sealer(session)
             inputs: dict[str, Any] | None = None
             answer_key: bytes | None = None
+            chain_value: tuple[str, ...] | str | None = None  # the chain, opened when sealed
             if intent is not None:
                 inputs, answer_key = open_intent_inputs(sealer, intent, sequence)
+                chain_value = open_intent_delegation(sealer, intent, sequence)
         except A2AError as exc:
             return self._signed_error(exc, session_id, params_seq, req_hash, now_i)
         audit.sequence = sequence
@@ -286,12 +297,14 @@ class IntentProcessor:
                 raise Unavailable("too many intents are waiting to run", retry_after=1)
             # §12.7: the chain is checked now, its refusal given at step 9 (and claims no id).
             delegated = NO_DELEGATION
-            if intent is not None and (intent.delegation is not None or cfg.delegation is not None):
+            if intent is not None and chain_value is not None:
                 # One Redis reads the deny list's epoch with steps 7-8 (not with a claim of
                 # §12.5, which a refused chain must not make): a kept chain then costs no
                 # round trip of its own.
                 epoch_later = intent.intent_id is None and getattr(store, "epoch_in_begin", False)
-                delegated = await self._delegation.verdict(session, intent, now, epoch_later=epoch_later)
+                delegated = await self._delegation.verdict(
+                    session, intent, now, chain_value, epoch_later=epoch_later
+                )
             # Steps 9 and 10, decided once, here: §12.5 checks them before an intent_id is
             # claimed, so that a refused intent does not use its id up (its refusal would be
             # the id's answer for the whole retention window, and the corrected intent a 409).
@@ -312,9 +325,9 @@ class IntentProcessor:
             ):
                 # The form a claim hashes: the same for every resend of this intent, whether it
                 # carries its chain in full or by hash (§12.7), sealed for one session or another.
-                claimed: Mapping[str, Any] = (
-                    claim_form(intent_obj) if intent.delegation is not None else intent_obj
-                )
+                claimed: Mapping[str, Any] = intent_obj
+                if chain_value is not None:
+                    claimed = claim_form({**intent_obj, DELEGATION: _as_json(chain_value)})
                 if answer_key is not None:  # §12.6: the claim keeps its answer sealed, keyless
                     claimed = claim_intent(claimed, inputs, answer_key)
                 once = self._exactly_once.prepare(session, intent, claimed, wants_stream, now)
@@ -349,7 +362,8 @@ class IntentProcessor:
                 )
                 if begin.kind is BeginKind.NEW:  # revoked since it was found clean: step 9
                     delegated = await self._delegation.recheck(delegated, epoch)
-                    refusal = refusal or delegated.refusal
+                    if refusal is None and delegated.refusal is not None:
+                        refusal = as_told(delegated.refusal, session)  # §12.7 on a sealed session
             elif once is None:
                 begin = await store.begin_request(
                     session_id,
@@ -513,6 +527,11 @@ class IntentProcessor:
             bool(session.seal_keys),  # sealed
         )
         return context, timeout_ms
+
+
+def _as_json(chain: tuple[str, ...] | str) -> list[str] | str:
+    """A chain as the ``delegation`` member has it on the wire (an array, or a name)."""
+    return chain if isinstance(chain, str) else list(chain)
 
 
 def begin_refusal(begin: Begin, sequence: int) -> A2AError | None:
