@@ -81,6 +81,13 @@ def _build_serve(subparsers: Subparsers) -> None:
         help="how long WAIT waits for the replicas, 1-800 ms (default 100)",
     )
     parser.add_argument(
+        "--claim-lease-margin",
+        type=_lease_arg,
+        metavar="S",
+        help="seconds past the handler timeout an intent_id whose run started and never "
+        "answered is waited for before resends are told 'outcome unknown' (default 60)",
+    )
+    parser.add_argument(
         "--metrics",
         action="store_true",
         help="serve Prometheus metrics at /metrics (needs the metrics extra; all workers summed)",
@@ -106,6 +113,15 @@ def _wait_arg(name: str) -> Callable[[str], int]:
     return parse
 
 
+def _lease_arg(text: str) -> int:
+    from a2a_secure.server.timing import lease_setting  # noqa: PLC0415 - server extra
+
+    try:
+        return lease_setting(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _serve(args: argparse.Namespace) -> int:
     from a2a_secure.server.run import ServeUsageError, serve  # noqa: PLC0415 - server extra
 
@@ -128,6 +144,7 @@ def _serve(args: argparse.Namespace) -> int:
             url=args.url,
             metrics=args.metrics,
             log_format=args.log_format,
+            claim_lease_margin=args.claim_lease_margin,
         )
     except ServeUsageError as exc:  # arguments that do not go together: a usage error
         _fail(str(exc))

@@ -1,5 +1,9 @@
 """Helpers for tests, the demo and benchmarks: a settable clock and a loopback server.
 
+``SteppedClock`` is a wall clock offset by a number of seconds read from a file, for fault
+campaigns that step one server process's clock (``A2A_SECURE_TEST_CLOCK_DIR``, read by
+:func:`a2a_secure.server.run.app_from_env`): never for production use.
+
 ``serve_app`` runs any ASGI app under a real uvicorn server on 127.0.0.1 with an ephemeral
 port (optionally with TLS) and yields its base URL, so tests talk to the real stack.
 """
@@ -8,11 +12,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-__all__ = ["FakeClock", "serve_app"]
+__all__ = ["FakeClock", "SteppedClock", "serve_app"]
+
+
+class SteppedClock:
+    """``time.time()`` plus the offset (seconds, a float) written in the file ``path``.
+
+    For testing only: a fault campaign steps a server process's wall clock by writing the
+    file (named after the process id). The file is read at most every ``every`` seconds
+    (monotonic time); a missing or unreadable file is an offset of 0. Only the wall clock
+    the server compares timestamps and expiries with moves; deadlines stay monotonic.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], every: float = 0.05) -> None:
+        self.path = os.fspath(path)
+        self.every = every
+        self.offset = 0.0
+        self._read_at = -float("inf")
+
+    def __call__(self) -> float:
+        t = time.monotonic()
+        if t - self._read_at >= self.every:
+            self._read_at = t
+            try:
+                with open(self.path, encoding="ascii") as f:
+                    self.offset = float(f.read().strip() or 0)
+            except (OSError, ValueError):
+                self.offset = 0.0
+        return time.time() + self.offset
 
 
 class FakeClock:

@@ -28,6 +28,47 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+async def open_bench_session(store: Any, client: Any, server: Any, policy: Any, i: int, now: int) -> Any:
+    """A session of ``client`` at ``server`` opened through the store's own handshake steps."""
+    from a2a_secure.identity import encoding
+    from a2a_secure.store.base import PendingHandshake, SessionRecord
+
+    nonce_b = encoding.b64u_encode(i.to_bytes(4, "big") * 8)
+    pending = PendingHandshake(
+        nonce_b=nonce_b,
+        nonce_a=encoding.b64u_encode(b"a" * 32),
+        client_did=client.did,
+        client_agent_id="bench-client",
+        client_keys={client.kid: client.public_key},
+        client_manifest_hash=encoding.hash_of({"c": 1}),
+        server_manifest_hash=encoding.hash_of({"s": 1}),
+        hello_hash=encoding.hash_of({"h": i}),
+        challenge_hash=encoding.hash_of({"ch": i}),
+        policy=policy,
+        policy_hash=policy.hash,
+        policy_signature="e30.e30.AAAA",
+        created_at=now,
+        expires_at=now + 60,
+        server_did=server.did,
+    )
+    assert await store.add_pending(pending, max_per_source=10**9, max_total=10**9, now=now)
+    assert await store.mark_proven(nonce_b, client.kid, now, agent=server.did)
+    rec = SessionRecord(
+        session_id=encoding.b64u_encode(uuid.uuid4().bytes * 2),
+        session_commitment=encoding.hash_of({"commit": i}),
+        client_did=client.did,
+        server_did=server.did,
+        client_kid=client.kid,
+        client_key=client.public_key,
+        policy=policy,
+        created_at=now,
+        expires_at=now + 3600,
+        client_agent_id="bench-client",
+    )
+    await store.open_session(nonce_b, rec, max_sessions=10**9, now=now, agent=server.did)
+    return rec
+
+
 async def measure(url: str, ids: int, sessions: int, answer_bytes: int) -> dict[str, Any]:
     import redis.asyncio as redis_asyncio
 
@@ -35,7 +76,7 @@ async def measure(url: str, ids: int, sessions: int, answer_bytes: int) -> dict[
     from a2a_secure.identity.keys import Identity
     from a2a_secure.policy import Policy
     from a2a_secure.protocol.intent_id import new_intent_id
-    from a2a_secure.store.base import PendingHandshake, SessionRecord, StoredReply
+    from a2a_secure.store.base import SessionRecord, StoredReply
     from a2a_secure.store.intents import ClaimRequest
     from a2a_secure.store.redis import RedisStore
 
@@ -51,40 +92,7 @@ async def measure(url: str, ids: int, sessions: int, answer_bytes: int) -> dict[
         return int((await r.info("memory"))["used_memory"])
 
     async def open_session(i: int) -> SessionRecord:
-        nonce_b = encoding.b64u_encode(i.to_bytes(4, "big") * 8)
-        pending = PendingHandshake(
-            nonce_b=nonce_b,
-            nonce_a=encoding.b64u_encode(b"a" * 32),
-            client_did=client.did,
-            client_agent_id="bench-client",
-            client_keys={client.kid: client.public_key},
-            client_manifest_hash=encoding.hash_of({"c": 1}),
-            server_manifest_hash=encoding.hash_of({"s": 1}),
-            hello_hash=encoding.hash_of({"h": i}),
-            challenge_hash=encoding.hash_of({"ch": i}),
-            policy=policy,
-            policy_hash=policy.hash,
-            policy_signature="e30.e30.AAAA",
-            created_at=now,
-            expires_at=now + 60,
-            server_did=server.did,
-        )
-        assert await store.add_pending(pending, max_per_source=10**9, max_total=10**9, now=now)
-        assert await store.mark_proven(nonce_b, client.kid, now, agent=server.did)
-        rec = SessionRecord(
-            session_id=encoding.b64u_encode(uuid.uuid4().bytes * 2),
-            session_commitment=encoding.hash_of({"commit": i}),
-            client_did=client.did,
-            server_did=server.did,
-            client_kid=client.kid,
-            client_key=client.public_key,
-            policy=policy,
-            created_at=now,
-            expires_at=now + 3600,
-            client_agent_id="bench-client",
-        )
-        await store.open_session(nonce_b, rec, max_sessions=10**9, now=now, agent=server.did)
-        return rec
+        return await open_bench_session(store, client, server, policy, i, now)
 
     result_value = {"text": "x" * (answer_bytes - 11)}  # {"text":"…"} is answer_bytes long
     reply = StoredReply(200, result=result_value, signed_at=now)

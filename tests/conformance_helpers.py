@@ -86,6 +86,7 @@ def agent_server(
         limits=limits,
         audit=audit,
         clock=clock,
+        monotonic=clock.monotonic,  # durations (audit records) move with the fake clock
     )
     test_agent.register_test_agent(server)  # exactly the §11 handlers ...
 

@@ -67,7 +67,7 @@ from a2a_secure.a2a_binding import (
 from a2a_secure.client import extensions as card_extensions
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.delegation import DelegationRules
-from a2a_secure.errors import InvalidParams
+from a2a_secure.errors import Unavailable
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer
@@ -375,7 +375,7 @@ async def test_a_bridge_card_whose_declaration_was_altered_in_transit_is_not_tru
             await fetch_agent_card(site.url, site.did)
         async with site.a2a_client(sealed=True) as client:
             intent = {"goal": "SendMessage", "domain": "a2a", "inputs": {}}
-            with pytest.raises(InvalidParams, match="does not declare the sealed extension"):
+            with pytest.raises(Unavailable, match="could not be checked for the sealed extension"):
                 await client.request(site.did, intent, endpoint=site.url)
         assert site.front.methods() == ["hello"] and site.executor.calls == 0
     card_extensions.forget()
@@ -386,7 +386,7 @@ async def test_a_bridge_card_whose_declaration_was_altered_in_transit_is_not_tru
         site.front.card = declaring(lambda names: sorted({*names, "sealed"}))
         async with site.a2a_client(sealed=True) as client:
             intent = {"goal": "SendMessage", "domain": "a2a", "inputs": {}}
-            with pytest.raises(InvalidParams, match="does not declare the sealed extension"):
+            with pytest.raises(Unavailable, match="could not be checked for the sealed extension"):
                 await client.request(site.did, intent, endpoint=site.url)
         assert site.front.methods() == ["hello"]
     async with bridged() as site, site.a2a_client(sealed=True) as client:

@@ -152,7 +152,12 @@ def test_an_undeclared_member_asks_for_the_card_once_then_is_refused() -> None:
     c = call(peer, chain=chain())
     step = c.next(clock.now, 0.0)
     assert isinstance(step, LearnCard)
-    c.learnt(None)  # the card could not be had
+    c.learnt(None)  # the card could not be had: nothing known, 503 (try again), nothing sent
+    with pytest.raises(Unavailable, match="could not be checked for the delegation extension"):
+        c.next(clock.now, 0.0)
+    c = call(peer, chain=chain())
+    assert isinstance(c.next(clock.now, 0.0), LearnCard)
+    c.learnt(frozenset())  # a verified card without it: the server's final word
     with pytest.raises(InvalidParams, match="does not declare the delegation extension"):
         c.next(clock.now, 0.0)
     c = call(peer, chain=chain())

@@ -245,6 +245,18 @@ def test_an_undeclared_member_is_refused_with_invalid_params_naming_the_server(e
     assert exc.message.startswith(f"{SERVER} does not declare the {extension} extension")
 
 
+@pytest.mark.parametrize("extension", [INTENT_ID, PRIORITY, DELEGATION, SEALED])
+def test_a_card_that_could_not_be_checked_is_a_503_to_try_again(extension: str) -> None:
+    """The fault campaign cut a card fetch: exactly_once=True then read "does not declare
+    the intent_id extension" (-32602), a final word about a server that does declare it."""
+    exc = undeclared(SERVER, extension, card_checked=False)
+    assert isinstance(exc, Unavailable) and exc.code == -32048 and exc.retry_after == 1
+    assert f"could not be checked for the {extension} extension" in exc.message
+    with pytest.raises(Unavailable):
+        seal(SERVER, True, None)  # no verified card: unknown, not "does not declare"
+    assert not seal(SERVER, None, None)  # None: not sealed, no error
+
+
 def test_the_refusal_names_at_most_128_characters_of_the_did() -> None:
     did = "did:web:" + "a" * 500
     assert undeclared(did, PRIORITY).message.startswith(did[:128] + " does not")

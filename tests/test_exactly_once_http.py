@@ -23,7 +23,7 @@ from redis_helpers import redis_prefix, redis_url  # noqa: F401
 from a2a_secure.agent import A2AAgent, RegistryEntry
 from a2a_secure.client import extensions as card_extensions
 from a2a_secure.client.http import A2AClient
-from a2a_secure.errors import A2AError, InvalidParams
+from a2a_secure.errors import A2AError, InvalidParams, Unavailable
 from a2a_secure.identity import encoding
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol.intent_id import is_ids_full
@@ -180,7 +180,8 @@ async def test_a_card_that_does_not_hash_to_the_signed_manifest_hash_means_no_ex
                 )
                 assert res.intent_id is None  # not an error: the server is treated as PROTOCOL.md-only
             async with A2AClient(identity("mismatch"), exactly_once=True) as client:
-                with pytest.raises(InvalidParams):
+                # Nothing known (the card is not the one signed): 503, try again; nothing sent.
+                with pytest.raises(Unavailable, match="could not be checked"):
                     await client.request(server.identity.did, {"goal": "record", "inputs": {}}, endpoint=url)
         assert "does not hash to the signed manifest_hash" in caplog.text
 

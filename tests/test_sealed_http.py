@@ -26,7 +26,14 @@ from http_helpers import JSON, SECRET, AuditLog, build_server, envelope, identit
 
 from a2a_secure.client import extensions as card_extensions
 from a2a_secure.client.http import A2AClient
-from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, SequenceError, error_for_code
+from a2a_secure.errors import (
+    A2AError,
+    InvalidParams,
+    PolicyViolation,
+    SequenceError,
+    Unavailable,
+    error_for_code,
+)
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_decode_unverified, jws_sign
 from a2a_secure.identity.keys import Identity
@@ -493,7 +500,8 @@ async def test_sealed_true_refuses_a_server_that_does_not_declare_it() -> None:
 
 async def test_sealed_true_refuses_a_card_stripped_of_the_extension() -> None:
     # An attacker on the path serves the card without "sealed": it no longer hashes to the
-    # manifest hash the CHALLENGE signed, so it declares nothing, and sealed=True refuses.
+    # manifest hash the CHALLENGE signed, so nothing is known of it, and sealed=True refuses
+    # (503: no card checked; the honest card, once it comes, is taken).
     server = sealed_server()
     honest = server.card_endpoint
 
@@ -506,7 +514,7 @@ async def test_sealed_true_refuses_a_card_stripped_of_the_extension() -> None:
 
     server.card_endpoint = stripped  # type: ignore[method-assign]
     async with serve_app(server.app()) as url, A2AClient(identity("alice"), sealed=True) as alice:
-        with pytest.raises(InvalidParams, match="does not declare the sealed extension"):
+        with pytest.raises(Unavailable, match="could not be checked for the sealed extension"):
             await alice.request(server.identity.did, {"goal": "echo", "inputs": {"x": SECRET}}, endpoint=url)
         assert server.calls["echo"] == 0  # type: ignore[attr-defined]
     server.card_endpoint = honest  # type: ignore[method-assign]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -34,7 +35,7 @@ X = "X" * 22
 
 
 def claim(iid: str = X, h: str = H1, *, cap: int = 100) -> ClaimRequest:
-    return ClaimRequest(iid, h, T0 + 100, T0 + 1000, cap)
+    return ClaimRequest(iid, h, T0 + 100, T0 + 1000, cap, owner=secrets.token_bytes(16))
 
 
 @pytest.fixture
@@ -57,7 +58,9 @@ async def begin(
     rate: int | None = 1000,
     rh: str = "",
 ) -> Any:
-    return await store.begin_intent(
+    """A begin, and the start of a claim made NEW, as the server records it before it runs."""
+    c = c or claim()
+    b, got = await store.begin_intent(
         sid,
         CLIENT.did,
         seq,
@@ -65,8 +68,11 @@ async def begin(
         rate_limit=rate,
         rate_period=3600,
         now=T0,
-        claim=c or claim(),
+        claim=c,
     )
+    if b.kind is BeginKind.NEW and got is not None and got.kind is ClaimKind.NEW:
+        assert await store.start_intent(CLIENT.did, c.intent_id, c.intent_hash, c.owner)
+    return b, got
 
 
 async def kind_of(store: RedisStore, iid: str = X, h: str = H1) -> ClaimKind:
@@ -84,7 +90,7 @@ async def test_claims_live_in_the_dids_slot_with_its_rate_window(cstore: RedisSt
     assert key_slot(cstore._k_revoked(CLIENT.did).encode()) == slot
 
 
-async def test_an_intent_with_an_intent_id_is_one_round_trip(cstore: RedisStore) -> None:
+async def test_an_intent_with_an_intent_id_is_a_begin_and_a_kept_answer(cstore: RedisStore) -> None:
     (rec,) = await open_n(cstore, 1)
     await cstore.get_session(rec.session_id, T0)
     trips = cstore.round_trips
@@ -96,8 +102,10 @@ async def test_an_intent_with_an_intent_id_is_one_round_trip(cstore: RedisStore)
         answer = StoredReply(200, {"seq": seq})
         await cstore.finish_request(rec.session_id, seq, answer)
         await cstore.finish_intent(CLIENT.did, iid, H1, answer)
-    # Each begin carried the two answers before it (the session's and the claim's).
-    assert cstore.round_trips - trips == 20
+    # Each begin is one round trip, and the start one (recorded before the handler runs);
+    # the claim's answer is kept before finish_intent returns (the server sends the answer
+    # only then), with the session's answer in the same round trip.
+    assert cstore.round_trips - trips == 60
     await cstore.flush()
     got = await cstore.get_claim(CLIENT.did, f"{20:022d}", H1, T0)
     assert got.kind is ClaimKind.DONE and got.reply == StoredReply(200, {"seq": 20})
@@ -230,9 +238,9 @@ async def test_a_revoked_did_claims_nothing(cstore: RedisStore) -> None:
     assert await rate_count(cstore) == 0
 
 
-async def test_a_request_waiting_on_a_claim_given_back_sees_it_gone(cstore: RedisStore) -> None:
-    """A claims X NEW on a stale sequence; B (another session) sees it RUNNING; A gives it
-    back; B finds no claim (the server answers "outcome unknown"), and a resend claims X."""
+async def test_a_request_finding_a_claim_being_given_back_takes_it_over(cstore: RedisStore) -> None:
+    """A claims X NEW on a stale sequence (never started); B (another session) finds it not
+    started and takes it over (NEW: B runs X); A's give-back then leaves B's claim alone."""
     s1, s2 = (r.session_id for r in await open_n(cstore, 2))
     await begin(cstore, s1, 5, claim("Q" * 22))
     reached, release = asyncio.Event(), asyncio.Event()
@@ -247,14 +255,14 @@ async def test_a_request_waiting_on_a_claim_given_back_sees_it_gone(cstore: Redi
     cstore._quietly = paused  # type: ignore[method-assign]
     a = asyncio.ensure_future(begin(cstore, s1, 3))  # stale
     await asyncio.wait_for(reached.wait(), 5)
-    b, c = await begin(cstore, s2, 1)
-    assert b.kind is BeginKind.NEW and c.kind is ClaimKind.RUNNING  # A's claim, in flight
+    b, c = await begin(cstore, s2, 1)  # (the helper records B's start, as the server does)
+    assert b.kind is BeginKind.NEW and c.kind is ClaimKind.NEW  # A's claim, never started
     release.set()
     b, c = await a
     assert b.kind is BeginKind.STALE and c is None
-    assert await kind_of(cstore) is ClaimKind.UNKNOWN
+    assert await kind_of(cstore) is ClaimKind.RUNNING  # B's, started: not given back
     b, c = await begin(cstore, s2, 2)
-    assert b.kind is BeginKind.NEW and c.kind is ClaimKind.NEW
+    assert b.kind is BeginKind.NEW and c.kind is ClaimKind.RUNNING
 
 
 async def test_wait_replicas_refuses_an_unconfirmed_claim(redis_cluster: LocalCluster) -> None:
@@ -292,7 +300,7 @@ async def test_wait_replicas_refuses_an_unconfirmed_claim(redis_cluster: LocalCl
 
 # -- the store's bound on claims (ServerLimits.max_intent_ids_total) -----------------------------------
 def capped(iid: str, total: int, h: str = H1) -> ClaimRequest:
-    return ClaimRequest(iid, h, T0 + 100, T0 + 1000, 100, total)
+    return ClaimRequest(iid, h, T0 + 100, T0 + 1000, 100, total, owner=secrets.token_bytes(16))
 
 
 async def reservations(store: RedisStore) -> int:

@@ -10,6 +10,7 @@ turns LOST past its bound, and an answer is kept only for the claim's own intent
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ IID = "A" * 22
 def claim(
     iid: str = IID, h: str = H1, *, running: int = 100, expires: int = 1000, cap: int = 5
 ) -> ClaimRequest:
-    return ClaimRequest(iid, h, T0 + running, T0 + expires, cap)
+    return ClaimRequest(iid, h, T0 + running, T0 + expires, cap, owner=secrets.token_bytes(16))
 
 
 SID = ""
@@ -51,7 +52,8 @@ async def sent(store: Any) -> None:
 async def begin(
     store: Any, seq: int, c: ClaimRequest, *, sid: str = "", now: float = T0, rh: str = ""
 ) -> Any:
-    return await store.begin_intent(
+    """A begin, and the start of a claim made NEW, as the server records it before it runs."""
+    b, got = await store.begin_intent(
         sid or SID,
         CLIENT.did,
         seq,
@@ -61,6 +63,9 @@ async def begin(
         now=now,
         claim=c,
     )
+    if b.kind is BeginKind.NEW and got is not None and got.kind is ClaimKind.NEW:
+        assert await store.start_intent(CLIENT.did, c.intent_id, c.intent_hash, c.owner)
+    return b, got
 
 
 async def test_new_then_done_for_the_same_hash(store_factory: StoreFactory) -> None:  # noqa: F811
@@ -146,7 +151,7 @@ async def test_the_stores_bound_counts_every_did_and_consumes_nothing(store_fact
     other = (await open_session(store, 2, did=OTHER.did, lifetime=10_000)).session_id
 
     def total(iid: str, expires: int = 1000) -> ClaimRequest:
-        return ClaimRequest(iid, H1, T0 + 100, T0 + expires, BIG, 2)
+        return ClaimRequest(iid, H1, T0 + 100, T0 + expires, BIG, 2, owner=secrets.token_bytes(16))
 
     assert (await begin(store, 1, total("0" * 22, 1000)))[1].kind is ClaimKind.NEW
     b, c = await store.begin_intent(
@@ -174,7 +179,7 @@ async def test_the_stores_bound_counts_every_did_and_consumes_nothing(store_fact
 async def test_full_does_not_count_the_rate(store_factory: StoreFactory) -> None:  # noqa: F811
     store = await opened(store_factory)
 
-    async def go(seq: int, iid: str) -> Any:
+    async def go(seq: int, iid: str, c: ClaimRequest | None = None) -> Any:
         return await store.begin_intent(
             SID,
             CLIENT.did,
@@ -183,10 +188,12 @@ async def test_full_does_not_count_the_rate(store_factory: StoreFactory) -> None
             rate_limit=2,
             rate_period=3600,
             now=T0,
-            claim=claim(iid=iid, cap=1),
+            claim=c or claim(iid=iid, cap=1),
         )
 
-    assert (await go(1, "a" * 22))[1].kind is ClaimKind.NEW
+    first = claim(iid="a" * 22, cap=1)
+    assert (await go(1, "a" * 22, first))[1].kind is ClaimKind.NEW
+    assert await store.start_intent(CLIENT.did, first.intent_id, first.intent_hash, first.owner)
     assert (await go(2, "b" * 22))[1].kind is ClaimKind.FULL
     b, c = await go(2, "a" * 22)  # the refused claim did not use up the second request
     assert b.kind is BeginKind.NEW and c.kind is ClaimKind.RUNNING

@@ -206,7 +206,7 @@ class _Step:
     session_id: str
     client_did: str
     sequence: int
-    started: float
+    started: float  # on the monotonic clock: durations only
 
 
 def new_action_id(random_bytes: Callable[[int], bytes]) -> str:
@@ -244,6 +244,7 @@ class ApprovalEngine:
         clock: Clock = system.wall_clock,
         random_bytes: RandomSource = system.random_bytes,
         keys: KeyLookup | None = None,
+        monotonic: system.MonoClock = system.mono_now,
     ) -> None:
         self.server_did = server_did
         self._keys = keys
@@ -251,6 +252,7 @@ class ApprovalEngine:
         self.settings = settings or ApprovalSettings()
         self.audit = audit
         self._clock = clock
+        self._monotonic = monotonic  # the audit records' durations
         self._random = random_bytes
         self._approvers: frozenset[str] = frozenset()
         self._executors: dict[str, _Registered] = {}
@@ -340,7 +342,7 @@ class ApprovalEngine:
             intent_goal=action,
             sequence=step.sequence,
             status="error" if error_code is not None else "success",
-            duration_ms=round((self._clock() - step.started) * 1000, 3),
+            duration_ms=round((self._monotonic() - step.started) * 1000, 3),
             error_code=error_code,
             verified=True,
         )
@@ -365,7 +367,7 @@ class ApprovalEngine:
         ``sealed``: the intent came on a sealed session (§12.6); the action is stored sealed.
         """
         now = self._clock()
-        step = _Step(session_id, caller_did, sequence, now)
+        step = _Step(session_id, caller_did, sequence, self._monotonic())
         name = needs.action or goal
         # Fail closed on a configuration that could never run or approve the action.
         if name not in self._executors:
@@ -465,7 +467,7 @@ class ApprovalEngine:
         on such a session only.
         """
         now = self._clock()
-        step = _Step(session_id, approver, sequence, now)
+        step = _Step(session_id, approver, sequence, self._monotonic())
         name: str | None = None
         try:
             exact_members(inputs, _PENDING_MEMBERS, "tool.pending inputs")
@@ -509,7 +511,7 @@ class ApprovalEngine:
         the action is claimed: a refused approval leaves it pending.
         """
         now = self._clock()
-        step = _Step(session_id, approver, sequence, now)
+        step = _Step(session_id, approver, sequence, self._monotonic())
         name: str | None = None
         found: PendingAction | None = None
         try:

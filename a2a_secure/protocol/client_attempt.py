@@ -243,7 +243,7 @@ class Call:
         if PRIORITY in intent and not peer.declares(PRIORITY):
             if not asked:
                 return self._learn(session)
-            raise undeclared(self._server_did, PRIORITY)
+            raise undeclared(self._server_did, PRIORITY, card_checked=peer.card_known)
         need = intent_id_need(
             chosen=self.chosen,
             exactly_once=False if self.pinned is not None else self.options.exactly_once,
@@ -258,13 +258,13 @@ class Call:
                 chosen = self.chosen = self.chosen or new_intent_id(self._random)
                 intent = {**intent, INTENT_ID: chosen}
             elif required:
-                raise undeclared(self._server_did, INTENT_ID)
+                raise undeclared(self._server_did, INTENT_ID, card_checked=peer.card_known)
         self.reference = None
         if self.chain is not None:
             if not peer.declares(DELEGATION):
                 if not asked:
                     return self._learn(session)
-                raise undeclared(self._server_did, DELEGATION)
+                raise undeclared(self._server_did, DELEGATION, card_checked=peer.card_known)
             refused = self.chain.refusal(
                 now=now,
                 client_did=self.client_did,

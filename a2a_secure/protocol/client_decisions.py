@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from a2a_secure.delegation import CHAIN_UNKNOWN, DELEGATION, Chain
-from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation
+from a2a_secure.errors import A2AError, InvalidParams, PolicyViolation, Unavailable
 from a2a_secure.protocol.client_session import ClientSession
 from a2a_secure.protocol.intent_id import INTENT_ID, is_ids_full
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
@@ -190,12 +190,21 @@ _UNDECLARED: Final[Mapping[str, str]] = {
 }
 
 
-def undeclared(server_did: str, extension: str) -> InvalidParams:
+def undeclared(server_did: str, extension: str, *, card_checked: bool = True) -> A2AError:
     """The refusal (-32602) of a member ``server_did``'s authenticated card does not declare.
 
     A server that implements only the base contract would refuse the unknown member only
     after the request is signed and sent; the card says so before anything leaves.
+    ``card_checked=False``: no card that hashes to the signed manifest could be had (the
+    fetch failed, or another card came): nothing is known, so the refusal is 503 -32048 with
+    ``Retry-After`` (try again), not a -32602 that reads as the server's final word. Either
+    way nothing is sent.
     """
+    if not card_checked:
+        return Unavailable(
+            f"{server_did[:128]}: its agent card could not be checked for the {extension} extension",
+            retry_after=1,
+        )
     return InvalidParams(f"{server_did[:128]} {_UNDECLARED[extension]}")
 
 
@@ -215,7 +224,7 @@ def seal(
         return False
     if declared is None:
         if sealed is True or seen:
-            raise undeclared(server_did, SEALED)
+            raise undeclared(server_did, SEALED, card_checked=False)
         return False
     if SEALED not in declared and sealed is True:
         raise undeclared(server_did, SEALED)
@@ -262,10 +271,14 @@ class PeerState:
         # manifest hash -> monotonic time until which a failed card look-up is not retried.
         # Per server, never process-wide: one blocked fetch must not decide for other peers.
         self.card_failures: dict[str, MonoSeconds] = {}
+        # Whether a verified card was had for the current session (else its extensions are
+        # unknown, not absent: a refusal for want of one is 503, see undeclared()).
+        self.card_known = False
 
     def card_verified(self, extensions: frozenset[str]) -> None:
         """A verified card of this server declares ``extensions``."""
         self.sealed_seen = SEALED in extensions
+        self.card_known = True
 
     def card_failed(self, manifest_hash: str, mono: MonoSeconds, pause: float = CARD_FAILURE_PAUSE) -> None:
         """The card for ``manifest_hash`` could not be had (or did not verify) at ``mono``."""
@@ -280,6 +293,7 @@ class PeerState:
     def new_session(self) -> None:
         """A new session: nothing is known of its card, and no chain was sent on it."""
         self.extensions = frozenset()
+        self.card_known = False
         self.chains_sent.clear()
 
     def declares(self, extension: str) -> bool:

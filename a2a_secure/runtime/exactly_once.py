@@ -17,13 +17,21 @@ request with an ``intent_id`` claims (DID, intent_id) in the same atomic store s
 ====================  ==================================================================
 claim                 answer (signed under the NEW session, for the NEW request)
 ====================  ==================================================================
-new                   the intent runs; its answer is kept with the claim
+new                   the start is recorded (:meth:`ExactlyOnce.start`), then the intent
+                      runs; its answer is kept with the claim BEFORE it is sent
+not started, same     (a claim whose handler never started: its worker died or paused
+intent                between the claim and the start, or the replicas did not confirm it)
+                      taken over by this request, which runs it as a new one; the first
+                      owner's start then fails and it does not run (it waits for this
+                      run's answer instead)
 done, same intent     the first run's answer, signed again now; the handler does not run
 running, same intent  wait for the first run's answer up to ``replay_wait_seconds``, then
                       503 -32048 "still running" with Retry-After (never a second run); a
                       byte-identical retry of that request waits again
-lost, same intent     504 -32049 "outcome unknown": the first run never reported (its worker
-                      died, or the server stopped, mid-run); the intent is not run again
+lost, same intent     504 -32049 "outcome unknown": the first run started and never
+                      reported (its worker died, or the server stopped, mid-run) within
+                      the claim's lease (the handler timeout plus
+                      ``ServerLimits.claim_lease_margin``); the intent is not run again
 another intent        409 -32044 "intent_id already used for a different intent"
 DID bound reached     503 -32048, nothing consumed (as a rate-limited request)
 store bound reached   503 -32048, nothing consumed (``max_intent_ids_total``)
@@ -42,8 +50,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
-from collections.abc import Callable, Mapping
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -72,13 +82,9 @@ if TYPE_CHECKING:
     from a2a_secure.protocol.server.replies import SignedReplies
     from a2a_secure.runtime.replay import Replayer
 
-__all__ = ["RUNNING_MARGIN", "STILL_RUNNING", "ExactlyOnce", "server_extensions"]
+__all__ = ["STILL_RUNNING", "ExactlyOnce", "server_extensions"]
 
 STILL_RUNNING: Final = "an earlier request with this intent_id is still running"
-# Past the longest a run can take, a claim still RUNNING is LOST. The margin covers the
-# answer's way to a shared store (RedisStore lingers up to 20 ms) and clock differences
-# between workers.
-RUNNING_MARGIN: Final = 60
 
 
 def server_extensions(limits: ServerLimits, store: object, *, delegation: bool = False) -> list[str]:
@@ -107,6 +113,13 @@ class Pending:
     running_until: int
     claim: Claim | None = None
     agent: str = ""  # the server DID the claim belongs to (the session's)
+    # This request's token: only it may record the start of the claim it made.
+    owner: bytes = b""
+    # The longest the run may take (a stream: its session's end), and when a stream next
+    # moves its lease on (wall clock, as running_until).
+    keep_until: int = 0
+    renew_at: float = 0.0
+    claimed_at: float = 0.0  # wall clock, when the claim was prepared
     # Sealed intents (protocol/sealed_claims.py): the answer as the claim keeps it (sealed under
     # the intent's answer key), and back, sealed for this request's session.
     to_claim: Callable[[StoredReply], StoredReply] | None = None
@@ -151,6 +164,8 @@ class ExactlyOnce:
         self._clock = clock
         # Claims made here whose run has not reported yet, by (session id, sequence).
         self.running: dict[tuple[str, int], Pending] = {}
+        # Writes to the store tried again in the background (_retry_later).
+        self._later: set[asyncio.Task[None]] = set()
 
     @property
     def enabled(self) -> bool:
@@ -179,17 +194,26 @@ class ExactlyOnce:
         ``intent_obj`` is the intent as signed (step 5 compared it with the payload's).
         """
         assert intent.intent_id is not None
-        # A stream's run is bounded by its session (checked at each event) and the timeout
-        # between two events; any other run by the handler timeout.
+        # Past the longest a run can take, a started claim still RUNNING is LOST. The margin
+        # covers the answer's way to the store and clock differences between workers. A
+        # stream's run is bounded by its session (checked at each event) and the timeout
+        # between two events: its lease is one handler timeout, moved on as events come
+        # (renew), and the claim is kept at least as long as the session could run it.
+        limits = self._config.limits
+        lease = limits.max_handler_timeout_ms / 1000
+        running_until = math.ceil(now + lease) + limits.claim_lease_margin
         end = max(now, session.expires_at) if wants_stream else now
-        timeout = self._config.limits.max_handler_timeout_ms / 1000
-        running_until = math.ceil(end + timeout) + RUNNING_MARGIN
+        keep_until = math.ceil(end + lease) + limits.claim_lease_margin
         return Pending(
             session.client_did,
             intent.intent_id,
             encoding.hash_of(intent_obj),
             running_until,
             agent=session.server_did,
+            owner=secrets.token_bytes(16),
+            keep_until=keep_until,
+            renew_at=now + limits.claim_lease_margin / 2,
+            claimed_at=now,
         )
 
     async def begin(
@@ -204,7 +228,10 @@ class ExactlyOnce:
     ) -> Begin:
         """§6.1 steps 7-8 and the claim, in one store step; FULL raises (nothing consumed)."""
         limits = self._config.limits
-        expires_at = max(int(now) + limits.intent_id_retention, pending.running_until + RUNNING_MARGIN)
+        expires_at = max(
+            int(now) + limits.intent_id_retention,
+            max(pending.running_until, pending.keep_until) + limits.claim_lease_margin,
+        )
         begin, claim = await self._store.begin_intent(
             session.session_id,
             session.client_did,
@@ -220,6 +247,7 @@ class ExactlyOnce:
                 expires_at,
                 limits.max_intent_ids_per_did,
                 self._config.limit_for(limits.max_intent_ids_total, session.client_did),
+                pending.owner,
             ),
             agent=pending.agent,
         )
@@ -233,6 +261,70 @@ class ExactlyOnce:
         if claim is not None and claim.kind is ClaimKind.NEW:
             self.running[(session.session_id, sequence)] = pending
         return begin
+
+    async def start(
+        self, pending: Pending, session_id: str, sequence: int, req_hash: str, audit: AuditFields
+    ) -> Reply | None:
+        """Record that the handler of a NEW claim starts: None, run it; else the answer.
+
+        Called by every path that runs an intent with an ``intent_id`` (unary and streamed)
+        right before its handler. The start is what tells "never ran" (a resend takes the
+        claim over) from "outcome unknown". When another request took the claim over in
+        between, this one waits for that run's answer as a resend would; when the store
+        cannot record the start, 503 (the claim stays unstarted: a resend runs it).
+        """
+        try:
+            started = await self._store.start_intent(
+                pending.client_did,
+                pending.intent_id,
+                pending.intent_hash,
+                pending.owner,
+                agent=pending.agent,
+            )
+        except Unavailable as exc:
+            self.running.pop((session_id, sequence), None)
+            # The start may have reached the store with its reply lost: give it back when the
+            # store is back, so that a resend takes the claim over instead of waiting for
+            # its lease to end ("outcome unknown") on an intent that never ran.
+            self._retry_later(
+                pending,
+                functools.partial(
+                    self._store.start_intent,
+                    pending.client_did,
+                    pending.intent_id,
+                    pending.intent_hash,
+                    pending.owner,
+                    started=False,
+                    agent=pending.agent,
+                ),
+            )
+            return await self._error(exc, session_id, sequence, req_hash)
+        if started:
+            return None
+        self.running.pop((session_id, sequence), None)
+        return await self._settle(pending, Claim(ClaimKind.RUNNING), session_id, sequence, req_hash, audit)
+
+    async def renew(self, session_id: str, sequence: int, now: float) -> None:
+        """A stream goes on: move its claim's lease past ``now`` (at most every half margin).
+
+        A lease the store cannot move lapses: resends are then told "outcome unknown" while
+        the stream still runs, never run it again.
+        """
+        pending = self.running.get((session_id, sequence))
+        if pending is None or now < pending.renew_at:
+            return
+        limits = self._config.limits
+        pending.renew_at = now + limits.claim_lease_margin / 2
+        running_until = math.ceil(now + limits.max_handler_timeout_ms / 1000) + limits.claim_lease_margin
+        with contextlib.suppress(Unavailable):
+            await self._store.renew_intent(
+                pending.client_did,
+                pending.intent_id,
+                pending.intent_hash,
+                pending.owner,
+                running_until,
+                agent=pending.agent,
+            )
 
     def is_resumable(self, stored: StoredReply | None) -> bool:
         """Whether a byte-identical retry finds the "still running" answer of a resend."""
@@ -260,18 +352,53 @@ class ExactlyOnce:
         pending = self.running.pop((session_id, sequence), None)
         if pending is None:
             return
-        # The intent ran: its answer goes out even if the store cannot keep it. The claim then
-        # stays RUNNING and becomes LOST: a resend is told "outcome unknown", never re-run.
-        with contextlib.suppress(Exception):
+        # Kept before the answer is sent (finish_intent waits for the store): a worker that
+        # dies after sending leaves the answer for the resends. The intent ran: its answer
+        # goes out even if the store cannot keep it now; this process tries again until the
+        # claim's lease ends (a resend meanwhile waits, or is told "still running"). Past it,
+        # or if this process dies first, the claim is LOST: a resend is told "outcome
+        # unknown", never re-run.
+        try:
             if pending.to_claim is not None:
                 stored = pending.to_claim(stored)
-            await self._store.finish_intent(
-                pending.client_did,
-                pending.intent_id,
-                pending.intent_hash,
-                _compact(stored),
-                agent=pending.agent,
-            )
+        except Exception:  # (sealing it for the claim failed: nothing to keep)
+            return
+        keep = functools.partial(
+            self._store.finish_intent,
+            pending.client_did,
+            pending.intent_id,
+            pending.intent_hash,
+            _compact(stored),
+            agent=pending.agent,
+        )
+        try:
+            await keep()
+        except Exception:
+            self._retry_later(pending, keep)
+
+    def _retry_later(self, pending: Pending, attempt: Callable[[], Awaitable[object]]) -> None:
+        """Call ``attempt`` again in the background until it succeeds, for as long as the
+        claim's lease is (what it writes is conditional on the claim: late is harmless).
+
+        The length of the lease, not its end: timed by the loop's monotonic clock, so that a
+        step of the wall clock neither ends the retries at once nor prolongs them.
+        """
+        lease = max(1.0, pending.running_until - pending.claimed_at)
+        task = asyncio.ensure_future(self._again(asyncio.get_running_loop().time() + lease, attempt))
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+
+    async def _again(self, until: float, attempt: Callable[[], Awaitable[object]]) -> None:
+        delay = 0.05
+        loop = asyncio.get_running_loop()
+        while loop.time() < until:
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 1.0)
+            try:
+                await attempt()
+            except Exception:  # noqa: S112 - the store is still away: later
+                continue
+            return
 
     # -- answers ------------------------------------------------------------------------------------
     async def _settle(

@@ -99,8 +99,9 @@ class ServerProtocol:
         )
         self._config = config
         self._clock = clock
+        self._monotonic = monotonic  # request durations (audit, telemetry)
         deadlines = SessionDeadlines(config, monotonic)
-        auditor = AuditWriter(audit, config, clock, observe)
+        auditor = AuditWriter(audit, config, monotonic, observe)
         replies = SignedReplies(config)
         runner = IntentRunner(config)  # its gate (§12.3) is shared with the stream pump
         self._scheduler = runner.gate.scheduler
@@ -247,7 +248,7 @@ class ServerProtocol:
 
     async def handle(self, method: str, params: Any, *, source: str = "") -> Reply:
         """Process one JSON-RPC call whose envelope is already valid; never raises."""
-        audit = AuditFields(event=method, started=self._clock())
+        audit = AuditFields(event=method, started=self._monotonic())
         try:
             if method == "hello":
                 reply = Reply(200, await self._hello(params, source, audit))
@@ -285,7 +286,7 @@ class ServerProtocol:
         found = self._common_intent(params)  # reads nothing but params and the configuration
         if found is None:
             return self.handle(method, params, source=source)
-        audit = AuditFields(method, self._clock())
+        audit = AuditFields(method, self._monotonic())
         try:
             reply = self._answer_now(found, params, audit)
         except A2AError as exc:
@@ -315,5 +316,5 @@ class ServerProtocol:
     def reject(self, exc: A2AError, *, event: str = "reject") -> Reply:
         """The reply (and audit record) for a request refused before ``handle``."""
         reply = unsigned_error(exc)
-        self._write_audit(AuditFields(event=event, started=self._clock()), reply)
+        self._write_audit(AuditFields(event=event, started=self._monotonic()), reply)
         return reply

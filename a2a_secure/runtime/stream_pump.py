@@ -161,6 +161,8 @@ class StreamPump:
                     break
                 check_result(item)
                 now = self._clock()
+                if self.exactly_once is not None and self.exactly_once.running:
+                    await self.exactly_once.renew(sid, seq, now)  # its intent_id's lease
                 if (
                     session.expired(now)
                     or self._deadlines.past(sid)

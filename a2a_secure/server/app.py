@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import logging
 import os
 import re
 import urllib.parse
@@ -38,6 +39,7 @@ from a2a_secure.errors import (
     PayloadTooLarge,
     SessionUnknown,
     UnsupportedMediaType,
+    log_unexpected,
 )
 from a2a_secure.identity import did as did_module
 from a2a_secure.identity import encoding
@@ -88,6 +90,8 @@ if TYPE_CHECKING:
     from a2a_secure.store.revocation import Revocations
     from a2a_secure.telemetry.metrics import ServerMetrics
 
+_log = logging.getLogger("a2a_secure.server")
+
 __all__ = ["AgentServer", "create_app", "public_url"]
 
 DEFAULT_MAX_BODY = 1024 * 1024
@@ -131,9 +135,11 @@ class _AgentApp(FastAPI):
             if endpoint is not None:
                 try:
                     await self.agent_server.handle_asgi(scope, receive, send, endpoint)
-                except Exception:
+                except Exception as exc:
                     # handle_asgi answers every protocol failure itself; this is a bug's last
-                    # line of defence: no stack trace on the wire (nothing if already started).
+                    # line of defence: no stack trace on the wire (nothing if already started),
+                    # and the bug logged by type and place for the operator.
+                    log_unexpected(_log, "unanswered failure on a protocol endpoint", exc)
                     with contextlib.suppress(Exception):
                         body = encode_error(None, InternalError().to_error_object())
                         await _send_json(send, 500, body)
@@ -559,6 +565,7 @@ class AgentServer(IntentDispatcher):
                 clock=self._clock,
                 random_bytes=os.urandom,
                 keys=self._action_key,
+                monotonic=mono_clock_of(self._monotonic),
             )
             self._approvals.limit_for = self._limit_for
         return self._approvals
@@ -897,7 +904,8 @@ class AgentServer(IntentDispatcher):
 
         @app.exception_handler(Exception)
         async def _internal(request: Request, exc: Exception) -> Response:
-            # Last line of defence: never a stack trace on the wire.
+            # Last line of defence: never a stack trace on the wire; the bug is logged.
+            log_unexpected(_log, "unanswered failure", exc)
             body = encode_error(None, InternalError().to_error_object())
             return Response(body, status_code=500, media_type="application/json")
 

@@ -38,6 +38,13 @@ Environment variables read by :func:`app_from_env`:
                             ``PROMETHEUS_MULTIPROC_DIR`` (a2a_secure.telemetry.metrics)
 ``A2A_SECURE_LOG_FORMAT``   ``json``: log one JSON object per line, one per answered request
                             (a2a_secure.telemetry.logs)
+``A2A_SECURE_CLAIM_LEASE_MARGIN`` ``ServerLimits.claim_lease_margin`` (seconds, at least 1):
+                            how long past the handler timeout an ``intent_id`` whose run
+                            started and never answered is waited for before a resend is told
+                            "outcome unknown" (default 60; a2a_secure.server.timing)
+``A2A_SECURE_TEST_CLOCK_DIR`` FOR TESTING ONLY (fault campaigns, scripts/chaos.py): each
+                            worker's wall clock is ``time.time()`` plus the seconds written in
+                            the file ``<dir>/<pid>`` (:class:`a2a_secure.testing.SteppedClock`)
 ``A2A_SECURE_APP``          ``module:attr``: an ``AgentServer`` (or an object with a ``server``
                             attribute holding one, like ``A2AAgent``) whose intents are served,
                             or a callable given the ``AgentServer`` to register handlers on
@@ -53,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -75,8 +83,10 @@ from a2a_secure.server.app import AgentServer, public_url
 from a2a_secure.server.settings import give_settings, refuse_later
 from a2a_secure.server.startup import banner, check_port, check_store, check_tls, load_object
 from a2a_secure.server.test_agent import register_test_agent
+from a2a_secure.server.timing import LEASE_ENV, TIMING_MEMBERS, test_clock, timing_bounds, with_lease
 from a2a_secure.store.base import Store
 from a2a_secure.store.revocation import FileRevocations, Revocations
+from a2a_secure.system import WallClock, wall_now
 from a2a_secure.telemetry import tracing
 
 __all__ = [
@@ -90,6 +100,8 @@ __all__ = [
     "serve",
     "wait_setting",
 ]
+
+_log = logging.getLogger("a2a_secure.server")
 
 ENV = {
     "key_file": "A2A_SECURE_KEY_FILE",
@@ -105,6 +117,7 @@ ENV = {
     "revocations": "A2A_SECURE_REVOCATIONS",
     "metrics": "A2A_SECURE_METRICS",
     "log_format": "A2A_SECURE_LOG_FORMAT",
+    "claim_lease_margin": LEASE_ENV,
 }
 LOG_FORMATS = ("text", "json")
 FACTORY = "a2a_secure.server.run:app_from_env"
@@ -143,6 +156,7 @@ SERVER_MEMBERS = (
     "reserved_callers",
     "reserved_share",
     "delegation",
+    *TIMING_MEMBERS,
 )
 
 
@@ -208,6 +222,7 @@ def load_scheduling(path: str | os.PathLike[str] | None) -> tuple[PriorityRights
         if type(share) not in (int, float):
             raise ValueError(f"{path}: reserved_share must be a number from 0 to below 1")
         bounds["reserved_share"] = float(share)
+    bounds.update(timing_bounds(data, path))
     try:
         return rights, ServerLimits(**bounds)
     except (ValueError, InvalidParams) as exc:
@@ -238,6 +253,7 @@ def build_server(
     delegation: DelegationRules | None = None,
     app_dir: str | os.PathLike[str] | None = None,
     given_later: Sequence[str] = (),
+    clock: WallClock = wall_now,
 ) -> AgentServer:
     """The ``AgentServer`` of :func:`app_from_env`, from already loaded parts.
 
@@ -262,6 +278,7 @@ def build_server(
         "metrics": metrics,
         "log_requests": log_requests,
         "delegation": delegation,
+        "clock": clock,
     }
     obj = load_object(app, app_dir) if app else None
     source = obj if obj is None or isinstance(obj, AgentServer) else getattr(obj, "server", None)
@@ -330,6 +347,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     revocation_file = env.get(ENV["revocations"])
     revocations = [FileRevocations(revocation_file)] if revocation_file else []
     rights, limits = load_scheduling(env.get(ENV["policy"]) or None)
+    limits = with_lease(limits, env.get(ENV["claim_lease_margin"]))
 
     store: Store | None = None  # None: the server's own in-memory store (an app's, if it has one)
     redis_url = env.get(ENV["redis_url"])
@@ -364,6 +382,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
         metrics=env.get(ENV["metrics"]) == "1",
         log_requests=env.get(ENV["log_format"]) == "json",
         delegation=load_delegation(env.get(ENV["policy"]) or None),
+        clock=test_clock(env),
     )
     fastapi_app = server.app()
     fastapi_app.state.agent_server = server
@@ -374,7 +393,13 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         check = getattr(server.store, "check", None)
         if check is not None:  # a Redis that does not answer: said once, naming the URL
-            await check()
+            try:
+                await check()
+            except ConnectionError as exc:
+                # Not fatal: a worker the supervisor starts again (after a crash) while Redis
+                # restarts must come up and answer 503 until Redis is back; a failed start
+                # would stop the whole server. ``serve`` checks Redis before it starts.
+                _log.error("%s", exc)
         try:
             async with own(_app):
                 yield
@@ -412,6 +437,7 @@ def serve(
     url: str | None = None,
     metrics: bool = False,
     log_format: str = "text",
+    claim_lease_margin: int | None = None,
     app_dir: str | os.PathLike[str] | None = None,
 ) -> None:
     """Run the agent under uvicorn with ``workers`` processes (blocks until stopped).
@@ -422,6 +448,7 @@ def serve(
     ``prometheus_client``'s multiprocess mode, through a directory made for this run (or
     ``PROMETHEUS_MULTIPROC_DIR`` if set, emptied first) and removed when it ends.
     ``log_format``: ``text`` or ``json`` (one object per line, one per answered request).
+    ``claim_lease_margin``: ``ServerLimits.claim_lease_margin`` (None: the policy file's, else 60).
     ``app_dir``: the folder ``app``'s module is imported from (default: the current one).
 
     ``redis_wait_replicas`` and ``redis_wait_timeout_ms`` are the ``wait_replicas`` and
@@ -470,6 +497,8 @@ def serve(
         check_store(redis_url, redis_prefix)
     check_port(host, port)
     rights, limits = load_scheduling(policy_path)
+    lease = None if claim_lease_margin is None else str(claim_lease_margin)
+    limits = with_lease(limits, lease)
     key_ring = load_key_ring(key_file)
     checked = build_server(
         key_ring.current,
@@ -499,6 +528,7 @@ def serve(
         **{name: None if value is None else str(value) for name, value in wait.items()},
         "metrics": "1" if metrics else None,
         "log_format": "json" if log_format == "json" else None,
+        "claim_lease_margin": lease,
     }
     for name, value in settings.items():
         if value:

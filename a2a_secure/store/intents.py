@@ -16,9 +16,16 @@ to the session that made it, and holds:
 * the hash of the intent as signed (``hash_of(intent)``): a later request with the same id
   and another intent is refused, it never gets the first one's answer;
 * ``running_until``: while the first run has not reported its answer, the claim is
-  RUNNING up to that time (the longest a run can take, plus a margin), and LOST after it
-  (the worker died mid-run: the outcome is unknown, and the intent is not run again);
-* the answer (a :class:`~a2a_secure.store.base.StoredReply`, kept unsigned), once DONE.
+  RUNNING up to that time (the longest a run can take, plus a margin; a stream moves it on
+  as it goes, :meth:`IntentStore.renew_intent`), and LOST after it (the worker died mid-run:
+  the outcome is unknown, and the intent is not run again);
+* the answer (a :class:`~a2a_secure.store.base.StoredReply`, kept unsigned), once DONE;
+* the owner (a random token of the request that made the claim) and whether its handler
+  started: the request records the start (:meth:`IntentStore.start_intent`) before it calls
+  the handler. A claim whose handler never started (its worker died, paused or was refused
+  a replicated write between the claim and the start) is taken over by the next request
+  with the same id and intent, which runs it: the owner's start then fails and it does not
+  run. A claim made before starts were recorded counts as started.
 
 Each DID may hold at most ``max_per_did`` unexpired claims at each agent, and the store at
 most ``max_total`` in all (for every agent sharing it, as its open sessions are bounded):
@@ -63,6 +70,8 @@ class ClaimRequest:
     max_per_did: int
     # The bound on the claims of every agent and DID in the store (None: no bound).
     max_total: int | None = None
+    # The request's own random token: only it may record the start (start_intent).
+    owner: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +120,46 @@ class IntentStore(Store, Protocol):
         """Keep ``reply`` as the answer of the claim, if it is still there for that hash."""
         ...
 
+    async def renew_intent(
+        self,
+        client_did: str,
+        intent_id: str,
+        intent_hash: str,
+        owner: bytes,
+        running_until: int,
+        *,
+        agent: str = "",
+    ) -> None:
+        """Move the lease of ``owner``'s unanswered claim to ``running_until`` (a stream that
+        goes on); nothing when the claim is not ``owner``'s or has its answer."""
+        ...
+
+    async def start_intent(
+        self,
+        client_did: str,
+        intent_id: str,
+        intent_hash: str,
+        owner: bytes,
+        *,
+        started: bool = True,
+        agent: str = "",
+    ) -> bool:
+        """Record that ``owner``'s handler starts (``started=False``: that it did not after all).
+
+        True when the claim is still ``owner``'s, for that hash, without an answer, and was
+        not (``started=False``: was) started; else nothing changes and it is False: another
+        request took the claim over, and this one must not run the intent. Raises
+        :class:`~a2a_secure.errors.Unavailable` when the store cannot say (or, with
+        replication required, the replicas did not confirm the start).
+        """
+        ...
+
 
 def supports_intent_ids(store: object) -> bool:
     """Whether ``store`` can remember intent ids: it has the three methods, and does not
     say otherwise with a ``supports_intent_ids`` attribute that is not True (a store that
     cannot make the claim atomic with the sequence in some configuration)."""
     return getattr(store, "supports_intent_ids", True) is True and all(
-        callable(getattr(store, name, None)) for name in ("begin_intent", "get_claim", "finish_intent")
+        callable(getattr(store, name, None))
+        for name in ("begin_intent", "get_claim", "finish_intent", "start_intent", "renew_intent")
     )

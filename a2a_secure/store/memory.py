@@ -78,6 +78,8 @@ class _ClaimState:
     running_until: int
     expires_at: int
     reply: bytes | None = None  # the answer as compact JSON, once the run reported it
+    owner: bytes = b""  # the token of the request that made (or took over) the claim
+    started: bool = True  # whether its handler started (store/intents.py)
 
 
 class MemoryStore:
@@ -351,6 +353,8 @@ class MemoryStore:
             return Claim(ClaimKind.CONFLICT)
         if c.reply is not None:
             return Claim(ClaimKind.DONE, StoredReply.from_dict(encoding.loads(c.reply)))
+        if not c.started:  # nothing ran yet: a waiter waits, a new request takes it over
+            return Claim(ClaimKind.RUNNING)
         return Claim(ClaimKind.RUNNING if now < c.running_until else ClaimKind.LOST)
 
     async def begin_intent(
@@ -386,8 +390,15 @@ class MemoryStore:
             return begin, None
         key = (agent, client_did, claim.intent_id)
         c = self._live_claim(key, now)
-        if c is not None:
+        if c is not None and (c.started or c.reply is not None or c.intent_hash != claim.intent_hash):
             return begin, self._seen(c, claim.intent_hash, now)
+        if c is not None:  # its handler never started: this request takes it over
+            c.running_until, c.owner = claim.running_until, claim.owner
+            if claim.expires_at > c.expires_at:
+                c.expires_at = claim.expires_at
+                self._claims_by_did.setdefault(key[:2], {})[claim.intent_id] = claim.expires_at
+                heapq.heappush(self._claims_by_expiry, (claim.expires_at, key))
+            return begin, Claim(ClaimKind.NEW)
         self._expire_claims(now)
         ids = self._claims_by_did.get(key[:2], {})
         refused: Claim | None = None
@@ -408,7 +419,9 @@ class MemoryStore:
             else:
                 self._rates[rate_key] = saved_rate
             return Begin(BeginKind.RATE_LIMITED, saved[0], retry_after=refused.retry_after), refused
-        self._claims[key] = _ClaimState(claim.intent_hash, claim.running_until, claim.expires_at)
+        self._claims[key] = _ClaimState(
+            claim.intent_hash, claim.running_until, claim.expires_at, owner=claim.owner, started=False
+        )
         self._claims_by_did.setdefault(key[:2], {})[claim.intent_id] = claim.expires_at
         heapq.heappush(self._claims_by_expiry, (claim.expires_at, key))
         return begin, Claim(ClaimKind.NEW)
@@ -427,6 +440,40 @@ class MemoryStore:
         c = self._claims.get((agent, client_did, intent_id))
         if c is not None and c.intent_hash == intent_hash and c.reply is None:
             c.reply = reply.to_json()
+
+    async def renew_intent(
+        self,
+        client_did: str,
+        intent_id: str,
+        intent_hash: str,
+        owner: bytes,
+        running_until: int,
+        *,
+        agent: str = "",
+    ) -> None:
+        """See :meth:`IntentStore.renew_intent`."""
+        c = self._claims.get((agent, client_did, intent_id))
+        if c is not None and c.intent_hash == intent_hash and c.owner == owner and c.reply is None:
+            c.running_until = running_until
+
+    async def start_intent(
+        self,
+        client_did: str,
+        intent_id: str,
+        intent_hash: str,
+        owner: bytes,
+        *,
+        started: bool = True,
+        agent: str = "",
+    ) -> bool:
+        """See :meth:`IntentStore.start_intent`."""
+        c = self._claims.get((agent, client_did, intent_id))
+        if c is None or c.intent_hash != intent_hash or c.owner != owner or c.reply is not None:
+            return False
+        if c.started is started:
+            return False
+        c.started = started
+        return True
 
     # -- revocations (a2a_secure.store.revocation.RevocationStore) ------------------------
     async def add_revocation(self, entry: Revocation) -> bool:

@@ -52,9 +52,11 @@ one pipeline with this process's next command (by SHA; a command refused with NO
 not run and is sent again alone), or on its own after ``finish_linger`` (20 ms) when no
 command comes first. An intent therefore costs one round trip (``begin_request``, carrying
 the answer to the request before it), two on a worker's first request of a session or
-after a pause. Until its answer is sent, a retry that reaches another worker finds the
-request still running and waits (§6.1 step 7); a worker that dies in those milliseconds
-loses the answer, as a failed ``finish_request`` did before. ``finish_linger=None`` stores
+after a pause; one with an ``intent_id`` three (its claim, its start, and its answer kept
+before it is sent: ``finish_intent`` does not linger). Until its answer is sent, a retry
+that reaches another worker finds the request still running and waits (§6.1 step 7); a
+worker that dies in those milliseconds loses the session's answer, as a failed
+``finish_request`` did before. ``finish_linger=None`` stores
 every answer before ``finish_request`` returns.
 
 **Cluster and Sentinel.** ``redis+cluster://host:port[,host:port…]`` (or a
@@ -274,6 +276,8 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
         self._begin_intent = client.register_script(_BEGIN_INTENT)
         self._get_claim = client.register_script(rcl.GET_CLAIM)
         self._finish_intent = client.register_script(rcl.FINISH_INTENT)
+        self._start_intent = client.register_script(rcl.START_INTENT)
+        self._renew_intent = client.register_script(rcl.RENEW_INTENT)
         self._add_action = client.register_script(_ADD_ACTION)
         self._get_action = client.register_script(_GET_ACTION)
         self._decide_action = client.register_script(_DECIDE_ACTION)
@@ -335,6 +339,8 @@ class RedisStore(RedisSessions, RedisIntents, RedisHandshakes, RedisActions, Red
             self._remove_revocation,
             self._get_claim,
             self._finish_intent,
+            self._start_intent,
+            self._renew_intent,
         ]
         self._loaded = False
         self._loading: asyncio.Future[None] | None = None

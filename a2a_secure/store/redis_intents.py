@@ -51,9 +51,11 @@ __all__ = ["RedisIntents"]
 #       revocation hash
 # ARGV: 1-6 as _BEGIN_REQUEST, 7 client DID (_REVOCATION_GUARD), 8 intent_id, 9 intent hash,
 #       10 running_until, 11 expires_at, 12 claim ttl_ms, 13 max claims per DID, 14 max
-#       claims in the store ('' = no bound), 15 the claim's member in the store's zset
+#       claims in the store ('' = no bound), 15 the claim's member in the store's zset,
+#       16 the request's owner token
 # Returns _BEGIN_REQUEST's answer (or the guard's) when not NEW; {1, last, claim kind[,
-# answer]} when NEW; {7, last, earliest expiry of the DID's claims} when the DID's bound is
+# answer]} when NEW (kind 0 also for a claim taken over as never started); {7, last,
+# earliest expiry of the DID's claims} when the DID's bound is
 # reached, {8, last, earliest expiry in the store} when the store's is.
 _BEGIN_INTENT = (
     _EXTEND
@@ -80,12 +82,12 @@ if c[1] == -1 then
   end
 end
 begin_writes(count)
-if c[1] ~= -1 then
+if c[1] ~= -1 and c[1] ~= 6 then
   if c[2] then return {1, ARGV[2], c[1], c[2]} end
   return {1, ARGV[2], c[1]}
 end
 local ttl = tonumber(ARGV[12])
-redis.call('HSET', KEYS[4], 'h', ARGV[9], 'u', ARGV[10], 'e', ARGV[11])
+redis.call('HSET', KEYS[4], 'h', ARGV[9], 'u', ARGV[10], 'e', ARGV[11], 'o', ARGV[16], 's', '0')
 redis.call('PEXPIRE', KEYS[4], ttl)
 redis.call('ZADD', KEYS[5], ARGV[11], ARGV[8])
 extend(KEYS[5], ttl)
@@ -143,6 +145,7 @@ class RedisIntents(RedisKeys):
             claim.max_per_did,
             "" if claim.max_total is None else claim.max_total,
             self._claim_member(ikey),
+            claim.owner,
         ]
         call: _Call = (self._begin_intent, keys, args)
         (out,), confirmed = await self._run([call], wait=True)
@@ -155,8 +158,7 @@ class RedisIntents(RedisKeys):
         try:
             begin = self._begin_from(out, session_id, start, rate_period, t, confirmed)
         except _NotReplicated as exc:
-            # The claim stays running: a resend is answered "outcome unknown" once it lapses,
-            # never run again.
+            # The claim stays unstarted: the next resend takes it over and runs it.
             raise await self._unavailable(exc) from None
         if begin.kind is not BeginKind.NEW:
             return begin, None
@@ -183,9 +185,53 @@ class RedisIntents(RedisKeys):
     async def finish_intent(
         self, client_did: str, intent_id: str, intent_hash: str, reply: StoredReply, *, agent: str = ""
     ) -> None:
-        """See :meth:`IntentStore.finish_intent`; sent with the next command, as :meth:`finish_request`."""
+        """See :meth:`IntentStore.finish_intent`: stored before it returns (the caller sends
+        the answer only then), in one round trip with the answers not yet sent."""
         self._unsent[self._k_intent(agent, client_did, intent_id)] = (
             self._finish_intent,
             [_request_hash_bytes(intent_hash), reply.to_json()],
         )
-        await self._linger()
+        await self.flush()
+
+    async def renew_intent(
+        self,
+        client_did: str,
+        intent_id: str,
+        intent_hash: str,
+        owner: bytes,
+        running_until: int,
+        *,
+        agent: str = "",
+    ) -> None:
+        """See :meth:`IntentStore.renew_intent` (one script)."""
+        key = self._k_intent(agent, client_did, intent_id)
+        await self._script(
+            self._renew_intent, [key], [_request_hash_bytes(intent_hash), owner, running_until]
+        )
+
+    async def start_intent(
+        self,
+        client_did: str,
+        intent_id: str,
+        intent_hash: str,
+        owner: bytes,
+        *,
+        started: bool = True,
+        agent: str = "",
+    ) -> bool:
+        """See :meth:`IntentStore.start_intent` (one script; with ``wait_replicas``, a start
+        the replicas did not confirm is given back and refused: a promoted replica without
+        it would let a resend run the intent again)."""
+        key = self._k_intent(agent, client_did, intent_id)
+        ihash = _request_hash_bytes(intent_hash)
+        states = ["0", "1"] if started else ["1", "0"]
+        call: _Call = (self._start_intent, [key], [ihash, owner, *states])
+        (out,), confirmed = await self._run([call], wait=started)
+        if int(out) != 1:
+            return False
+        if not confirmed:
+            # The primary holds the start, a replica may not: give it back (the resend runs
+            # it), and refuse to run it here.
+            await self._quietly([(self._start_intent, [key], [ihash, owner, "1", "0"])])
+            raise await self._unavailable(_NotReplicated(self._wait_replicas))
+        return True

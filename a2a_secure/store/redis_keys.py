@@ -174,6 +174,8 @@ class RedisKeys:
         _begin_intent: AsyncScript
         _get_claim: AsyncScript
         _finish_intent: AsyncScript
+        _start_intent: AsyncScript
+        _renew_intent: AsyncScript
         _add_action: AsyncScript
         _get_action: AsyncScript
         _decide_action: AsyncScript

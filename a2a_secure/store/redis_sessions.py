@@ -417,7 +417,7 @@ class RedisSessions(RedisSessionCache):
         if claim is not None:
             ikeys = [self._k_intent(agent, client_did, claim.intent_id), self._k_intents(agent, client_did)]
             # Random per request: its UNCLAIM can never delete a claim another request made.
-            owner = secrets.token_bytes(16)
+            owner = claim.owner or secrets.token_bytes(16)
             ihash = _request_hash_bytes(claim.intent_hash)
             args = [_num(now), limit, rate_ttl, claim.intent_id, ihash, claim.running_until]
             args += [claim.expires_at, _ttl_ms(claim.expires_at, now), claim.max_per_did, owner]

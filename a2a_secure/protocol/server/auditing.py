@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from a2a_secure.protocol.server.common import AuditHook, Clock, Reply, ServerConfig
+from a2a_secure.protocol.server.common import AuditHook, MonoClock, Reply, ServerConfig
 
 __all__ = ["AuditFields", "AuditWriter", "ObserveHook"]
 
@@ -28,6 +28,8 @@ class AuditFields:
     """Audit fields gathered while a request is processed (PROTOCOL.md §8)."""
 
     event: str
+    # When the request began, on the MONOTONIC clock (durations only: a wall clock stepped
+    # back mid-request made a negative duration, which the audit record refuses).
     started: float
     session_id: str | None = None
     client_did: str | None = None
@@ -46,11 +48,15 @@ class AuditWriter:
     """Writes one audit record per request through the hook (none without a hook)."""
 
     def __init__(
-        self, hook: AuditHook | None, config: ServerConfig, clock: Clock, observe: ObserveHook | None = None
+        self,
+        hook: AuditHook | None,
+        config: ServerConfig,
+        monotonic: MonoClock,
+        observe: ObserveHook | None = None,
     ) -> None:
         self._hook = hook
         self._config = config
-        self._clock = clock
+        self._clock = monotonic  # durations only
         self._observe = observe
 
     @property

@@ -74,6 +74,11 @@ class ServerLimits:
     # many unexpired intent_ids one client DID may hold (then 503, never an eviction).
     intent_id_retention: int = 86_400
     max_intent_ids_per_did: int = 10_000
+    # How long (s) past the handler timeout a claim whose run started and never reported
+    # stays RUNNING (a resend waits) before it is LOST (a resend is told "outcome unknown"):
+    # the answer's way to the store and the clock differences between workers must fit in
+    # it. Lower, an unanswerable id is told so sooner; too low, a slow answer is not waited for.
+    claim_lease_margin: int = 60
     # ... and how many the store keeps in all, for every DID and every agent sharing it (its
     # memory, as ``max_sessions`` bounds the sessions'): past it, 503 for a new id, nothing
     # consumed. A DID costs nothing (did:key), so the per-DID bound alone bounds nothing.
@@ -108,6 +113,8 @@ class ServerLimits:
             raise ValueError("max_concurrent_intents must be None or at least 1")
         if self.max_queued_intents < 0:
             raise ValueError("max_queued_intents must be at least 0")
+        if type(self.claim_lease_margin) is not int or self.claim_lease_margin < 1:
+            raise ValueError("claim_lease_margin must be an integer of at least 1 (seconds)")
         if not 0.0 <= self.reserved_share < 1.0:
             raise ValueError("reserved_share must be at least 0 and below 1")
         named = frozenset(require_did(d, "reserved caller") for d in self.reserved_callers)

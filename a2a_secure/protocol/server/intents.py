@@ -389,6 +389,10 @@ class IntentProcessor:
                 return await self._replay(session_id, sequence, req_hash, begin.reply, audit, sealed=sealed)
             if once is not None and once.claim is not None and once.claim.kind is not ClaimKind.NEW:
                 return await self._exactly_once.answer(once, session_id, sequence, req_hash, audit)
+            if once is not None and once.claim is not None:  # NEW: record the start, or not run
+                taken = await self._exactly_once.start(once, session_id, sequence, req_hash, audit)
+                if taken is not None:
+                    return taken
         except A2AError as exc:
             return self._signed_error(exc, session_id, sequence, req_hash, now_i)
         # The sequence is consumed: whatever happens now is the stored answer.

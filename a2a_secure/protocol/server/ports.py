@@ -144,6 +144,12 @@ class Claims(Protocol):
         """§6.1 steps 7-8 and the claim, in one store step."""
         ...
 
+    async def start(
+        self, pending: Any, session_id: str, sequence: int, req_hash: str, audit: AuditFields
+    ) -> Reply | None:
+        """Record the start of a NEW claim's handler: None to run it, else the answer."""
+        ...
+
     def is_resumable(self, stored: StoredReply | None) -> bool:
         """Whether a byte-identical retry finds the "still running" answer of a resend."""
         ...
