@@ -41,7 +41,7 @@ from a2a_secure.protocol.client_attempt import HANDSHAKE, Call, CallOptions, Lea
 from a2a_secure.protocol.client_decisions import PeerState
 from a2a_secure.protocol.client_session import ClientSession
 from a2a_secure.protocol.intent_id import INTENT_ID, ids_full_message
-from a2a_secure.protocol.server import IntentContext
+from a2a_secure.protocol.server import IntentContext, ServerLimits
 from a2a_secure.server.app import AgentServer
 
 NOW = 1_800_000_000.0
@@ -300,7 +300,10 @@ ECHO = {"goal": "echo", "inputs": {"n": 1}}
 
 
 def build_app() -> Any:
-    server = AgentServer(SERVER_ID, delegation=DelegationRules(), name="attempt")
+    # Not sealed: the front forges its answers in the clear (a sealed session's error data
+    # is read only from data.sealed; tests/test_sealed_default.py covers that side).
+    plain = ServerLimits(sealed_intents=False)
+    server = AgentServer(SERVER_ID, delegation=DelegationRules(), name="attempt", limits=plain)
 
     @server.intent("echo")
     async def echo(inputs: dict[str, Any], ctx: IntentContext) -> dict[str, Any]:

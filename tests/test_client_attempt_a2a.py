@@ -30,6 +30,7 @@ from a2a_secure.delegation import DelegationRules
 from a2a_secure.errors import A2AError
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.client_attempt import Resend
+from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer
 
 URL = "http://127.0.0.1:9"
@@ -47,7 +48,9 @@ async def _through_transport(row: Row, *, streaming: bool) -> tuple[Any, int, An
     handler = DefaultRequestHandler(
         agent_executor=CountingEcho(0.0), task_store=InMemoryTaskStore(), agent_card=card
     )
-    server = AgentServer(SERVER_ID, Policy(), name="attempt-a2a", delegation=DelegationRules())
+    # Not sealed: the front forges its answers in the clear (see test_client_attempt.build_app).
+    plain = ServerLimits(sealed_intents=False)
+    server = AgentServer(SERVER_ID, Policy(), name="attempt-a2a", delegation=DelegationRules(), limits=plain)
     bridge = A2ABridge(handler, agent_card=card)
     bridge.mount(server)
     server.url = URL
