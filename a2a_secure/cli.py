@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from a2a_secure import __version__
 from a2a_secure.cli_identity import add_key_options, key_source
+from a2a_secure.cli_peers import add_address_options, address_policy, chain_arg, registry_for
 from a2a_secure.cli_registry import (
     _SUBCOMMANDS,
     PROG,
@@ -33,7 +34,6 @@ from a2a_secure.cli_registry import (
     _fail,
     add_command_group,
     check_did_arg,
-    iso_time,
     print_json,
     subcommand,
 )
@@ -43,10 +43,10 @@ from a2a_secure.identity.keys import Identity, public_key_entry
 from a2a_secure.identity.resolver import DIDResolver, ResolvedDID
 from a2a_secure.identity.sources import load_identity, load_key_ring
 from a2a_secure.telemetry import tracing
-from a2a_secure.terminal import printable, printable_json
+from a2a_secure.terminal import printable
 
 if TYPE_CHECKING:
-    from a2a_secure.client.approval import ActionDetails
+    pass
 
 __all__ = ["Handler", "Subparsers", "add_command_group", "build_parser", "main", "print_json", "subcommand"]
 
@@ -291,48 +291,8 @@ def _build_call(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--on-behalf-of", metavar="FILE", help="act under this delegation chain (a2a-secure delegate)"
     )
-    _add_address_options(parser)
+    add_address_options(parser)
     parser.set_defaults(handler=_call)
-
-
-def _add_address_options(parser: argparse.ArgumentParser) -> None:
-    """The opt-ins of the address policy, for endpoints read from a remote document."""
-    group = parser.add_argument_group(
-        "addresses",
-        "the registry file is yours (any https host, plain http to loopback); an endpoint read"
-        " from a did:web document or a card may not point further in than where the document"
-        " came from; these let it name more (SECURITY.md, 'Addresses taken from documents')",
-    )
-    group.add_argument(
-        "--allow-loopback-dev",
-        action="store_true",
-        help="development only: allow localhost and loopback endpoints, over plain HTTP",
-    )
-    group.add_argument(
-        "--allow-address",
-        action="append",
-        default=[],
-        metavar="NET",
-        help="a network whose addresses endpoints may name (10.1.0.0/16); repeatable",
-    )
-    group.add_argument(
-        "--allow-host", action="append", default=[], metavar="NAME", help="an internal host name; repeatable"
-    )
-
-
-def _address_policy(args: argparse.Namespace) -> Any:
-    """The :class:`~a2a_secure.identity.addresses.AddressPolicy` of ``_add_address_options``."""
-    from a2a_secure.errors import InvalidParams  # noqa: PLC0415
-    from a2a_secure.identity.addresses import AddressPolicy  # noqa: PLC0415
-
-    try:
-        return AddressPolicy.build(
-            allow_hosts=getattr(args, "allow_host", ()),
-            allow_addresses=getattr(args, "allow_address", ()),
-            dev_allow_loopback=getattr(args, "allow_loopback_dev", False),
-        )
-    except ValueError:
-        raise InvalidParams("--allow-address takes a network such as 10.1.0.0/16") from None
 
 
 def _priority_arg(text: str) -> int:
@@ -363,8 +323,8 @@ def _call(args: argparse.Namespace) -> int:
     intent: dict[str, Any] = {"goal": args.goal, "inputs": inputs}
     if args.domain:
         intent["domain"] = args.domain
-    registry, target = _registry_for(args)
-    chain = _chain_arg(args)
+    registry, target = registry_for(args)
+    chain = chain_arg(args)
 
     async def run() -> Any:
         async with A2AAgent(
@@ -372,7 +332,7 @@ def _call(args: argparse.Namespace) -> int:
             identity,
             registry=registry,
             verify=args.ca_bundle or True,
-            addresses=_address_policy(args),
+            addresses=address_policy(args),
             sealed=True if args.sealed else None,
             on_behalf_of=chain,
         ) as a:
@@ -388,120 +348,6 @@ def _call(args: argparse.Namespace) -> int:
         tracing.shutdown()
     print_json(result)
     return 0
-
-
-def _chain_arg(args: argparse.Namespace) -> Any:
-    """The delegation chain of ``--on-behalf-of`` (PROTOCOL.md §12.7), or None."""
-    if not args.on_behalf_of:
-        return None
-    from a2a_secure.cli_delegate import read_chain  # noqa: PLC0415
-
-    return read_chain(args.on_behalf_of)
-
-
-def _registry_for(args: argparse.Namespace) -> tuple[Any, str]:
-    """The registry of ``--registry``/``--endpoint`` and the target ``--to`` to look up in it."""
-    from a2a_secure.agent import AgentRegistry, RegistryEntry  # noqa: PLC0415
-
-    addresses = _address_policy(args)
-    registry = AgentRegistry.load(args.registry, addresses=addresses) if args.registry else AgentRegistry()
-    target = check_did_arg(args.to, "--to") if args.to.startswith("did:") else args.to
-    if args.endpoint:
-        did = target if target.startswith("did:") else registry.find(target).did
-        # Named as the person gave it: an error then says which agent did not answer.
-        registry.add(RegistryEntry(target, did, args.endpoint))
-        target = did
-    return registry, target
-
-
-@subcommand("approve")
-def _build_approve(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "approve",
-        help="approve (or reject) an action an agent is waiting to run",
-        description=(
-            "Read the pending action, check that its data hashes to its action_hash, print it"
-            " (control characters escaped), and ask; only a 'y' typed on the terminal signs the"
-            " approval (or, with --reject, the rejection) with the key file: the action runs"
-            " once, with the data shown (PROTOCOL.md §12). Without a terminal on stdin it signs"
-            " nothing unless --yes is given."
-        ),
-    )
-    add_key_options(parser, "the approver's own key file")
-    parser.add_argument("--to", required=True, metavar="DID|NAME", help="the agent's DID or registry name")
-    parser.add_argument("--action-id", required=True, metavar="ID", help="the action_id the agent answered")
-    parser.add_argument("--reject", action="store_true", help="reject the action instead")
-    parser.add_argument(
-        "--yes",
-        action="store_true",
-        help="sign without asking (scripts): the action is still printed, but nobody confirms it",
-    )
-    parser.add_argument("--endpoint", metavar="URL", help="the agent's base URL")
-    parser.add_argument("--registry", metavar="FILE", help="agent_registry.json")
-    parser.add_argument("--ca-bundle", metavar="FILE", help="CA bundle to verify the agent's certificate")
-    _add_address_options(parser)
-    parser.set_defaults(handler=_approve)
-
-
-def _approve(args: argparse.Namespace) -> int:
-    from a2a_secure.agent import A2AAgent  # noqa: PLC0415
-
-    # Approval is a person's decision: whoever runs this with stdin from /dev/null or a pipe
-    # has not seen the action, so nothing is signed unless they said so with --yes.
-    if not args.yes and (sys.stdin is None or not sys.stdin.isatty()):
-        _fail("stdin is not a terminal, so nobody can confirm: nothing signed (--yes signs without asking)")
-        return 1
-    identity = load_identity(key_source(args))
-    registry, target = _registry_for(args)
-
-    async def run() -> Any:
-        async with A2AAgent(
-            identity.agent_id,
-            identity,
-            registry=registry,
-            verify=args.ca_bundle or True,
-            addresses=_address_policy(args),
-        ) as agent:
-            details = await agent.pending_action(target, args.action_id)
-            _show_action(details)
-            if not args.yes and not _confirm("Reject" if args.reject else "Approve and run"):
-                return None
-            return await agent.approve(
-                target, args.action_id, approved=not args.reject, action_hash=details.action_hash
-            )
-
-    outcome = asyncio.run(run())
-    if outcome is None:
-        _fail("not confirmed: nothing signed")
-        return 1
-    if outcome.approved:
-        print("approved; the action ran once. Its result:")
-        print_json(outcome.result)
-    else:
-        print("rejected; the action will not run")
-    return 0
-
-
-def _show_action(details: ActionDetails) -> None:
-    """Print a pending action as its approver must see it: the data that will run, escaped."""
-    # Every member but the hash (checked against the data) is the server's or the caller's
-    # text: a preview holding ESC[8m would hide the data line after it.
-    preview = details.preview
-    preview_text = preview if isinstance(preview, str) else printable_json(preview, indent=None)
-    print(f"action:   {printable(details.action)} (asked by {printable(details.caller_did)})")
-    if details.principal is not None:  # asked under a delegation chain (PROTOCOL.md §12.7)
-        print(f"for:      {printable(details.principal)} (the chain's principal)")
-    print(f"preview:  {printable(preview_text)}  (the server's words; the data below is what runs)")
-    print(f"data:     {printable_json(details.action_data, indent=None)}")
-    print(f"hash:     {details.action_hash} (checked against the data)")
-    print(f"state:    {printable(details.state)}, expires at {iso_time(details.expires_at)}")
-
-
-def _confirm(verb: str) -> bool:
-    """Ask on the terminal; only "y" or "yes" is a yes (end of input is a no)."""
-    print(f"{verb} this action, with the data shown above? [y/N] ", end="", flush=True)
-    answer = sys.stdin.readline()
-    return answer.strip().lower() in ("y", "yes")
 
 
 @subcommand("demo")
@@ -590,7 +436,7 @@ def _build_mcp(subparsers: Subparsers) -> None:
         " offered, and a call of its tools is an error; nothing goes to it in the clear (without it"
         " calls are sealed with every agent that declares them)",
     )
-    _add_address_options(parser)
+    add_address_options(parser)
     parser.set_defaults(handler=_mcp)
 
 
@@ -615,7 +461,7 @@ def _mcp(args: argparse.Namespace) -> int:
             _fail(str(exc))
             return 2
     identity = load_identity(key_source(args))
-    addresses = _address_policy(args)
+    addresses = address_policy(args)
     registry = AgentRegistry.load(args.registry, addresses=addresses)
     agent = A2AAgent(
         identity.agent_id,
@@ -623,7 +469,7 @@ def _mcp(args: argparse.Namespace) -> int:
         registry=registry,
         verify=args.ca_bundle or True,
         addresses=addresses,
-        on_behalf_of=_chain_arg(args),
+        on_behalf_of=chain_arg(args),
         sealed=True if args.sealed else None,
     )
     mcp_server.configure_logging()
@@ -635,5 +481,5 @@ def _mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-# The key lifecycle commands (key rotate, revoke) and delegate register themselves on import.
-from a2a_secure import cli_delegate, cli_keys  # noqa: E402, F401
+# The key lifecycle commands (key rotate, revoke), delegate and approve register themselves on import.
+from a2a_secure import cli_approve, cli_delegate, cli_keys  # noqa: E402, F401

@@ -18,7 +18,7 @@ from attack_helpers import Wire
 from redis_helpers import redis_prefix, redis_url  # noqa: F401 - fixtures
 
 from a2a_secure.audit import Auditor, MemoryAuditSink
-from a2a_secure.cli import _show_action
+from a2a_secure.cli_approve import show_action
 from a2a_secure.client.approval import approve, pending_action
 from a2a_secure.client.http import A2AClient, RetryPolicy
 from a2a_secure.delegation import Chain, DelegationRules
@@ -286,7 +286,7 @@ async def test_the_person_approves_with_the_client_what_an_orchestrator_asked(
                 await approve(who, DESK.did, action_id, endpoint=url)
         details = await pending_action(person, DESK.did, action_id, endpoint=url)
         assert details.principal == OWNER.did and details.caller_did == CALLER.did
-        _show_action(details)  # what `a2a-secure approve` prints before it asks
+        show_action(details)  # what `a2a-secure approve` prints before it asks
         assert f"for:      {OWNER.did} (the chain's principal)" in capsys.readouterr().out
         outcome = await approve(person, DESK.did, action_id, endpoint=url)
         assert outcome.result == {"created": "dentist"}
