@@ -23,7 +23,7 @@ from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.client import ClientSession
 from a2a_secure.protocol.server import IntentContext, Reply, ServerLimits
-from a2a_secure.server.app import _reply_messages
+from a2a_secure.server.asgi import reply_messages as _reply_messages
 
 POLICY = Policy.build(blocked=("blocked",), rate_limit=10**6)
 MALLORY = identity("mallory")

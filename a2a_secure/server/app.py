@@ -1,44 +1,31 @@
-"""The HTTP adapter of the server side: FastAPI routes around ``ServerProtocol``.
+"""The HTTP adapter of the server side: an agent's server, its card and its FastAPI routes.
 
-Everything protocol-shaped lives in the core; this module only reads bodies (with the size
-limit enforced while reading), checks the content type, parses the JSON-RPC envelope and
-writes the reply with the HTTP status of PROTOCOL.md §7. The two hot endpoints take the raw
-``Request`` and return a raw ``Response``: FastAPI's validation would cost as much as the
-signature work and could answer with shapes the protocol does not allow.
+Everything protocol-shaped lives in the core (``ServerProtocol``). :class:`AgentServer`
+holds what an agent is (identity, policy, handlers, store, card) and builds the app; the two
+hot endpoints are raw ASGI exchanges (:mod:`a2a_secure.server.asgi`: FastAPI's validation
+would cost as much as the signature work and could answer with shapes the protocol does not
+allow), and human approval is :mod:`a2a_secure.server.approvals`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-import functools
 import inspect
 import logging
-import os
-import re
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import anyio.to_thread
 from fastapi import APIRouter, FastAPI
-from fastapi.exception_handlers import http_exception_handler
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from a2a_secure.delegation import DelegationRules
 from a2a_secure.errors import (
-    A2AError,
-    HTTPMethodNotAllowed,
     InternalError,
-    MethodNotFound,
-    PayloadTooLarge,
-    SessionUnknown,
-    UnsupportedMediaType,
     log_unexpected,
 )
 from a2a_secure.identity import did as did_module
@@ -47,7 +34,6 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.policy import DEFAULT_POLICY, Policy
 from a2a_secure.protocol.approval import (
-    APPROVAL_GOALS,
     ApprovalEngine,
     ApprovalSettings,
     NeedsApproval,
@@ -60,24 +46,24 @@ from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import (
     AuditHook,
     IntentContext,
-    IntentDispatcher,
-    Reply,
     ServerLimits,
 )
-from a2a_secure.protocol.server.admission import admit_action
 from a2a_secure.protocol.server.dispatcher import InnerGoal
 from a2a_secure.protocol.tools import TOOL_EXECUTE, TOOL_LIST, ToolService
 from a2a_secure.protocol.wire import (
-    EnvelopeError,
     encode_error,
-    encode_result,
-    encode_result_json,
-    read_request,
 )
 from a2a_secure.runtime.exactly_once import server_extensions
 from a2a_secure.runtime.router import ServerProtocol
 from a2a_secure.runtime.sweeper import SessionSweeper
-from a2a_secure.store.actions import ActionStore
+from a2a_secure.server.approvals import ApprovalHost, Handler, as_async, positional_arity
+from a2a_secure.server.asgi import (
+    AgentApp,
+    AsgiEndpoint,
+    http_error,
+    not_found,
+    serve_exchange,
+)
 from a2a_secure.store.base import Store
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.system import mono_clock_of, mono_now, wall_clock_of, wall_now
@@ -95,194 +81,7 @@ _log = logging.getLogger("a2a_secure.server")
 __all__ = ["AgentServer", "create_app", "public_url"]
 
 DEFAULT_MAX_BODY = 1024 * 1024
-_JSON_TYPES = frozenset((b"application/json", b"application/json; charset=utf-8"))
-# RFC 9110 §8.3.1 and RFC 9110 §5.6.6: media-type = type "/" subtype parameters, where
-# parameters = *( OWS ";" OWS [ parameter ] ) and parameter = token "=" ( token / quoted-string ).
-_TCHARS = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-_QUOTED = r'"(?:[\t !#-\[\]-~\x80-\xff]|\\[\t !-~\x80-\xff])*"'
-_PARAMETER = re.compile(rf"[ \t]*;[ \t]*(?:({_TCHARS})=({_TCHARS}|{_QUOTED}))?")
-_ANY_PARAMETER = rf"[ \t]*;[ \t]*(?:{_TCHARS}=(?:{_TCHARS}|{_QUOTED}))?"
-_MEDIA_TYPE = re.compile(rf"[ \t]*({_TCHARS})/({_TCHARS})((?:{_ANY_PARAMETER})*)[ \t]*")
-_UNQUOTE = re.compile(r"\\(.)")
 _CARD_CORE_MEMBERS = ("did", "protocol", "endpoints", "intents", "public_keys")
-Handler = Callable[..., Any]
-
-
-_HOT_PATHS = {"/a2a/handshake": "handshake", "/a2a/intent": "intent"}
-_JSON_HEADERS = [(b"content-type", b"application/json")]
-_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
-
-
-class _AsgiEndpoint:
-    """A protocol endpoint as a raw ASGI app (used inside Starlette routing)."""
-
-    def __init__(self, server: AgentServer, endpoint: str) -> None:
-        self.server = server
-        self.endpoint = endpoint
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.server.handle_asgi(scope, receive, send, self.endpoint)
-
-
-class _AgentApp(FastAPI):
-    """FastAPI with a direct path for the two protocol endpoints."""
-
-    agent_server: AgentServer
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and not self.user_middleware:
-            endpoint = _HOT_PATHS.get(scope["path"])
-            if endpoint is not None:
-                try:
-                    await self.agent_server.handle_asgi(scope, receive, send, endpoint)
-                except Exception as exc:
-                    # handle_asgi answers every protocol failure itself; this is a bug's last
-                    # line of defence: no stack trace on the wire (nothing if already started),
-                    # and the bug logged by type and place for the operator.
-                    log_unexpected(_log, "unanswered failure on a protocol endpoint", exc)
-                    with contextlib.suppress(Exception):
-                        body = encode_error(None, InternalError().to_error_object())
-                        await _send_json(send, 500, body)
-                return
-        await super().__call__(scope, receive, send)
-
-
-async def _receive_body(receive: Receive, limit: int, message: Message | None = None) -> bytes | None:
-    """The request body, refused past ``limit`` bytes as it arrives; None on disconnect.
-
-    ``message``: the first message, when the caller has received it already.
-    """
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        if message is None:
-            message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunk = message.get("body", b"")
-        if chunk:
-            size += len(chunk)
-            if size > limit:
-                await _linger(receive, limit)
-                raise PayloadTooLarge()
-            chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        message = None
-
-
-async def _linger(receive: Receive, budget: int, seconds: float = 1.0) -> None:
-    # Discard a bounded amount of what the peer is still sending before the 413: closing a
-    # socket with unread data makes the kernel reset it, and a client that overshot the
-    # limit a little would then never read the answer (nginx's "lingering close"). The
-    # bound keeps a flood from costing more than one more limit's worth, or a second.
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            while budget > 0:
-                message = await receive()
-                if message["type"] == "http.disconnect" or not message.get("more_body", False):
-                    return
-                budget -= len(message.get("body", b""))
-
-
-async def _send_json(
-    send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
-    if extra:
-        headers.extend(extra)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-def _reply_messages(request_id: Any, reply: Reply, close: bool) -> tuple[Message, Message]:
-    """The two ASGI messages of a JSON answer: its start and its body."""
-    if reply.error is not None:
-        body = encode_error(request_id, reply.error)
-    elif reply.result_json is not None:
-        body = encode_result_json(request_id, reply.result_json)
-    else:
-        body = encode_result(request_id, reply.result)
-    extra: list[tuple[bytes, bytes]] = []
-    if reply.retry_after is not None:
-        extra.append((b"retry-after", str(reply.retry_after).encode()))
-    if close:
-        extra.append((b"connection", b"close"))
-    headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(body)), *extra]
-    return (
-        {"type": "http.response.start", "status": reply.http_status, "headers": headers},
-        {"type": "http.response.body", "body": body},
-    )
-
-
-async def _send_stream(
-    send: Send,
-    request_id: Any,
-    events: AsyncIterator[Mapping[str, Any]],
-    abort: Callable[[int], AsyncIterator[Mapping[str, Any]]] | None = None,
-) -> None:
-    """Frame events as PROTOCOL.md §6.4 says: ``id: <index>`` LF ``data: <JSON>`` LF LF."""
-
-    def frame(event: Mapping[str, Any]) -> bytes:
-        if not event:  # keep-alive
-            return b": keep-alive\n\n"
-        return b"id: %d\ndata: %s\n\n" % (event["index"], encode_result(request_id, event))
-
-    await send({"type": "http.response.start", "status": 200, "headers": list(_SSE_HEADERS)})
-    next_index = 0
-    try:
-        async for event in events:
-            await send({"type": "http.response.body", "body": frame(event), "more_body": True})
-            if event:
-                next_index = event["index"] + 1
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-    except OSError:
-        return  # the client went away; the handler runs on (PROTOCOL.md §6.4)
-    except asyncio.CancelledError:
-        # The HTTP server is shutting down and gave up waiting for this stream: stop the
-        # handler, and send the final -32603 event its pump signs (§6.4) before the
-        # connection closes, if it comes within a moment.
-        if abort is not None:
-            rest = abort(next_index)
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(1.0):
-                    async for event in rest:
-                        await send({"type": "http.response.body", "body": frame(event), "more_body": True})
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-        raise
-    finally:
-        closer = getattr(events, "aclose", None)
-        if closer is not None:
-            await closer()
-
-
-def _positional_arity(fn: Handler) -> int:
-    return len(
-        [
-            p
-            for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
-    )
-
-
-def _as_async(fn: Handler) -> Callable[[Any, Any], Awaitable[Any]]:
-    """``fn(data)`` or ``fn(data, context)``, sync (run in a worker thread) or async.
-
-    An async ``fn`` is called directly (or through a plain function dropping the context):
-    no coroutine of our own between the runner and the handler.
-    """
-    wants_context = _positional_arity(fn) >= 2
-    if inspect.iscoroutinefunction(fn):
-        if wants_context:
-            return fn
-        return lambda inputs, context: fn(inputs)
-
-    async def call(inputs: Any, context: Any) -> Any:
-        args = (inputs, context) if wants_context else (inputs,)
-        return await anyio.to_thread.run_sync(lambda: fn(*args))
-
-    return call
 
 
 def public_url(url: str) -> str:
@@ -298,49 +97,7 @@ def public_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def _content_type_ok(value: bytes) -> bool:
-    """Whether ``value`` is ``application/json``, bare or with ``charset=utf-8`` (PROTOCOL.md §4).
-
-    Read as RFC 9110 says: type, subtype, parameter names and the charset value are
-    case-insensitive, a parameter value may be a quoted-string (``charset="utf-8"`` is
-    ``charset=utf-8``), whitespace around ``;`` is allowed. Any other parameter, a second
-    charset or another charset is refused: the body is read as UTF-8 and nothing else.
-    """
-    if value in _JSON_TYPES:  # the common forms, without the parse
-        return True
-    match = _MEDIA_TYPE.fullmatch(value.decode("latin-1"))
-    if match is None or match[1].lower() != "application" or match[2].lower() != "json":
-        return False
-    charsets = 0
-    for name, raw in _PARAMETER.findall(match[3]):
-        if not name:  # an empty parameter (a stray ";") is allowed by the grammar
-            continue
-        text = _UNQUOTE.sub(r"\1", raw[1:-1]) if raw.startswith('"') else raw
-        if name.lower() != "charset" or text.lower() != "utf-8":
-            return False
-        charsets += 1
-    return charsets <= 1
-
-
-async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
-    """Any path the app does not serve: a JSON-RPC -32601 with HTTP 404, not a framework page."""
-    if scope["type"] != "http":
-        return
-    error = MethodNotFound(f"no such endpoint: {scope['path'][:128]}")
-    await _send_json(send, error.http_status, encode_error(None, error.to_error_object()))
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    """A path served for other HTTP methods: a JSON-RPC -32600 with HTTP 405 and ``Allow``."""
-    assert isinstance(exc, HTTPException)
-    if exc.status_code != HTTPMethodNotAllowed.http_status:
-        return await http_exception_handler(request, exc)
-    error = HTTPMethodNotAllowed(f"{request.method[:16]} is not served on {request.url.path[:128]}")
-    body = encode_error(None, error.to_error_object())
-    return Response(body, status_code=exc.status_code, headers=exc.headers, media_type="application/json")
-
-
-class AgentServer(IntentDispatcher):
+class AgentServer(ApprovalHost):
     """An agent's server: its identity, policy, intent handlers, store and routes.
 
     Register handlers with the decorator; a handler takes ``(inputs)`` or
@@ -481,7 +238,7 @@ class AgentServer(IntentDispatcher):
             raise ValueError("goal must be 1-128 characters")
         if description is not None or input_schema is not None:
             self.describe_intent(goal, description or "", input_schema)
-        wants_context = _positional_arity(fn) >= 2
+        wants_context = positional_arity(fn) >= 2
         if inspect.isasyncgenfunction(fn):
             # A streaming handler: an async generator of partial results (§6.4).
             def open_stream(inputs: Any, context: IntentContext) -> AsyncIterator[Any]:
@@ -489,7 +246,7 @@ class AgentServer(IntentDispatcher):
 
             self.add_stream(goal, open_stream)
             return
-        self.add(goal, _as_async(fn))
+        self.add(goal, as_async(fn))
 
     def add(
         self,
@@ -549,102 +306,7 @@ class AgentServer(IntentDispatcher):
         self._card = None
         self._protocol = None
 
-    # -- human approval and tools (PROTOCOL.md §12) -------------------------------------------
-    @property
-    def approvals(self) -> ApprovalEngine:
-        """The approval engine: pending actions in this server's store, its approvers."""
-        if self._approvals is None:
-            if not isinstance(self.store, ActionStore):
-                raise TypeError(f"{type(self.store).__name__} cannot keep actions waiting for approval")
-            self._approvals = ApprovalEngine(
-                server_did=self.identity.did,
-                store=self.store,
-                approvers=self._approvers,
-                settings=self._approval_settings,
-                audit=self._audit_action,
-                clock=self._clock,
-                random_bytes=os.urandom,
-                keys=self._action_key,
-                monotonic=mono_clock_of(self._monotonic),
-            )
-            self._approvals.limit_for = self._limit_for
-        return self._approvals
-
-    def _limit_for(self, total: int, did: str) -> int:
-        # Read at each use: the core is built once the handlers are registered.
-        return self.protocol.limit_for(total, did)
-
-    def _action_key(self, kid: str | None, now: float) -> Identity | None:
-        """This agent's key ``kid`` (None: the current one), or a retired one in its window.
-
-        What seals an action asked on a sealed session at rest, and opens it again on any
-        worker holding the same key file (PROTOCOL.md §12.1).
-        """
-        if kid is None or kid == self.identity.kid:
-            return self.identity
-        return self.key_ring.signer(kid, now) if self.key_ring is not None else None
-
-    def _audit_action(self, **record: Any) -> None:
-        # Looked up at each call: the hook may be replaced after the server is built.
-        self._observer.action(record)
-        if self._audit is not None:
-            self._audit(**record)
-
-    def approved_action(
-        self, action: str, *, approvers: Iterable[str] | None = None
-    ) -> Callable[[Handler], Handler]:
-        """Decorator: run the decorated ``fn(action_data)`` or ``fn(action_data, context)``
-        when a person approves an ``action`` that a handler answered with ``NeedsApproval``.
-
-        ``approvers`` (DIDs, or ``"principal"``: the principal of the action's delegation
-        chain, PROTOCOL.md §12.1) replace the server's approvers for this action. Registering
-        the first action serves ``tool.approve`` and ``tool.pending``.
-        """
-
-        def register(fn: Handler) -> Handler:
-            self.add_approved_action(action, fn, approvers=approvers)
-            return fn
-
-        return register
-
-    def add_approved_action(
-        self, action: str, fn: Handler, *, approvers: Iterable[str] | None = None
-    ) -> None:
-        """See :meth:`approved_action`."""
-        self.approvals.register(action, _as_async(fn), approvers=approvers)
-        self._serve_approvals()
-
-    def _serve_approvals(self) -> None:
-        if self.has(APPROVAL_GOALS[0]):
-            return
-        engine = self.approvals
-
-        async def approve(inputs: Any, context: IntentContext) -> Any:
-            # The action's goal is admitted on this session as an intent for it would be.
-            session = await self.store.get_session(context.session_id, self._clock())
-            if session is None:
-                raise SessionUnknown("unknown, expired or closed session")
-            return await engine.approve(
-                inputs,
-                approver=context.caller_did,
-                session_id=context.session_id,
-                sequence=context.sequence,
-                sealed=context.sealed,
-                admit=functools.partial(admit_action, self.protocol.config, session),
-            )
-
-        async def pending(inputs: Any, context: IntentContext) -> Any:
-            return await engine.pending(
-                inputs,
-                approver=context.caller_did,
-                session_id=context.session_id,
-                sequence=context.sequence,
-                sealed=context.sealed,
-            )
-
-        self.add(APPROVAL_GOALS[0], approve)
-        self.add(APPROVAL_GOALS[1], pending)
-
+    # -- tools (PROTOCOL.md §12.2); approval (§12.1) is ApprovalHost's ---------------------------
     def enable_tools(self) -> None:
         """Serve ``tool.list`` and ``tool.execute`` (each still needs the session's policy)."""
         catalog = ToolService(self, lambda: self._intent_schemas, self.store, self._clock)
@@ -780,59 +442,8 @@ class AgentServer(IntentDispatcher):
             await self._handle_asgi(scope, receive, send, endpoint)
 
     async def _handle_asgi(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
-        """Serve one POST to ``/a2a/<endpoint>`` as a raw ASGI exchange.
-
-        The two hot endpoints bypass Starlette's Request/Response objects (and, in the app
-        from :meth:`app`, the middleware stack and routing): they cost as much as the
-        signature work. The Content-Type is checked before the body is read, and the body
-        limit is enforced while reading, whatever Content-Length claims (PROTOCOL.md §9).
-        """
-        protocol = self.protocol
-        close = False
-        request_id: Any = None
-        try:
-            content_type: bytes | None = None
-            declared: bytes | None = None
-            for name, value in scope["headers"]:
-                if name == b"content-type":
-                    content_type = value
-                elif name == b"content-length":
-                    declared = value
-            if content_type is None or not _content_type_ok(content_type):
-                raise UnsupportedMediaType()
-            if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-                raise PayloadTooLarge()
-            # One message holds a small body: taken here without a coroutine of its own.
-            message = await receive()
-            body = message.get("body", b"")
-            if (
-                message["type"] != "http.request"
-                or message.get("more_body", False)
-                or len(body) > self.max_body
-            ):
-                body = await _receive_body(receive, self.max_body, message)
-            if body is None:
-                return  # the client went away
-            request_id, method, params = read_request(body, endpoint)
-        except A2AError as exc:
-            reply = protocol.reject(exc)
-            # The body was not read to its end: end the connection, or the HTTP server would
-            # go on reading whatever the peer still sends (ATTACKS.md H1).
-            close = isinstance(exc, PayloadTooLarge | UnsupportedMediaType)
-        except EnvelopeError as exc:
-            reply = protocol.reject(exc.error, event=exc.event)
-            request_id = exc.request_id
-        else:
-            client = scope.get("client")
-            source = client[0] if client else ""
-            pending = protocol.handle_now(method, params, source=source)
-            reply = pending if isinstance(pending, Reply) else await pending
-        if reply.stream is not None:
-            await _send_stream(send, request_id, reply.stream, reply.abort)
-            return
-        start, answer = _reply_messages(request_id, reply, close)
-        await send(start)
-        await send(answer)
+        """Serve one POST to ``/a2a/<endpoint>`` (:func:`a2a_secure.server.asgi.serve_exchange`)."""
+        await serve_exchange(self.protocol, self.max_body, scope, receive, send, endpoint)
 
     async def card_endpoint(self, request: Request) -> Response:
         """GET /.well-known/agent-card.json."""
@@ -872,8 +483,8 @@ class AgentServer(IntentDispatcher):
         """The routes, to mount into an existing FastAPI app."""
         router = APIRouter()
         # Raw ASGI endpoints: Starlette routes call a non-function endpoint as an ASGI app.
-        router.routes.append(Route("/a2a/handshake", _AsgiEndpoint(self, "handshake"), methods=["POST"]))
-        router.routes.append(Route("/a2a/intent", _AsgiEndpoint(self, "intent"), methods=["POST"]))
+        router.routes.append(Route("/a2a/handshake", AsgiEndpoint(self, "handshake"), methods=["POST"]))
+        router.routes.append(Route("/a2a/intent", AsgiEndpoint(self, "intent"), methods=["POST"]))
         router.add_route("/.well-known/agent-card.json", self.card_endpoint, methods=["GET"])
         router.add_route("/.well-known/did.json", self.did_document_endpoint, methods=["GET"])
         router.add_route("/.well-known/a2a-rotation.json", self.rotation_endpoint, methods=["GET"])
@@ -891,7 +502,7 @@ class AgentServer(IntentDispatcher):
         ``limits.session_sweep_seconds`` (:mod:`a2a_secure.runtime.sweeper`): an ASGI server
         must run it (uvicorn does by default) for a sealed session's keys to go on time.
         """
-        app = _AgentApp(title=self.name, docs_url=None, redoc_url=None, openapi_url=None)
+        app = AgentApp(title=self.name, docs_url=None, redoc_url=None, openapi_url=None)
         app.agent_server = self
         # Expired sessions (and a sealed one's keys) leave memory on a timer while it runs.
         sweeper = SessionSweeper(lambda: self.store, lambda: self.limits.session_sweep_seconds, self._clock)
@@ -899,8 +510,8 @@ class AgentServer(IntentDispatcher):
         app.include_router(self.router())
         # A peer that reaches a wrong path or uses a wrong HTTP method gets a JSON-RPC error
         # (PROTOCOL.md §4), as on the protocol endpoints, not the framework's own shape.
-        app.router.default = _not_found
-        app.add_exception_handler(HTTPException, _http_error)
+        app.router.default = not_found
+        app.add_exception_handler(HTTPException, http_error)
 
         @app.exception_handler(Exception)
         async def _internal(request: Request, exc: Exception) -> Response:
