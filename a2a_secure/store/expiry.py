@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
+from typing import Any, TypeVar
 
-__all__ = ["SWEEP_LIMIT", "ExpiryIndex"]
+__all__ = ["HEAP_SLACK", "SWEEP_LIMIT", "ExpiryIndex", "heap_needs_compacting", "pop_expired"]
 
 SWEEP_LIMIT = 10_000
 """The most ids one tick of the sweep takes: a bound on the time a tick holds the loop."""
@@ -56,3 +57,23 @@ class ExpiryIndex:
         if len(self._heap) > 2 * live + _SLACK:
             self._heap = list(entries)
             heapq.heapify(self._heap)
+
+
+# -- heaps of (expiry, key) in general ------------------------------------------------------
+# A heap is rebuilt from its live entries when it holds more than twice as many plus this.
+HEAP_SLACK = 1024
+
+_K = TypeVar("_K")
+
+
+def pop_expired(heap: list[tuple[int, _K]], now: float) -> list[tuple[int, _K]]:
+    """The entries of ``heap`` whose expiry is ``<= now``, popped (earliest first)."""
+    out: list[tuple[int, _K]] = []
+    while heap and heap[0][0] <= now:
+        out.append(heapq.heappop(heap))
+    return out
+
+
+def heap_needs_compacting(heap: list[tuple[int, Any]], live: int) -> bool:
+    """Whether ``heap`` holds so many leftovers beside ``live`` entries that it is rebuilt."""
+    return len(heap) > 2 * live + HEAP_SLACK

@@ -23,10 +23,8 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 from a2a_secure.identity import encoding
-from a2a_secure.store.actions import ActionState, Decision, DecisionKind, PendingAction
 from a2a_secure.store.base import (
     Added,
     Begin,
@@ -36,31 +34,14 @@ from a2a_secure.store.base import (
     SessionRecord,
     StoredReply,
 )
-from a2a_secure.store.expiry import SWEEP_LIMIT, ExpiryIndex
+from a2a_secure.store.expiry import SWEEP_LIMIT, ExpiryIndex, heap_needs_compacting, pop_expired
 from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest
+from a2a_secure.store.memory_actions import MemoryActions
 from a2a_secure.store.revocation import DID_FIELD, Revocation
 
 __all__ = ["MemoryStore"]
 
 _RATES_SWEEP_MIN = 1024
-# A heap is rebuilt from its live entries when it holds more than twice as many plus this.
-_HEAP_SLACK = 1024
-
-
-_K = TypeVar("_K")
-
-
-def _pop_expired(heap: list[tuple[int, _K]], now: float) -> list[tuple[int, _K]]:
-    """The entries of ``heap`` whose expiry is ``<= now``, popped (earliest first)."""
-    out: list[tuple[int, _K]] = []
-    while heap and heap[0][0] <= now:
-        out.append(heapq.heappop(heap))
-    return out
-
-
-def _compact(heap: list[tuple[int, Any]], live: int) -> bool:
-    """Whether ``heap`` holds so many leftovers beside ``live`` entries that it is rebuilt."""
-    return len(heap) > 2 * live + _HEAP_SLACK
 
 
 @dataclass(slots=True)
@@ -82,7 +63,7 @@ class _ClaimState:
     started: bool = True  # whether its handler started (store/intents.py)
 
 
-class MemoryStore:
+class MemoryStore(MemoryActions):
     """In-process implementation of :class:`a2a_secure.store.base.Store`.
 
     Several servers may share one instance: every key space names its agent (the server
@@ -104,14 +85,7 @@ class MemoryStore:
         # Client DID -> {key id or "*": entry}: the deny list (a2a_secure.store.revocation).
         self._revoked: dict[str, dict[str, Revocation]] = {}
         self._revoked_epoch = 0  # moves at every change of the deny list
-        # Actions waiting for approval (store/actions.py), and the pending ones per caller.
-        self._actions: dict[str, PendingAction] = {}
-        self._actions_pending: dict[str, set[str]] = {}
-        self._actions_pending_total = 0
-        # (expires_at, id): when a pending action stops counting; (keep_until, id): when the
-        # record is forgotten.
-        self._actions_by_expiry: list[tuple[int, str]] = []
-        self._actions_by_keep: list[tuple[int, str]] = []
+        self._init_actions()
         # Intent ids (store/intents.py): (agent, client DID, intent_id) -> claim, per (agent,
         # DID) its ids with their expiry (the per-DID bound), and every claim by expiry (the
         # total bound: the earliest expiry is at the top, so expired claims leave in order).
@@ -133,11 +107,11 @@ class MemoryStore:
                 self._pending_by_source.pop(p.source, None)
 
     def _sweep_pending(self, now: float) -> None:
-        for expires_at, key in _pop_expired(self._pending_by_expiry, now):
+        for expires_at, key in pop_expired(self._pending_by_expiry, now):
             p = self._pending.get(key)
             if p is not None and p.expires_at == expires_at:
                 self._drop_pending(key)
-        if _compact(self._pending_by_expiry, len(self._pending)):
+        if heap_needs_compacting(self._pending_by_expiry, len(self._pending)):
             self._pending_by_expiry = [(p.expires_at, k) for k, p in self._pending.items()]
             heapq.heapify(self._pending_by_expiry)
 
@@ -517,98 +491,6 @@ class MemoryStore:
             if name in entries:
                 return entries[name]
         return None
-
-    # -- actions waiting for approval (store/actions.py) ------------------------------------
-    def _unpend(self, action: PendingAction) -> None:
-        ids = self._actions_pending.get(action.caller_did)
-        if ids is not None and action.action_id in ids:
-            ids.discard(action.action_id)
-            self._actions_pending_total -= 1
-            if not ids:
-                del self._actions_pending[action.caller_did]
-
-    def _sweep_actions(self, now: float) -> None:
-        # A pending action stops counting at its expiry, and is forgotten at keep_until.
-        for expires_at, action_id in _pop_expired(self._actions_by_expiry, now):
-            action = self._actions.get(action_id)
-            if action is not None and action.expires_at == expires_at:
-                self._unpend(action)
-        for keep_until, action_id in _pop_expired(self._actions_by_keep, now):
-            action = self._actions.get(action_id)
-            if action is not None and action.keep_until == keep_until:
-                del self._actions[action_id]
-                self._unpend(action)
-        if _compact(self._actions_by_keep, len(self._actions)):
-            self._actions_by_keep = [(a.keep_until, i) for i, a in self._actions.items()]
-            heapq.heapify(self._actions_by_keep)
-        if _compact(self._actions_by_expiry, self._actions_pending_total):
-            self._actions_by_expiry = [
-                (self._actions[i].expires_at, i) for ids in self._actions_pending.values() for i in ids
-            ]
-            heapq.heapify(self._actions_by_expiry)
-
-    def _pending_counts(self, caller_did: str) -> tuple[int, int]:
-        return len(self._actions_pending.get(caller_did, ())), self._actions_pending_total
-
-    async def add_action(
-        self, action: PendingAction, *, max_per_caller: int, max_total: int, now: float
-    ) -> Added:
-        """See :meth:`ActionStore.add_action`."""
-        self._sweep_actions(now)
-        mine, total = self._pending_counts(action.caller_did)
-        if mine >= max_per_caller:
-            return Added.OWN_FULL
-        # Decided records are kept a while for clear answers, but never past 4x the bound.
-        if total >= max_total or len(self._actions) >= 4 * max_total:
-            return Added.TOTAL_FULL
-        if action.action_id in self._actions:
-            return Added.TAKEN
-        self._actions[action.action_id] = action
-        self._actions_pending.setdefault(action.caller_did, set()).add(action.action_id)
-        self._actions_pending_total += 1
-        heapq.heappush(self._actions_by_expiry, (action.expires_at, action.action_id))
-        heapq.heappush(self._actions_by_keep, (action.keep_until, action.action_id))
-        return Added.ADDED
-
-    async def get_action(self, action_id: str, now: float) -> PendingAction | None:
-        """See :meth:`ActionStore.get_action`."""
-        action = self._actions.get(action_id)
-        if action is None:
-            return None
-        if action.keep_until <= now:
-            del self._actions[action_id]
-            self._unpend(action)
-            return None
-        return action
-
-    async def decide_action(
-        self,
-        action_id: str,
-        *,
-        caller_did: str,
-        action_hash: str,
-        approve: bool,
-        decided_by: str,
-        now: float,
-    ) -> Decision:
-        """See :meth:`ActionStore.decide_action`."""
-        action = await self.get_action(action_id, now)
-        if action is None or action.caller_did != caller_did:
-            return Decision(DecisionKind.UNKNOWN)
-        if action.state is not ActionState.PENDING:
-            return Decision(DecisionKind.ALREADY, action)
-        if action.action_hash != action_hash:
-            return Decision(DecisionKind.MISMATCH, action)
-        if now >= action.expires_at:
-            expired = action.decided(ActionState.EXPIRED, None, int(now))
-            self._actions[action_id] = expired
-            self._unpend(action)
-            return Decision(DecisionKind.EXPIRED, expired)
-        state = ActionState.APPROVED if approve else ActionState.REJECTED
-        decided = action.decided(state, decided_by, int(now))
-        self._actions[action_id] = decided
-        self._unpend(action)
-        return Decision(DecisionKind.DECIDED, decided)
 
     # -- introspection (tests, metrics) ---------------------------------------------------
     def counts(self) -> dict[str, int]:
