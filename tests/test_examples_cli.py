@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -25,10 +26,40 @@ from worker_helpers import stop_group
 TRACKED = REPO / "examples" / "agent_registry.json"
 
 
+def three_free_ports() -> int:
+    """A base port N such that N, N+1 and N+2 are free (host_agents.py serves on all three)."""
+    for _ in range(50):
+        base = free_port()
+        with contextlib.ExitStack() as held:
+            try:
+                for port in (base, base + 1, base + 2):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise AssertionError("no three consecutive free ports on 127.0.0.1")
+
+
+def wait_listening(ports: list[int], proc: subprocess.Popen[bytes], log: Path, seconds: float = 60) -> None:
+    """Wait until each port accepts a connection; fail with the server's log if it stops."""
+    deadline = time.monotonic() + seconds
+    for port in ports:
+        while True:
+            assert proc.poll() is None, log.read_text(errors="replace")
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, (
+                f"port {port} not listening:\n{log.read_text(errors='replace')}"
+            )
+            time.sleep(0.05)
+
+
 def test_host_agents_writes_its_registry_beside_its_keys_not_over_the_committed_one(tmp_path: Path) -> None:
     before = hashlib.sha256(TRACKED.read_bytes()).hexdigest()
     keys = tmp_path / "keys"
-    base = free_port()
+    base = three_free_ports()
     log = tmp_path / "host.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -52,6 +83,7 @@ def test_host_agents_writes_its_registry_beside_its_keys_not_over_the_committed_
             time.sleep(0.05)
         written = json.loads((keys / "agent_registry.json").read_text())
         assert written["agents"]["translator"]["endpoint"] == f"http://127.0.0.1:{base}"
+        wait_listening([base, base + 1, base + 2], proc, log)  # they come up after the file
         asked = None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the servers come up after the file is written
