@@ -110,9 +110,14 @@ def _key_rotate(args: argparse.Namespace) -> int:
         )
         out["previous_did"] = old.did
         out["rotation_statement"] = str(path)
+    return _rotated(args, old.kid, rotated.current.did, out)
+
+
+def _rotated(args: argparse.Namespace, old_kid: str, new_did: str, out: dict[str, Any]) -> int:
+    """A rotation done: its audit record, if asked for, and what it did, printed."""
     auditor = _auditor(args.audit_log)
     if auditor is not None:
-        auditor.record(event="rotate", status="success", client_did=old.kid, server_did=rotated.current.did)
+        auditor.record(event="rotate", status="success", client_did=old_kid, server_did=new_did)
         auditor.close()
     print_json(out)
     return 0
@@ -136,12 +141,7 @@ def _key_rotate_in_token(args: argparse.Namespace, overlap: int) -> int:
         "previous_did": old.did,
         "rotation_statements": list(rotated.statements),
     }
-    auditor = _auditor(args.audit_log)
-    if auditor is not None:
-        auditor.record(event="rotate", status="success", client_did=old.kid, server_did=rotated.current.did)
-        auditor.close()
-    print_json(out)
-    return 0
+    return _rotated(args, old.kid, rotated.current.did, out)
 
 
 # -- revoke -------------------------------------------------------------------------------------
