@@ -10,6 +10,7 @@ did:web documents come over HTTPS from the test CA of test_didweb.py.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 from pathlib import Path
@@ -328,11 +329,13 @@ async def _dns(host: str, port: int) -> list[str]:
 
 def test_a_did_web_service_endpoint_points_no_further_in_than_the_did_web_host() -> None:
     from a2a_secure.agent import _service_endpoint
+    from a2a_secure.client.pinning import DialPlan
     from a2a_secure.identity.resolver import ResolvedDID
 
     def endpoint_of(did: str, url: str) -> str | None:
         service = {"id": "#a2a", "type": "A2ASecureAgent", "serviceEndpoint": url}
-        return _service_endpoint(ResolvedDID(did, {}, (service,)), AddressPolicy())
+        accept = functools.partial(DialPlan().accept, policy=AddressPolicy())
+        return _service_endpoint(ResolvedDID(did, {}, (service,)), accept)
 
     assert endpoint_of("did:web:agents.corp", "https://10.1.2.3:8443") == "https://10.1.2.3:8443"
     assert (
