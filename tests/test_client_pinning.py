@@ -19,6 +19,7 @@ import ssl
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from a2a_secure.client.http import A2AClient, RetryPolicy
@@ -104,7 +105,10 @@ async def test_a_document_endpoint_whose_name_resolves_to_loopback_is_never_dial
                 endpoint = client.accept_endpoint(url, what="the service endpoint", origin=Reach.PUBLIC)
                 with pytest.raises(A2AError, match="could not connect"):
                     await client.handshake(SERVER_DID, endpoint)
-        assert dns.asked >= 1 and connected == []
+                # The client's own httpx client (agent cards) follows the same plan.
+                with pytest.raises(httpx.ConnectError, match="may not be dialled"):
+                    await client.http.get(endpoint + "/.well-known/agent-card.json")
+        assert dns.asked >= 2 and connected == []
 
 
 async def test_the_pool_dials_the_address_it_checked_not_a_second_answer() -> None:

@@ -30,7 +30,7 @@ from a2a_secure import system
 from a2a_secure.client.endpoint import check_endpoint
 from a2a_secure.client.extensions import learn_card
 from a2a_secure.client.handshake import Handshaker, Peer
-from a2a_secure.client.pinning import DialPlan
+from a2a_secure.client.pinning import DialPlan, PlanTransport
 from a2a_secure.client.pool import ConnectionPool
 from a2a_secure.client.transport import RetryPolicy, Transport
 from a2a_secure.delegation import Chain
@@ -116,7 +116,8 @@ class A2AClient:
         (``client/pool.py``: ``verify`` as httpx takes it, kept-alive connections, no cookie
         jar, redirects, proxies or compression, one ``timeout`` for each whole exchange, or
         for each read once a stream has begun); ``self.http`` is then an httpx client built
-        with the same ``verify`` and ``timeout``, for other requests (an agent card, say).
+        with the same ``verify`` and ``timeout``, for other requests (an agent card, say),
+        which dials a name taken with :meth:`accept_endpoint` at a checked address too.
         """
         self.identity = identity
         self.resend_on_unknown_session = resend_on_unknown_session
@@ -139,7 +140,9 @@ class A2AClient:
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         )
         self.http = http or httpx.AsyncClient(
-            transport=transport, timeout=httpx.Timeout(timeout), follow_redirects=False
+            transport=PlanTransport(self.dial, transport, verify),
+            timeout=httpx.Timeout(timeout),
+            follow_redirects=False,
         )
         # With its own client, every protocol call goes through its own pool.
         pool = ConnectionPool(verify=verify, timeout=timeout, plan=self.dial) if http is None else None

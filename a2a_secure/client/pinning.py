@@ -29,9 +29,15 @@ import httpx
 
 from a2a_secure.errors import InvalidParams
 from a2a_secure.identity.addresses import AddressPolicy, Reach, check_address, parse_http_url
-from a2a_secure.identity.dial import AddressRefused, Resolve, resolve_checked, system_resolve
+from a2a_secure.identity.dial import (
+    AddressRefused,
+    PinnedTransport,
+    Resolve,
+    resolve_checked,
+    system_resolve,
+)
 
-__all__ = ["DialPlan", "open_connection"]
+__all__ = ["DialPlan", "PlanTransport", "open_connection"]
 
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 _Key: TypeAlias = tuple[bool, str, int]  # (tls, host, port), as the pool keys its connections
@@ -75,6 +81,15 @@ class DialPlan:
             taken = self._rules[key] = set()
         taken.add((policy, origin))  # every rule it was taken under must hold
         return base
+
+    def allowed(self, tls: bool, host: str, port: int) -> Callable[[IPAddress], bool] | None:
+        """The rule ``host``'s DNS answer must meet; None for a name nobody recorded."""
+        return self._allowed((tls, host, port))
+
+    def pinned(self, rule: Callable[[IPAddress], bool], verify: ssl.SSLContext | bool) -> PinnedTransport:
+        """An ``httpx`` transport that dials only addresses ``rule`` allows, found with this
+        plan's resolver."""
+        return PinnedTransport(lambda _host: rule, resolve=self._resolve, verify=verify)
 
     def _allowed(self, key: _Key) -> Callable[[IPAddress], bool] | None:
         taken = self._rules.get(key)
@@ -129,3 +144,29 @@ async def open_connection(
         return conn
     assert failure is not None
     raise failure
+
+
+class PlanTransport(httpx.AsyncBaseTransport):
+    """The transport of ``A2AClient.http``: a request to a name ``plan`` recorded goes to a
+    checked address (:class:`~a2a_secure.identity.dial.PinnedTransport`: its reply read whole,
+    at most 1 MiB, on a connection of its own), any other through ``inner`` as before."""
+
+    def __init__(
+        self, plan: DialPlan, inner: httpx.AsyncBaseTransport, verify: ssl.SSLContext | bool
+    ) -> None:
+        self._plan = plan
+        self._inner = inner
+        self._verify = verify
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request``, to a checked address when its host was recorded."""
+        url = request.url
+        tls = url.scheme == "https"
+        rule = self._plan.allowed(tls, url.host, url.port or (443 if tls else 80))
+        if rule is None:
+            return await self._inner.handle_async_request(request)
+        return await self._plan.pinned(rule, self._verify).handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """Close the inner transport's connections."""
+        await self._inner.aclose()
