@@ -188,6 +188,10 @@ class A2AAgent:
             did = entry.did
         name = entry.name if entry is not None else did
         endpoint = entry.endpoint if entry is not None else None
+        if entry is not None and endpoint is not None and entry.taken_under is not None:
+            # A registry from elsewhere: its endpoint is dialled at a checked address only.
+            policy, origin = entry.taken_under
+            endpoint = self.client.dial.accept(endpoint, what="endpoint", origin=origin, policy=policy)
         if endpoint is None and did.startswith("did:web:"):
             endpoint = _service_endpoint(await self.resolver.resolve(did), self.client.accept_endpoint)
         return name, did, endpoint

@@ -207,3 +207,20 @@ def test_a_dns_answer_is_judged_by_the_rule_of_an_ip_literal(origin: Reach, poli
         except A2AError:
             literal = False
         assert policy.answer_rule(NAME, origin)(addr) is literal, (text, origin, policy)
+
+
+async def test_an_endpoint_of_a_registry_from_elsewhere_is_dialled_at_a_checked_address() -> None:
+    from a2a_secure.agent import A2AAgent
+    from a2a_secure.registry import AgentRegistry
+
+    async with loopback_listener() as (port, connected):
+        data = {"peer": {"did": SERVER_DID, "endpoint": f"https://{NAME}:{port}"}}
+        # The system's DNS (the default resolver of the agent's plan) answers loopback.
+        with system_dns({NAME: ["127.0.0.1"]}):
+            for origin, reached in ((None, True), (Reach.PUBLIC, False)):
+                registry = AgentRegistry.from_dict(data, origin=origin)
+                async with A2AAgent("caller", identity("client"), registry=registry, retry=FAST) as agent:
+                    with pytest.raises(A2AError, match="did not answer"):
+                        await agent.request("peer", {"goal": "echo", "inputs": {}})
+                assert bool(connected) is reached, origin  # the operator's file: by name, as before
+                connected.clear()
