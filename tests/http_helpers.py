@@ -45,6 +45,19 @@ def envelope(method: str, params: Any, rid: Any = 1) -> bytes:
     return encoding.dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": rid})
 
 
+class Rebinding:
+    """A resolver whose answer for a name changes after the first question (DNS rebinding)."""
+
+    def __init__(self, first: list[str], then: list[str]) -> None:
+        self.answers = [first, then]
+        self.asked = 0
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        answer = self.answers[min(self.asked, 1)]
+        self.asked += 1
+        return answer
+
+
 class AuditLog(list[dict[str, Any]]):
     """An audit hook that keeps every record."""
 

@@ -27,24 +27,11 @@ from a2a_secure.client.pinning import DialPlan
 from a2a_secure.errors import A2AError
 from a2a_secure.identity.addresses import AddressPolicy, Reach, check_address
 from a2a_secure.testing import serve_app
-from tests.http_helpers import build_server, identity
+from tests.http_helpers import Rebinding, build_server, identity
 
 FAST = RetryPolicy(attempts=2, base=0.01, cap=0.02)
 NAME = "agent.example.com"
 SERVER_DID = identity("server").did
-
-
-class Rebinding:
-    """A resolver whose answer for a name changes after the first question (DNS rebinding)."""
-
-    def __init__(self, first: list[str], then: list[str]) -> None:
-        self.answers = [first, then]
-        self.asked = 0
-
-    async def __call__(self, host: str, port: int) -> list[str]:
-        answer = self.answers[min(self.asked, 1)]
-        self.asked += 1
-        return answer
 
 
 @contextlib.contextmanager
