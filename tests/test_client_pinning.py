@@ -14,9 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import socket
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -27,33 +26,11 @@ from a2a_secure.client.pinning import DialPlan
 from a2a_secure.errors import A2AError
 from a2a_secure.identity.addresses import AddressPolicy, Reach, check_address
 from a2a_secure.testing import serve_app
-from tests.http_helpers import Rebinding, build_server, identity
+from tests.http_helpers import Rebinding, build_server, identity, system_dns
 
 FAST = RetryPolicy(attempts=2, base=0.01, cap=0.02)
 NAME = "agent.example.com"
 SERVER_DID = identity("server").did
-
-
-@contextlib.contextmanager
-def system_dns(answers: dict[str, list[str]]) -> Iterator[None]:
-    """The running loop's ``getaddrinfo`` (what a dial by name asks) answers these names so."""
-    loop = asyncio.get_running_loop()
-    original = loop.getaddrinfo
-
-    async def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
-        name = host.decode() if isinstance(host, bytes) else host
-        if name not in answers:
-            return await original(host, port, *args, **kwargs)
-        return [
-            (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (addr, int(port)))
-            for addr in answers[name]
-        ]
-
-    loop.getaddrinfo = getaddrinfo  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        del loop.getaddrinfo  # type: ignore[method-assign]
 
 
 @contextlib.asynccontextmanager
