@@ -10,7 +10,9 @@ accepted under; the pool (:mod:`a2a_secure.client.pool`) then resolves such a ho
 with :func:`~a2a_secure.identity.dial.resolve_checked` under that rule
 (:meth:`~a2a_secure.identity.addresses.AddressPolicy.answer_rule`) and connects to one of
 the checked addresses, TLS SNI and certificate verification (and the ``Host`` header)
-still for the name.
+still for the name; the client's own ``httpx`` client (agent cards) does the same through
+:class:`PlanTransport`. A caller's own ``httpx`` client (``A2AClient(http=...)``) is out of
+reach: it dials by name.
 
 An IP literal is dialled as written (it was checked as it is). A name nobody recorded (an
 endpoint the operator gave: in code, ``--endpoint``, a registry file it points at) is
