@@ -188,8 +188,12 @@ class A2AAgent:
             did = entry.did
         name = entry.name if entry is not None else did
         endpoint = entry.endpoint if entry is not None else None
+        if entry is not None and endpoint is not None and entry.taken_under is not None:
+            # A registry from elsewhere: its endpoint is dialled at a checked address only.
+            policy, origin = entry.taken_under
+            endpoint = self.client.dial.accept(endpoint, what="endpoint", origin=origin, policy=policy)
         if endpoint is None and did.startswith("did:web:"):
-            endpoint = _service_endpoint(await self.resolver.resolve(did), self.addresses)
+            endpoint = _service_endpoint(await self.resolver.resolve(did), self.client.accept_endpoint)
         return name, did, endpoint
 
     @staticmethod
@@ -476,8 +480,9 @@ class A2AAgent:
         await uvicorn.Server(config).serve()
 
 
-def _service_endpoint(resolved: ResolvedDID, addresses: AddressPolicy) -> str | None:
-    """The first A2ASecureAgent service endpoint of a did:web document that ``addresses`` allows.
+def _service_endpoint(resolved: ResolvedDID, accept: Callable[..., str]) -> str | None:
+    """The first A2ASecureAgent service endpoint of a did:web document that ``accept`` takes
+    (:meth:`A2AClient.accept_endpoint`: the client then dials only a checked address of it).
 
     The document is its owner's word, and anyone can own a did:web: an endpoint naming
     loopback or a private host would turn this client's HELLO into a request forgery (E14).
@@ -491,7 +496,7 @@ def _service_endpoint(resolved: ResolvedDID, addresses: AddressPolicy) -> str | 
         try:
             # No more private than the network the document came from (the DID's host).
             origin = url_reach(did_web_to_url(resolved.did))
-            return addresses.check_url(ep, what=f"the service endpoint of {resolved.did}", origin=origin)
+            return accept(ep, what=f"the service endpoint of {resolved.did}", origin=origin)
         except A2AError as exc:
             refusal = refusal or exc
     if refusal is not None:

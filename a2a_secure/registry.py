@@ -90,6 +90,10 @@ class RegistryEntry:
     did: str
     endpoint: str | None = None
     capabilities: tuple[str, ...] = field(default_factory=tuple)
+    # The address policy and the document's network the endpoint was taken under, when the
+    # registry came from elsewhere (``from_dict(origin=...)``): the client then dials only a
+    # checked address of its host (a2a_secure.client.pinning). None: the operator's own.
+    taken_under: tuple[AddressPolicy, Reach] | None = field(default=None, compare=False, repr=False)
 
 
 def _parse_entry(
@@ -129,7 +133,8 @@ def _parse_entry(
     caps = raw.get("capabilities", [])
     if not isinstance(caps, list) or not all(isinstance(c, str) and c for c in caps):
         raise RegistryEntryError(name, "capabilities", "must be an array of non-empty strings")
-    return RegistryEntry(name, did, endpoint, tuple(caps))
+    taken_under = (addresses, origin) if endpoint is not None and origin is not None else None
+    return RegistryEntry(name, did, endpoint, tuple(caps), taken_under)
 
 
 def _raw_entries(data: Any) -> list[tuple[str, Any, bool]]:

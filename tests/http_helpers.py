@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import socket
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,41 @@ def identity(name: str) -> Identity:
 def envelope(method: str, params: Any, rid: Any = 1) -> bytes:
     """A JSON-RPC request body."""
     return encoding.dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": rid})
+
+
+class Rebinding:
+    """A resolver whose answer for a name changes after the first question (DNS rebinding)."""
+
+    def __init__(self, first: list[str], then: list[str]) -> None:
+        self.answers = [first, then]
+        self.asked = 0
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        answer = self.answers[min(self.asked, 1)]
+        self.asked += 1
+        return answer
+
+
+@contextlib.contextmanager
+def system_dns(answers: dict[str, list[str]]) -> Iterator[None]:
+    """The running loop's ``getaddrinfo`` (what a dial by name asks) answers these names so."""
+    loop = asyncio.get_running_loop()
+    original = loop.getaddrinfo
+
+    async def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        if name not in answers:
+            return await original(host, port, *args, **kwargs)
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (addr, int(port)))
+            for addr in answers[name]
+        ]
+
+    loop.getaddrinfo = getaddrinfo  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del loop.getaddrinfo  # type: ignore[method-assign]
 
 
 class AuditLog(list[dict[str, Any]]):

@@ -22,6 +22,7 @@ from a2a.auth.user import UnauthenticatedUser
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import BasePushNotificationSender, InMemoryPushNotificationConfigStore
 from a2a.types import TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent
+from http_helpers import Rebinding
 from test_a2a_sealed import read_body
 
 from a2a_secure.a2a_binding import PushUrlPolicy
@@ -104,19 +105,6 @@ async def test_allow_listed_hosts_and_http_are_opt_in() -> None:
 
 
 # -- DNS rebinding: the sender dials the address that was checked ----------------------------------
-class Rebinding:
-    """A resolver whose answer for a name changes after the first question (DNS rebinding)."""
-
-    def __init__(self, first: list[str], then: list[str]) -> None:
-        self.answers = [first, then]
-        self.asked = 0
-
-    async def __call__(self, host: str, port: int) -> list[str]:
-        answer = self.answers[min(self.asked, 1)]
-        self.asked += 1
-        return answer
-
-
 class DialByName(httpx.AsyncBaseTransport):
     """What a plain HTTP client does: resolve the name again when it connects (here with the
     same rebinding resolver, standing in for the system's), then dial what it got."""

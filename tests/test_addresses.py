@@ -10,6 +10,7 @@ did:web documents come over HTTPS from the test CA of test_didweb.py.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 from pathlib import Path
@@ -27,7 +28,7 @@ from a2a_secure.errors import A2AError, InvalidParams
 from a2a_secure.identity import encoding
 from a2a_secure.identity.addresses import AddressPolicy, Reach, may_point, parse_http_url, url_reach
 from a2a_secure.testing import serve_app
-from tests.http_helpers import identity
+from tests.http_helpers import identity, system_dns
 
 LOOPBACK = AddressPolicy.build(dev_allow_loopback=True)
 ECHO = {"goal": "echo", "inputs": {"a": 1}}
@@ -158,6 +159,24 @@ async def test_a_did_web_document_cannot_send_the_hello_to_loopback(
         with pytest.raises(A2AError):
             await ok.request(server.did, ECHO)
     assert admin.hits["/admin/a2a/handshake"] == 1
+
+
+async def test_a_did_web_service_name_that_resolves_to_loopback_gets_no_connection(
+    server: didweb.DocServer,  # noqa: F811
+    start: Any,  # noqa: F811
+    client_ctx: ssl.SSLContext,  # noqa: F811
+) -> None:
+    # A public name passes the policy by name; its DNS answer, checked when the client
+    # connects, is loopback: nothing is dialled (a dial by name would reach the service).
+    admin = await start(None)
+    server.routes["/.well-known/did.json"] = didweb.json_route(
+        did_web_doc(server.did, f"https://rebind.example.com:{admin.port}/admin")
+    )
+    with system_dns({"rebind.example.com": ["127.0.0.1"]}):
+        async with A2AAgent("caller", identity("caller"), resolver=didweb.resolver_for(client_ctx)) as caller:
+            with pytest.raises(A2AError, match="did not answer"):
+                await caller.request(server.did, ECHO)
+    assert admin.connections == 0
 
 
 @pytest.mark.parametrize(
@@ -328,11 +347,13 @@ async def _dns(host: str, port: int) -> list[str]:
 
 def test_a_did_web_service_endpoint_points_no_further_in_than_the_did_web_host() -> None:
     from a2a_secure.agent import _service_endpoint
+    from a2a_secure.client.pinning import DialPlan
     from a2a_secure.identity.resolver import ResolvedDID
 
     def endpoint_of(did: str, url: str) -> str | None:
         service = {"id": "#a2a", "type": "A2ASecureAgent", "serviceEndpoint": url}
-        return _service_endpoint(ResolvedDID(did, {}, (service,)), AddressPolicy())
+        accept = functools.partial(DialPlan().accept, policy=AddressPolicy())
+        return _service_endpoint(ResolvedDID(did, {}, (service,)), accept)
 
     assert endpoint_of("did:web:agents.corp", "https://10.1.2.3:8443") == "https://10.1.2.3:8443"
     assert (

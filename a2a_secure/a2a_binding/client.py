@@ -313,7 +313,7 @@ class SecureA2ATransport(ClientTransport):
 def _card_url(client: A2AClient, url: str, origin: Reach = Reach.PUBLIC) -> str:
     # The card's word: no more private than the network the card came from (unknown: public).
     try:
-        return client.addresses.check_url(url, what="the card's interface URL", origin=origin)
+        return client.accept_endpoint(url, what="the card's interface URL", origin=origin)
     except A2AError as exc:
         raise SecureTransportError(exc) from None
 

@@ -30,11 +30,12 @@ from a2a_secure import system
 from a2a_secure.client.endpoint import check_endpoint
 from a2a_secure.client.extensions import learn_card
 from a2a_secure.client.handshake import Handshaker, Peer
+from a2a_secure.client.pinning import DialPlan, PlanTransport
 from a2a_secure.client.pool import ConnectionPool
 from a2a_secure.client.transport import RetryPolicy, Transport
 from a2a_secure.delegation import Chain
 from a2a_secure.errors import A2AError, InvalidParams
-from a2a_secure.identity.addresses import AddressPolicy
+from a2a_secure.identity.addresses import AddressPolicy, Reach
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.policy import Policy
@@ -72,12 +73,16 @@ class A2AClient:
         exactly_once: bool | None = None,
         addresses: AddressPolicy | None = None,
         sealed: bool | None = None,
+        dial: DialPlan | None = None,
     ) -> None:
         """``addresses``: where this client may connect when the address comes from a
         document, a registry file or a card (a did:web service endpoint, an A2A card's
         interface URL): public hosts over https only unless the policy opts in to more
         (``a2a_secure.identity.addresses``). An endpoint passed to a method is the caller's
-        own choice and only needs https (plain http to loopback).
+        own choice and only needs https (plain http to loopback). An endpoint taken from a
+        document goes through :meth:`accept_endpoint`, and the client's own pool then dials
+        only an address of its host that the same rule allows (``dial``: the
+        :class:`~a2a_secure.client.pinning.DialPlan` holding those names, with its resolver).
 
         ``resend_on_unknown_session``: when the server answers -32043 (it no longer knows
         the session: restarted, or closed it), ``request`` opens a new session and sends the
@@ -111,7 +116,8 @@ class A2AClient:
         (``client/pool.py``: ``verify`` as httpx takes it, kept-alive connections, no cookie
         jar, redirects, proxies or compression, one ``timeout`` for each whole exchange, or
         for each read once a stream has begun); ``self.http`` is then an httpx client built
-        with the same ``verify`` and ``timeout``, for other requests (an agent card, say).
+        with the same ``verify`` and ``timeout``, for other requests (an agent card, say),
+        which dials a name taken with :meth:`accept_endpoint` at a checked address too.
         """
         self.identity = identity
         self.resend_on_unknown_session = resend_on_unknown_session
@@ -119,6 +125,7 @@ class A2AClient:
         self.sealed = sealed
         self.resolver = resolver or DIDResolver()
         self.addresses = addresses or AddressPolicy()
+        self.dial = dial or DialPlan()
         self._own_http = http is None
         timeout = min(timeout, MAX_TIMEOUT)
         if isinstance(verify, str | os.PathLike):
@@ -133,10 +140,12 @@ class A2AClient:
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         )
         self.http = http or httpx.AsyncClient(
-            transport=transport, timeout=httpx.Timeout(timeout), follow_redirects=False
+            transport=PlanTransport(self.dial, transport, verify),
+            timeout=httpx.Timeout(timeout),
+            follow_redirects=False,
         )
         # With its own client, every protocol call goes through its own pool.
-        pool = ConnectionPool(verify=verify, timeout=timeout) if http is None else None
+        pool = ConnectionPool(verify=verify, timeout=timeout, plan=self.dial) if http is None else None
         self._transport = Transport(self.http, pool, retry or RetryPolicy())
         self.manifest_hash = manifest_hash
         self.accept_policy = accept_policy
@@ -149,6 +158,14 @@ class A2AClient:
         self._handshaker = Handshaker(
             identity, self.resolver, self._transport, self.http, clock, self._record
         )
+
+    def accept_endpoint(self, url: object, *, what: str, origin: Reach | None) -> str:
+        """``url`` (without its trailing slash) if a document from ``origin`` may point this
+        client there under :attr:`addresses`, else ``InvalidParams``
+        (:func:`~a2a_secure.identity.addresses.check_address`). A host name accepted here
+        is dialled by the client's own pool only at an address its DNS answer gives and the
+        same rule allows, resolved once per connection (not through a caller's ``http``)."""
+        return self.dial.accept(url, what=what, origin=origin, policy=self.addresses)
 
     @property
     def retry(self) -> RetryPolicy:

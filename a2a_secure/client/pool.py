@@ -37,6 +37,7 @@ import h11
 import httpx
 
 from a2a_secure.client.http11 import FastHead, parse_head, request_head
+from a2a_secure.client.pinning import DialPlan, open_connection
 from a2a_secure.system import mono_now
 
 __all__ = ["ConnectionPool", "StreamReply"]
@@ -394,6 +395,7 @@ class ConnectionPool:
     ``max_connections`` bounds the requests in flight; at most ``max_idle`` connections per
     origin are kept, each for at most ``keepalive_expiry`` seconds of idleness (below
     uvicorn's default 5 s, so a connection is rarely reused just as the server drops it).
+    ``plan``: the names to dial by a checked address (:class:`~a2a_secure.client.pinning.DialPlan`).
     """
 
     def __init__(
@@ -404,7 +406,9 @@ class ConnectionPool:
         max_connections: int = 16,
         max_idle: int = 8,
         keepalive_expiry: float = 4.0,
+        plan: DialPlan | None = None,
     ) -> None:
+        self._plan = plan  # names dialled by a checked address (client/pinning.py)
         self.timeout = timeout
         self.keepalive_expiry = keepalive_expiry
         self._verify = verify
@@ -570,13 +574,8 @@ class ConnectionPool:
         )
         try:
             async with asyncio.timeout(self.timeout):
-                _transport, conn = await loop.create_connection(
-                    _Connection,
-                    origin.host,
-                    origin.port,
-                    ssl=tls,
-                    server_hostname=origin.host if tls is not None else None,
-                    **extra,
+                conn = await open_connection(
+                    loop, _Connection, origin.host, origin.port, tls, self._plan, **extra
                 )
         except TimeoutError:
             raise httpx.ConnectTimeout("connection not established within the timeout") from None

@@ -41,10 +41,11 @@ resolver turns its own into ``DIDResolutionError``.
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import re
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
@@ -354,8 +355,8 @@ def check_address(
     that (see the module documentation), unless ``policy`` opts it in. Plain http goes only
     to loopback, and from a document only with the loopback opt-in or from loopback itself.
     A name is judged here, before any I/O; its DNS answer is checked where the connection is
-    made (the did:web fetch, the push sender), or bound by TLS certificate verification
-    against the name (endpoints: see SECURITY.md).
+    made (the did:web fetch, the push sender, the client's pool for an endpoint taken with
+    :class:`~a2a_secure.client.pinning.DialPlan`: :meth:`AddressPolicy.answer_rule`).
     """
     parsed = parse_http_url(url, what=what)
     reach = _reach_of(parsed)
@@ -365,10 +366,12 @@ def check_address(
             raise _refuse(what, "must be https (plain http only to loopback)")
         return parsed.base
     policy = policy or _DEFAULT_POLICY
-    opted = policy.opted_in(parsed)
     if parsed.scheme == "http" and not (loopback and (policy.dev_allow_loopback or origin is Reach.LOOPBACK)):
         raise _refuse(what, "must be https (plain http only to loopback, in development mode)")
-    if opted or may_point(reach, origin):
+    if parsed.address is not None:
+        if policy.address_may_point(parsed.address, origin):
+            return parsed.base
+    elif policy.opted_in(parsed) or may_point(reach, origin):
         return parsed.base
     if parsed.address is not None:
         raise _refuse(what, "names a non-public address (it needs an explicit opt-in)")
@@ -435,15 +438,32 @@ class AddressPolicy:
             return True
         return not host_name_blocked(host)
 
+    def _address_opted_in(self, addr: IPAddress) -> bool:
+        if self.dev_allow_loopback and is_loopback_address(addr):
+            return True
+        inner = embedded_ipv4(addr)
+        candidates = [addr] if inner is None else [addr, inner]
+        return any(c in net for net in self.allow_networks for c in candidates)
+
+    def address_may_point(self, addr: IPAddress, origin: Reach) -> bool:
+        """Whether a document from ``origin`` may have the SDK dial ``addr``: opted in, or no
+        further in than ``origin``. The one rule for an IP literal a document names
+        (:func:`check_address`) and for each address its host names resolve to when dialled
+        (:meth:`answer_rule`)."""
+        return self._address_opted_in(addr) or may_point(address_reach(addr), origin)
+
+    def answer_rule(self, host: str, origin: Reach) -> Callable[[IPAddress], bool]:
+        """The rule for the DNS answer of ``host`` (a name a document from ``origin`` named
+        and :func:`check_address` took): any address for a name in ``allow_hosts`` (the
+        operator vouched for it), else :meth:`address_may_point` for each address."""
+        if host in self.allow_hosts:
+            return _any_address
+        return functools.partial(self.address_may_point, origin=origin)
+
     def opted_in(self, parsed: HttpURL) -> bool:
         """True if the operator let the SDK connect to ``parsed``'s host whatever named it."""
         if parsed.address is not None:
-            addr = parsed.address
-            if self.dev_allow_loopback and is_loopback_address(addr):
-                return True
-            inner = embedded_ipv4(addr)
-            candidates = [addr] if inner is None else [addr, inner]
-            return any(c in net for net in self.allow_networks for c in candidates)
+            return self._address_opted_in(parsed.address)
         host = parsed.host
         return host in self.allow_hosts or (
             self.dev_allow_loopback and (host == "localhost" or host.endswith(".localhost"))
@@ -453,6 +473,10 @@ class AddressPolicy:
         """:func:`check_address` under this policy: ``url`` named by a document from ``origin``
         (by default a public one: the strictest), or the operator's own (None)."""
         return check_address(url, what=what, origin=origin, policy=self)
+
+
+def _any_address(_addr: IPAddress) -> bool:
+    return True
 
 
 _DEFAULT_POLICY: Final = AddressPolicy()
