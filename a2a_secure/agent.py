@@ -129,7 +129,6 @@ class A2AAgent:
         )
         self._policy = policy
         self._store = store
-        self._verify = verify
         self.registry.rotations = RotationFollower(audit=self._audit_follow)
         self._description = description
         self._priority_rights = priority_rights
@@ -303,9 +302,12 @@ class A2AAgent:
         """
         entry = self.registry.find(target)
         if statements is None:
-            if entry.endpoint is None:
+            # Located as a request would be: an endpoint a document named is dialled at its
+            # checked address (the client's own HTTP client, client/pinning.py).
+            _name, _did, endpoint = await self._locate(entry.name)
+            if endpoint is None:
                 raise InvalidParams(f"agent {entry.name!r} has no endpoint to fetch its rotation from")
-            statements = await _fetch_statements(entry.endpoint, self._verify)
+            statements = await _fetch_statements(endpoint, self.client.http)
         try:
             self.registry.follow_rotation(statements)
         except A2AError as exc:
@@ -504,8 +506,9 @@ def _service_endpoint(resolved: ResolvedDID, accept: Callable[..., str]) -> str 
     return None
 
 
-async def _fetch_statements(endpoint: str, verify: Any) -> list[str]:
-    """The rotation chain an agent serves at ``/.well-known/a2a-rotation.json`` (64 KiB, 5 s)."""
+async def _fetch_statements(endpoint: str, http: Any) -> list[str]:
+    """The rotation chain an agent serves at ``/.well-known/a2a-rotation.json`` (64 KiB, 5 s),
+    fetched with ``http`` (the agent's ``httpx.AsyncClient``), no redirect followed."""
     import asyncio  # noqa: PLC0415
 
     import httpx  # noqa: PLC0415
@@ -517,8 +520,7 @@ async def _fetch_statements(endpoint: str, verify: Any) -> list[str]:
         # would hold the caller for as long as it liked. One deadline covers the whole fetch.
         async with (
             asyncio.timeout(deadline),
-            httpx.AsyncClient(verify=verify, timeout=deadline, follow_redirects=False) as http,
-            http.stream("GET", url) as resp,
+            http.stream("GET", url, timeout=deadline, follow_redirects=False) as resp,
         ):
             if resp.status_code != 200:
                 raise InvalidParams(f"{url} answered HTTP {resp.status_code}")
