@@ -4,6 +4,9 @@
 campaigns that step one server process's clock (``A2A_SECURE_TEST_CLOCK_DIR``, read by
 :func:`a2a_secure.server.run.app_from_env`): never for production use.
 
+``LatencyKey`` is a remote key holder (identity/remote.py) that signs with a local key after an
+injected delay, counting the signatures in flight: what a KMS looks like to the runtime.
+
 ``serve_app`` runs any ASGI app under a real uvicorn server on 127.0.0.1 with an ephemeral
 port (optionally with TLS) and yields its base URL, so tests talk to the real stack.
 """
@@ -18,7 +21,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-__all__ = ["FakeClock", "SteppedClock", "serve_app"]
+__all__ = ["FakeClock", "LatencyKey", "SteppedClock", "serve_app"]
 
 
 class SteppedClock:
@@ -46,6 +49,57 @@ class SteppedClock:
             except (OSError, ValueError):
                 self.offset = 0.0
         return time.time() + self.offset
+
+
+class LatencyKey:
+    """A key holder whose signatures are awaited and take ``latency`` seconds (a remote
+    service stand-in for tests and benchmarks; the signature itself is real Ed25519).
+
+    ``in_flight`` and ``most_in_flight`` count concurrent ``sign_async`` calls; ``calls``
+    counts them all; ``blocking_calls`` counts ``sign`` (which sleeps the thread).
+    ``fail`` set to an exception class makes every signature raise it; ``wrong`` set to
+    a key holder makes it sign with that key instead (a service answering with another key).
+    """
+
+    def __init__(self, holder: Any, latency: float = 0.02) -> None:
+        self._holder = holder
+        self.latency = latency
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.calls = 0
+        self.blocking_calls = 0
+        self.fail: type[Exception] | None = None
+        self.wrong: Any = None
+
+    @property
+    def public_key(self) -> bytes:
+        return bytes(self._holder.public_key)
+
+    def _signer(self) -> Any:
+        if self.fail is not None:
+            raise self.fail("the signing service is down")
+        return self.wrong if self.wrong is not None else self._holder
+
+    def sign(self, message: bytes) -> bytes:
+        self.blocking_calls += 1
+        time.sleep(self.latency)
+        return bytes(self._signer().sign(message))
+
+    async def sign_async(self, message: bytes) -> bytes:
+        self.calls += 1
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.latency)
+            return bytes(self._signer().sign(message))
+        finally:
+            self.in_flight -= 1
+
+    def derive_key(self, info: bytes) -> bytes:
+        return bytes(self._holder.derive_key(info))
+
+    def export_seed(self) -> bytes:
+        raise TypeError("a remote key cannot be exported")
 
 
 class FakeClock:

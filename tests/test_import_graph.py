@@ -206,6 +206,7 @@ def test_the_runtime_is_where_the_waiting_is() -> None:
         "a2a_secure.runtime.replay",
         "a2a_secure.runtime.router",
         "a2a_secure.runtime.runner",
+        "a2a_secure.runtime.signing",
         "a2a_secure.runtime.stream_pump",
         "a2a_secure.runtime.stream_record",
         "a2a_secure.runtime.sweeper",

@@ -20,12 +20,15 @@ from a2a_secure.identity.ed25519 import verify_signature
 
 __all__ = [
     "MAX_TOKEN_LENGTH",
+    "PendingJWS",
     "jws_check",
     "jws_decode_unverified",
     "jws_sign",
+    "jws_sign_awaited",
     "jws_sign_bytes",
     "jws_sign_json",
     "jws_split",
+    "jws_token",
     "jws_verify",
 ]
 
@@ -55,6 +58,63 @@ class Signer(Protocol):
         ...
 
 
+class RemoteSigner(Signer, Protocol):
+    """A :class:`Signer` whose key is held by a service that answers over the network
+    (:mod:`a2a_secure.identity.remote`): an Identity with such a holder."""
+
+    @property
+    def remote(self) -> bool:
+        """True when a signature is awaited (:meth:`sign_async`), not computed in place."""
+        ...
+
+    async def sign_async(self, message: bytes) -> bytes:
+        """:meth:`sign`, awaited; verified against the public key before it is returned."""
+        ...
+
+
+class PendingJWS:
+    """A compact JWS whose signature is still to come: what the core writes where a token
+    goes when its signer's key is remote.
+
+    The core never waits: it hands the runtime the signing input and the signer, and the
+    runtime (:mod:`a2a_secure.runtime.signing`) awaits the signature and puts the finished
+    token in its place before anything is sent or stored. A pending token is always a
+    member of a reply's ``result`` object, of its error's ``data``, or of a stream event.
+    """
+
+    __slots__ = ("signer", "signing_input")
+
+    def __init__(self, signing_input: bytes, signer: RemoteSigner) -> None:
+        self.signing_input = signing_input
+        self.signer = signer
+
+    def finish(self, signature: bytes) -> str:
+        """The token, given the signature of :attr:`signing_input`."""
+        return (self.signing_input + b"." + encoding.b64u_encode_bytes(signature)).decode("ascii")
+
+    def __repr__(self) -> str:
+        return f"PendingJWS(kid={self.signer.kid!r})"
+
+
+def jws_token(payload: Mapping[str, Any] | bytes, identity: Signer, typ: str) -> str | PendingJWS:
+    """:func:`jws_sign` on a path the runtime serves: the token, or, when ``identity``'s key is
+    remote, the :class:`PendingJWS` the runtime finishes (``payload`` may be JSON bytes)."""
+    body = payload if isinstance(payload, bytes) else encoding.dumps(dict(payload))
+    if getattr(identity, "remote", False):
+        return PendingJWS(_signing_input(body, identity, typ), identity)  # type: ignore[arg-type]
+    return jws_sign_bytes(body, identity, typ).decode("ascii")
+
+
+async def jws_sign_awaited(payload: Mapping[str, Any], identity: Signer, typ: str) -> str:
+    """:func:`jws_sign`, awaiting a remote key's signature (where the token is needed at once:
+    hashed or kept before the reply is sent); a local key signs in place."""
+    if not getattr(identity, "remote", False):
+        return jws_sign(payload, identity, typ)
+    signing_input = _signing_input(encoding.dumps(dict(payload)), identity, typ)
+    signature = await identity.sign_async(signing_input)  # type: ignore[attr-defined]
+    return (signing_input + b"." + encoding.b64u_encode_bytes(signature)).decode("ascii")
+
+
 def jws_sign(payload: Mapping[str, Any], identity: Signer, typ: str) -> str:
     """Sign ``payload`` (a JSON object) as a compact JWS with header ``{alg, typ, kid}``."""
     return jws_sign_json(encoding.dumps(dict(payload)), identity, typ)
@@ -67,6 +127,12 @@ def jws_sign_json(payload: bytes, identity: Signer, typ: str) -> str:
 
 def jws_sign_bytes(payload: bytes, identity: Signer, typ: str) -> bytes:
     """:func:`jws_sign_json`, the token as its ASCII bytes (what a body written as bytes takes)."""
+    signing_input = _signing_input(payload, identity, typ)
+    return signing_input + b"." + encoding.b64u_encode_bytes(identity.sign(signing_input))
+
+
+def _signing_input(payload: bytes, identity: Signer, typ: str) -> bytes:
+    """The encoded header (kept per signer and typ), ".", and the encoded ``payload``."""
     key = (identity.kid, typ)
     head = _HEADS.get(key)
     if head is None:
@@ -75,8 +141,7 @@ def jws_sign_bytes(payload: bytes, identity: Signer, typ: str) -> bytes:
         if len(_HEADS) >= _HEADER_CACHE_MAX:
             _HEADS.clear()
         _HEADS[key] = head
-    signing_input = head + encoding.b64u_encode_bytes(payload)
-    return signing_input + b"." + encoding.b64u_encode_bytes(identity.sign(signing_input))
+    return head + encoding.b64u_encode_bytes(payload)
 
 
 # A peer signs every message with the same few headers: their decodes are kept (a copy is

@@ -18,7 +18,7 @@ import nacl.signing
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from a2a_secure.errors import A2AError, InvalidParams
+from a2a_secure.errors import A2AError, InvalidParams, Unavailable
 from a2a_secure.identity import encoding
 from a2a_secure.identity.did import did_key_from_public_key, key_id_for_did_key
 from a2a_secure.identity.ed25519 import SIGNATURE_LEN, check_public_key, verify_signature
@@ -29,6 +29,7 @@ __all__ = [
     "Identity",
     "KeyHolder",
     "SeedKey",
+    "SignerFailed",
     "check_public_key",
     "public_key_entry",
     "verify_signature",
@@ -44,6 +45,16 @@ class KeyFileError(A2AError):
     """A key file or key variable could not be used (missing, unsafe permissions, malformed)."""
 
     default_message = "key file cannot be used"
+
+
+class SignerFailed(Unavailable):
+    """A remote key holder did not give a valid signature (down, slow, wrong key): nothing is
+    sent signed; the caller may retry (503, -32048)."""
+
+    default_message = "the signing service is unavailable"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message, retry_after=1)
 
 
 def public_key_entry(kid: str, public_key: bytes) -> dict[str, str]:
@@ -132,7 +143,7 @@ class Identity:
     process (:class:`SeedKey`) or in a token that never lets it out (:class:`KeyHolder`).
     """
 
-    __slots__ = ("__weakref__", "_did", "_holder", "_kid", "_public", "_sign", "agent_id")
+    __slots__ = ("__weakref__", "_did", "_holder", "_kid", "_public", "_sign", "agent_id", "remote")
 
     def __init__(
         self,
@@ -149,7 +160,11 @@ class Identity:
         )
         self._holder = holder
         self._public = bytes(holder.public_key)
-        self._sign = holder.sign  # bound once: every answer's signature is one call more
+        # A holder that answers over the network (a KMS, an HSM reached through a service)
+        # has ``sign_async``: the runtime awaits it (identity/remote.py), and every signature
+        # it returns is checked against the public key before it is used.
+        self.remote: bool = callable(getattr(holder, "sign_async", None))
+        self._sign = self._sign_checked if self.remote else holder.sign  # bound once
         self.agent_id = agent_id
         if did is None:
             did = did_key_from_public_key(self._public)
@@ -300,8 +315,46 @@ class Identity:
         return encoding.b64u_encode(self._holder.export_seed())
 
     def sign(self, data: bytes) -> bytes:
-        """The 64-byte Ed25519 signature of ``data``, made by the key's holder."""
+        """The 64-byte Ed25519 signature of ``data``, made by the key's holder.
+
+        With a remote holder this waits for the service: the runtime serving requests awaits
+        :meth:`sign_async` instead; this is for the command line, start-up and the like.
+        """
         return self._sign(data)
+
+    async def sign_async(self, data: bytes) -> bytes:
+        """:meth:`sign`, awaited: a remote holder's signature, checked against the public key
+        (an answer that does not verify raises :class:`SignerFailed`); a local key signs in place."""
+        if not self.remote:
+            return self._sign(data)
+        try:
+            signature = await self._holder.sign_async(data)  # type: ignore[attr-defined]
+        except SignerFailed:
+            raise
+        except Exception as exc:
+            raise SignerFailed(self._failed(exc)) from None
+        return self._checked(data, signature)
+
+    def _sign_checked(self, data: bytes) -> bytes:
+        try:
+            signature = self._holder.sign(data)
+        except A2AError:
+            raise
+        except Exception as exc:
+            raise SignerFailed(self._failed(exc)) from None
+        return self._checked(data, signature)
+
+    def _failed(self, exc: Exception) -> str:
+        return f"the key holder {type(self._holder).__name__} did not sign ({type(exc).__name__})"
+
+    def _checked(self, data: bytes, signature: object) -> bytes:
+        if type(signature) is not bytes or len(signature) != SIGNATURE_LEN:
+            raise SignerFailed(f"the key holder {type(self._holder).__name__} returned no Ed25519 signature")
+        if not verify_signature(self._public, bytes(data), signature):
+            raise SignerFailed(
+                f"the signature from {type(self._holder).__name__} does not verify with {self._kid}"
+            )
+        return signature
 
     def derive_key(self, info: bytes) -> bytes:
         """32 secret bytes bound to this identity's key and ``info`` (see :class:`KeyHolder`)."""

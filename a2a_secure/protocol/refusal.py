@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from a2a_secure.errors import A2AError, AuthenticationFailed
-from a2a_secure.identity.jws import jws_sign, jws_verify
+from a2a_secure.identity.jws import jws_token, jws_verify
 from a2a_secure.identity.keys import Identity
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.validate import exact_members, is_fresh, json_equal
@@ -48,7 +48,7 @@ def sign_refusal(
         "error": {"code": exc.code, "message": exc.message},
         "timestamp": now,
     }
-    exc.data = {MEMBER: jws_sign(payload, identity, m.Typ.REFUSAL)}
+    exc.data = {MEMBER: jws_token(payload, identity, m.Typ.REFUSAL)}
     return exc
 
 

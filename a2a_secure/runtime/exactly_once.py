@@ -71,6 +71,7 @@ from a2a_secure.protocol.capacity import OWN, SHARED, full
 from a2a_secure.protocol.intent_id import INTENT_ID, ids_full_message, store_full_message
 from a2a_secure.protocol.priority import EXTENSION as PRIORITY
 from a2a_secure.protocol.sealing import SEALED
+from a2a_secure.runtime.signing import finish_events, may_pend
 from a2a_secure.store.base import Begin, SessionRecord, StoredReply
 from a2a_secure.store.intents import Claim, ClaimKind, ClaimRequest, IntentStore, supports_intent_ids
 
@@ -461,6 +462,8 @@ class ExactlyOnce:
             stored = replace(answer, signed_at=int(self._clock()))
         else:
             events = tuple(self._resign(ev, session_id, sequence, req_hash, sealed) for ev in answer.events)
+            if may_pend(self._config):  # kept signed: a remote key's signatures, awaited at once
+                await finish_events(events)
             stored = StoredReply(200, events=events, truncated=answer.truncated)
         await self._keep(session_id, sequence, stored)
         return await self._replayer.answer(session_id, sequence, req_hash, stored, audit, sealed=sealed)

@@ -53,6 +53,7 @@ from a2a_secure.protocol.server.scheduler import Scheduler
 from a2a_secure.runtime.exactly_once import ExactlyOnce
 from a2a_secure.runtime.replay import Replayer
 from a2a_secure.runtime.runner import IntentRunner
+from a2a_secure.runtime.signing import finish_reply, has_pending, may_pend
 from a2a_secure.runtime.stream_pump import StreamPump
 from a2a_secure.store.base import Store
 
@@ -274,6 +275,8 @@ class ServerProtocol:
         except Exception as exc:  # a bug must not leak a stack trace or kill the server
             log_unexpected(_log, f"internal error in {method[:32]!r}", exc)
             reply = unsigned_error(InternalError())
+        if may_pend(self._config) and has_pending(reply):
+            reply = await finish_reply(reply)
         if not audit.deferred:
             self._write_audit(audit, reply)
         return reply
@@ -294,21 +297,23 @@ class ServerProtocol:
         except Exception as exc:  # a bug must not leak a stack trace or kill the server
             log_unexpected(_log, f"internal error in {method[:32]!r}", exc)
             reply = unsigned_error(InternalError())
-        if not isinstance(reply, Reply):
+        if not isinstance(reply, Reply) or (may_pend(self._config) and has_pending(reply)):
             return self._answered(reply, method, audit)
         if not audit.deferred:
             self._write_audit(audit, reply)
         return reply
 
-    async def _answered(self, pending: Awaitable[Reply], method: str, audit: AuditFields) -> Reply:
-        """:meth:`handle_now`'s reply once ``pending`` is done."""
+    async def _answered(self, pending: Awaitable[Reply] | Reply, method: str, audit: AuditFields) -> Reply:
+        """:meth:`handle_now`'s reply once ``pending`` is done and its tokens are signed."""
         try:
-            reply = await pending
+            reply = pending if isinstance(pending, Reply) else await pending
         except A2AError as exc:
             reply = unsigned_error(exc)
         except Exception as exc:
             log_unexpected(_log, f"internal error in {method[:32]!r}", exc)
             reply = unsigned_error(InternalError())
+        if may_pend(self._config) and has_pending(reply):
+            reply = await finish_reply(reply)
         if not audit.deferred:
             self._write_audit(audit, reply)
         return reply

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from a2a_secure.errors import A2AError, IntentTimeout, InternalError, SessionUnknown
 from a2a_secure.identity import encoding
+from a2a_secure.identity.keys import SignerFailed
 from a2a_secure.protocol.priority import INTERRUPTED_MESSAGE
 from a2a_secure.protocol.sealing import record_sealer
 from a2a_secure.protocol.server.auditing import AuditFields, AuditWriter
@@ -30,6 +31,7 @@ from a2a_secure.protocol.server.dispatcher import IntentContext
 from a2a_secure.protocol.server.events import EventSigner
 from a2a_secure.runtime.gate import IntentGate, Slot
 from a2a_secure.runtime.runner import check_result, handler_error
+from a2a_secure.runtime.signing import finish_event, may_pend
 from a2a_secure.runtime.stream_record import MAX_EVENT_BYTES, StreamRecord, result_size
 from a2a_secure.store.base import SessionRecord, StoredReply
 
@@ -142,11 +144,22 @@ class StreamPump:
         index = 0
         final_error: A2AError | None = None
 
-        def publish(event: dict[str, Any]) -> None:
+        async def publish(event: dict[str, Any]) -> None:
+            if may_pend(self._config):  # a remote key: kept and sent signed (runtime/signing.py)
+                await publish_signed(event)
             payload = event.get("result") if "result" in event else event.get("error")
             rec.publish(event, result_size(payload))
             if not first_event.done():
                 first_event.set_result(None)
+
+        async def publish_signed(event: dict[str, Any]) -> None:
+            try:
+                await finish_event(event)
+            except SignerFailed as exc:
+                if not first_event.done():
+                    first_event.set_exception(exc)
+                rec.end()
+                raise
 
         try:
             if slot is not None:
@@ -157,7 +170,7 @@ class StreamPump:
                 except StopAsyncIteration:
                     if single:
                         raise InternalError("the intent handler produced no result") from None
-                    publish(self.event(sid, seq, req_hash, index, True, result=None))
+                    await publish(self.event(sid, seq, req_hash, index, True, result=None))
                     break
                 check_result(item)
                 now = self._clock()
@@ -173,11 +186,13 @@ class StreamPump:
                 if sealer is not None:
                     item = sealer.seal_event(seq, req_hash, index, single, item)
                 event = self.event(sid, seq, req_hash, index, single, result=item, sealed=sealer is not None)
+                if may_pend(self._config):
+                    await publish_signed(event)
                 # §6.4: an event is at most 1 MiB (the result travels twice: in the event and
                 # base64url-encoded in its signature). A bigger one ends the stream instead.
                 if len(encoding.dumps(event)) > MAX_EVENT_BYTES - 256:
                     raise InternalError("a partial result is too large for one event")
-                publish(event)
+                await publish(event)
                 index += 1
                 if single:
                     break
@@ -188,13 +203,17 @@ class StreamPump:
             else:
                 final_error = InternalError("server shutting down")
             if first_event.done():
-                publish(self.event(sid, seq, req_hash, index, True, error=final_error))
+                await publish(self.event(sid, seq, req_hash, index, True, error=final_error))
             else:
                 first_event.set_exception(final_error)
             if not interrupted:
                 raise
             assert slot is not None
             slot.uncancel_interrupt()
+        except SignerFailed:
+            # The stream ended without a final event (publish_signed). A retry gets the events
+            # kept and then, signed when it asks, the -32048 of events that were not kept.
+            rec.overflow = True
         except Exception as exc:
             if slot is not None and slot.interrupted:  # the handler turned it into an error
                 slot.uncancel_interrupt()
@@ -202,7 +221,7 @@ class StreamPump:
             else:
                 final_error = handler_error(exc, timeout_ms)
             if first_event.done():
-                publish(self.event(sid, seq, req_hash, index, True, error=final_error))
+                await publish(self.event(sid, seq, req_hash, index, True, error=final_error))
             else:
                 first_event.set_exception(final_error)
         finally:

@@ -25,6 +25,8 @@ KEEPALIVE_SECONDS = 15.0
 # What a reader yields when nothing happened for KEEPALIVE_SECONDS: the adapter writes an
 # SSE comment line so that proxies and the client's 30 s gap bound keep the stream open.
 KEEPALIVE: Mapping[str, Any] = {}
+# What :meth:`StreamRecord.end` puts in each reader's queue: the stream stops there.
+_ENDED: Mapping[str, Any] = {}
 
 
 @dataclass(eq=False)
@@ -51,6 +53,13 @@ class StreamRecord:
         if self.pump is not None and not self.pump.done():
             self.pump.cancel()
         return self._follow(queue, [], next_index)
+
+    def end(self) -> None:
+        """End the stream without a final event (its signature could not be made): readers
+        stop, and the client sees a stream cut short."""
+        self.done = True
+        for q in self._queues:
+            q.put_nowait(_ENDED)
 
     def publish(self, event: Mapping[str, Any], result_json_size: int) -> None:
         """Append a signed event (its JSON-RPC ``result`` object) and wake the readers."""
@@ -104,6 +113,8 @@ class StreamRecord:
                 except TimeoutError:
                     yield KEEPALIVE
                     continue
+                if ev is _ENDED:
+                    return
                 if ev.get("index", -1) < index:
                     continue
                 index += 1

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from a2a_secure.errors import A2AError, Unavailable
-from a2a_secure.identity.jws import jws_sign
+from a2a_secure.identity.jws import jws_token
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.server.common import Clock, ServerConfig
 
@@ -63,7 +63,7 @@ class EventSigner:
         if sealed and isinstance(result, str) and error is None:
             payload["result"] = m.sealed_digest(result)
         payload["timestamp"] = int(self._clock())
-        token = jws_sign(payload, self._config.signer(session_id), m.Typ.EVENT)
+        token = jws_token(payload, self._config.signer(session_id), m.Typ.EVENT)
         out: dict[str, Any] = {"status": body["status"], "sequence": sequence, "index": index, "final": final}
         out.update({k: v for k, v in body.items() if k != "status"})
         out["response_jws"] = token

@@ -18,7 +18,7 @@ from typing import Any
 
 from a2a_secure.errors import AuthenticationFailed, HandshakeUnknown, PolicyViolation
 from a2a_secure.identity import encoding
-from a2a_secure.identity.jws import jws_sign, jws_verify
+from a2a_secure.identity.jws import jws_sign_awaited, jws_token, jws_verify
 from a2a_secure.identity.resolver import ResolvedDID
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol import sealing
@@ -102,7 +102,8 @@ class HandshakeResponder:
             "policy_hash": policy_hash,
             "timestamp": now_i,
         }
-        policy_signature = jws_sign(payload, cfg.identity, m.Typ.POLICY)
+        # Hashed into the challenge and kept with the pending handshake: awaited now.
+        policy_signature = await jws_sign_awaited(payload, cfg.identity, m.Typ.POLICY)
         challenge = {
             "type": "challenge",
             "protocol_version": m.PROTOCOL_VERSION,
@@ -309,5 +310,5 @@ class HandshakeResponder:
             "created_at": now_i,
             "expires_at": expires_at,
             "public_keys": self._public_keys,
-            "session_jws": jws_sign(session_payload, cfg.identity, m.Typ.SESSION),
+            "session_jws": jws_token(session_payload, cfg.identity, m.Typ.SESSION),
         }

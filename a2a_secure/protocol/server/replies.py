@@ -19,7 +19,7 @@ import orjson
 
 from a2a_secure.errors import A2AError, InternalError, Unavailable
 from a2a_secure.identity import encoding
-from a2a_secure.identity.jws import jws_sign, jws_sign_bytes
+from a2a_secure.identity.jws import PendingJWS, jws_token
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.server.common import Reply, ServerConfig
 from a2a_secure.store.base import StoredReply
@@ -95,7 +95,7 @@ class SignedReplies:
             "timestamp": now_i,
         }
         data: dict[str, Any] = dict(error["data"])
-        data["response_jws"] = jws_sign(payload, self._config.signer(session_id), m.Typ.RESPONSE)
+        data["response_jws"] = jws_token(payload, self._config.signer(session_id), m.Typ.RESPONSE)
         stored = StoredReply(http_status, error=error, signed_at=now_i)
         return Reply(http_status, error={**signed, "data": data}, retry_after=retry, stored=stored)
 
@@ -118,8 +118,9 @@ class SignedReplies:
         # The head as encoding.dumps writes it (the two strings are written by orjson, as
         # they are there; an integer's digits are its digits): not through a dict and a walk.
         payload = _SUCCESS_PAYLOAD % (_json_str(session_id), sequence, _json_str(req_hash), signed, now_i)
-        token = jws_sign_bytes(payload, self._config.signer(session_id), m.Typ.RESPONSE)
-        sent = _SUCCESS_SENT % (sequence, raw, token)
+        token = jws_token(payload, self._config.signer(session_id), m.Typ.RESPONSE)
+        # A remote key's token is finished by the runtime, which then writes the answer whole.
+        sent = None if isinstance(token, PendingJWS) else _SUCCESS_SENT % (sequence, raw, token.encode("ascii"))
         stored = StoredReply(200, result, None, None, False, now_i)
         if result is not None:  # (to_dict leaves out a None result)
             stored.with_json(_STORED_SUCCESS % (raw, now_i))
@@ -127,11 +128,13 @@ class SignedReplies:
             "status": "success",
             "sequence": sequence,
             "result": result,
-            "response_jws": token.decode("ascii"),
+            "response_jws": token,
         }
         return Reply(200, answer, None, None, None, None, stored, sent)
 
-    def result_token(self, session_id: str, sequence: int, req_hash: str, result: Any, now_i: int) -> Any:
+    def result_token(
+        self, session_id: str, sequence: int, req_hash: str, result: Any, now_i: int
+    ) -> str | PendingJWS:
         """The ``response_jws`` of a success carrying ``result``."""
         payload = {
             "session_id": session_id,
@@ -141,4 +144,4 @@ class SignedReplies:
             "result": result,
             "timestamp": now_i,
         }
-        return jws_sign(payload, self._config.signer(session_id), m.Typ.RESPONSE)
+        return jws_token(payload, self._config.signer(session_id), m.Typ.RESPONSE)
