@@ -24,6 +24,7 @@ from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import nacl.signing
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -34,7 +35,7 @@ from a2a_secure.errors import InvalidParams, Unavailable
 from a2a_secure.identity.ed25519 import verify_signature
 from a2a_secure.identity.keys import Identity, KeyFileError, SignerFailed
 from a2a_secure.identity.remote import RemoteKeyHolder
-from a2a_secure.identity.rotation import KeyRing, verify_rotation_statement
+from a2a_secure.identity.rotation import KeyRing, RetiredKey, verify_rotation_statement
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.server.common import ServerLimits
 from a2a_secure.server.app import AgentServer
@@ -604,14 +605,22 @@ async def test_signatures_run_in_a_bounded_pool_of_threads(service: str) -> None
     assert ticks >= 5  # nine 30 ms signatures three at a time: the loop ran meanwhile
 
 
-def test_rotation_to_a_new_service_key_is_signed_by_the_old_one() -> None:
+async def test_rotation_to_a_new_service_key_is_signed_by_the_old_one_and_served() -> None:
     old_key, fake = vault_key(version=1)
     new_key, _ = vault_key(fake, version=2)
     old, new = Identity(old_key, "agent"), Identity(new_key, "agent")
-    ring = KeyRing(old).rotate(overlap=3600, now=1_800_000_000, fresh=new)
-    assert ring.current is new and ring.retired[0].identity is old
-    statement = verify_rotation_statement(ring.statements[-1], now=1_800_000_010)
+    t = int(time.time())
+    rotated = KeyRing(old).rotate(overlap=3600, now=t, fresh=new)
+    assert rotated.current is new and rotated.retired[0].identity is old
+    # What README.md keeps across restarts: the window and the (public) statements.
+    kept = rotated.retired[0]
+    ring = KeyRing(new, (RetiredKey(old, kept.retired_at, kept.overlap_until),), tuple(rotated.statements))
+    server = AgentServer(ring.current, key_ring=ring, store=MemoryStore())
+    async with serve_app(server.app()) as url, httpx.AsyncClient() as http:
+        served = (await http.get(url + "/.well-known/a2a-rotation.json")).json()["statements"]
+    statement = verify_rotation_statement(served[-1], now=t + 10)
     assert (statement.did, statement.successor) == (old.did, new.did)
+    assert ring.signer(old.kid, t + 10) is old and ring.signer(old.kid, t + 3600) is None
 
 
 # -- end to end: a real server signing with each adapter ---------------------------------------

@@ -8,10 +8,13 @@
 Signing is ``Sign`` with ``SigningAlgorithm="ED25519_SHA_512"`` and ``MessageType="RAW"``:
 pure Ed25519 (RFC 8032) over the message itself, which is what the protocol's EdDSA tokens
 verify. KMS takes at most 4096 bytes of RAW message, and a token's signing input (base64url
-header and payload) can be longer: an answer carrying a large result, a stream event, a
-signed card with many intents. Such a signature fails closed here, before any call, with
+header and payload) can be longer: an answer or stream event that carries its result, in a
+session without sealing (a sealed one binds the result by hash and stays under 1 KB). Such a
+signature fails closed here, before any call, with
 :class:`~examples.remote_signers.common.SigningInputTooLarge` (a 503 that a retry does not
-cure). ``ED25519_PH_SHA_512`` with ``MessageType="DIGEST"`` would take a SHA-512 digest of any
+cure); serve with ``require_sealed=True`` (README.md, "AWS KMS").
+
+``ED25519_PH_SHA_512`` with ``MessageType="DIGEST"`` would take a SHA-512 digest of any
 length, but it makes Ed25519ph signatures (RFC 8032's pre-hashed variant, another
 algorithm): no peer accepts them as the agent's EdDSA signatures, so this adapter never
 uses it.
