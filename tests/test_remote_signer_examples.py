@@ -17,10 +17,12 @@ import enum
 import hashlib
 import hmac
 import pickle
+import subprocess
 import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -41,7 +43,6 @@ from a2a_secure.protocol.server.common import ServerLimits
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.testing import serve_app
-from examples.remote_signers import aws_kms, gcp_kms, vault_transit
 from examples.remote_signers.aws_kms import AwsKmsKey
 from examples.remote_signers.common import (
     SigningInputTooLarge,
@@ -55,6 +56,7 @@ from examples.remote_signers.gcp_kms import GcpKmsKey
 from examples.remote_signers.vault_transit import VaultTransitKey, parse_vault_value
 from tests.http_helpers import identity
 
+REPO = Path(__file__).resolve().parents[1]
 FAST = RetryPolicy(attempts=1, base=0.01, cap=0.02, max_wait=2)
 
 
@@ -375,33 +377,39 @@ def test_the_native_crc32c_agrees_with_the_fallback() -> None:
         assert native.value(data) == crc32c_fallback(data) == crc32c(data)
 
 
-def test_vault_values_are_parsed_and_checked() -> None:
-    sig = bytes(range(64))
-    good = "vault:v3:" + base64.b64encode(sig).decode()
-    assert parse_vault_value(good, version=3) == sig
-    b64 = base64.b64encode(sig).decode()
-    refused = {
-        "wrong version": ("vault:v2:" + b64, "key version 2, not the pinned 3"),
-        "no prefix": (b64, "not of the form"),
-        "other prefix": ("vaultx:v3:" + b64, "not of the form"),
-        "upper case": ("VAULT:v3:" + b64, "not of the form"),
-        "leading zero": ("vault:v03:" + b64, "not of the form"),
-        "version 0": ("vault:v0:" + b64, "not of the form"),
-        "no version": ("vault::" + b64, "not of the form"),
-        "url-safe base64": (
+_SIG = bytes(range(64))
+_B64 = base64.b64encode(_SIG).decode()
+
+
+def test_a_vault_value_of_the_pinned_version_is_parsed() -> None:
+    assert parse_vault_value("vault:v3:" + _B64, version=3) == _SIG
+    assert parse_vault_value("vault:v12:" + _B64, version=12) == _SIG
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        pytest.param("vault:v2:" + _B64, "key version 2, not the pinned 3", id="wrong version"),
+        pytest.param(_B64, "not of the form", id="no prefix"),
+        pytest.param("vaultx:v3:" + _B64, "not of the form", id="other prefix"),
+        pytest.param("VAULT:v3:" + _B64, "not of the form", id="upper case"),
+        pytest.param("vault:v03:" + _B64, "not of the form", id="leading zero"),
+        pytest.param("vault:v0:" + _B64, "not of the form", id="version 0"),
+        pytest.param("vault::" + _B64, "not of the form", id="no version"),
+        pytest.param(
             "vault:v3:" + base64.urlsafe_b64encode(b"\xfb\xff" * 32).decode(),
             "not of the form",
+            id="url-safe",
         ),
-        "bad padding": ("vault:v3:" + b64.rstrip("=") + "=", "malformed"),
-        "non-canonical": ("vault:v3:AB==", "not canonical"),
-        "trailing text": (good + " ", "not of the form"),
-    }
-    for name, (value, message) in refused.items():
-        with pytest.raises(SignerFailed, match=message):
-            parse_vault_value(value, version=3)
-        assert name
-    with pytest.raises(SignerFailed, match="no vault"):
-        parse_vault_value(None, version=1)
+        pytest.param("vault:v3:" + _B64.rstrip("=") + "=", "malformed", id="bad padding"),
+        pytest.param("vault:v3:AB==", "not canonical", id="non-canonical"),
+        pytest.param("vault:v3:" + _B64 + " ", "not of the form", id="trailing text"),
+        pytest.param(None, "no vault", id="not a string"),
+    ],
+)
+def test_a_malformed_vault_value_is_refused(value: object, message: str) -> None:
+    with pytest.raises(SignerFailed, match=message):
+        parse_vault_value(value, version=3)
 
 
 # -- AWS KMS ------------------------------------------------------------------------------------
@@ -563,19 +571,31 @@ def test_a_remote_key_never_leaves_and_is_not_pickled(service: str) -> None:
         pickle.dumps(key)
 
 
+def test_the_modules_import_no_cloud_library() -> None:
+    code = (
+        "import sys\n"
+        "import examples.remote_signers.aws_kms, examples.remote_signers.gcp_kms\n"
+        "import examples.remote_signers.vault_transit\n"
+        "loaded = {'boto3', 'botocore', 'hvac', 'grpc', 'google.cloud.kms'} & set(sys.modules)\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
+
+
 @pytest.mark.parametrize(
-    ("service", "library", "module"),
-    [("aws", "boto3", aws_kms), ("gcp", "google.cloud.kms", gcp_kms), ("vault", "hvac", vault_transit)],
+    ("library", "make"),
+    [
+        ("boto3", lambda: AwsKmsKey("alias/agent")),
+        ("google.cloud.kms", lambda: GcpKmsKey(FakeGcp.VERSION)),
+        ("hvac", lambda: VaultTransitKey("agent")),
+    ],
 )
 def test_without_its_library_an_adapter_says_what_to_install(
-    service: str, library: str, module: Any, monkeypatch: pytest.MonkeyPatch
+    library: str, make: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, library, None)  # import raises ImportError
-    cls = {"aws": AwsKmsKey, "gcp": GcpKmsKey, "vault": VaultTransitKey}[service]
-    name = FakeGcp.VERSION if service == "gcp" else "agent"
+    monkeypatch.setitem(sys.modules, library, None)  # its import raises ImportError
     with pytest.raises(KeyFileError, match="pip install"):
-        cls(name)
-    assert module.__name__.startswith("examples.remote_signers.")
+        make()
 
 
 @pytest.mark.parametrize("service", sorted(MAKERS))
