@@ -30,13 +30,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from a2a_secure.client.http import A2AClient  # noqa: E402
-from a2a_secure.identity.keys import Identity  # noqa: E402
-from a2a_secure.policy import Policy  # noqa: E402
-from a2a_secure.protocol.server.common import ServerLimits  # noqa: E402
-from a2a_secure.server.app import AgentServer  # noqa: E402
-from a2a_secure.store.memory import MemoryStore  # noqa: E402
-from a2a_secure.testing import LatencyKey, serve_app  # noqa: E402
+from a2a_secure.client.http import A2AClient
+from a2a_secure.identity.keys import Identity
+from a2a_secure.policy import Policy
+from a2a_secure.protocol.server.common import ServerLimits
+from a2a_secure.server.app import AgentServer
+from a2a_secure.store.memory import MemoryStore
+from a2a_secure.testing import LatencyKey, serve_app
 
 
 class BlockingLatencyKey:

@@ -120,7 +120,9 @@ class SignedReplies:
         payload = _SUCCESS_PAYLOAD % (_json_str(session_id), sequence, _json_str(req_hash), signed, now_i)
         token = jws_token(payload, self._config.signer(session_id), m.Typ.RESPONSE)
         # A remote key's token is finished by the runtime, which then writes the answer whole.
-        sent = None if isinstance(token, PendingJWS) else _SUCCESS_SENT % (sequence, raw, token.encode("ascii"))
+        sent = None
+        if not isinstance(token, PendingJWS):
+            sent = _SUCCESS_SENT % (sequence, raw, token.encode("ascii"))
         stored = StoredReply(200, result, None, None, False, now_i)
         if result is not None:  # (to_dict leaves out a None result)
             stored.with_json(_STORED_SUCCESS % (raw, now_i))
