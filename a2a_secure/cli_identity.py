@@ -14,10 +14,13 @@ _URI_HELP = (
 
 
 def add_key_options(
-    parser: argparse.ArgumentParser, file_help: str = "the agent's key file (mode 0600)"
+    parser: argparse.ArgumentParser,
+    file_help: str = "the agent's key file (mode 0600)",
+    *,
+    required: bool = True,
 ) -> None:
-    """Add the required choice of ``--key-file`` or ``--key-uri`` to ``parser``."""
-    group = parser.add_mutually_exclusive_group(required=True)
+    """Add the choice of ``--key-file`` or ``--key-uri`` to ``parser`` (one is ``required``)."""
+    group = parser.add_mutually_exclusive_group(required=required)
     group.add_argument("--key-file", metavar="FILE", help=file_help)
     group.add_argument("--key-uri", metavar="URI", help=_URI_HELP)
 
@@ -25,3 +28,10 @@ def add_key_options(
 def key_source(args: argparse.Namespace) -> str:
     """The key file's path or the token URI the command was given."""
     return str(args.key_uri if getattr(args, "key_uri", None) else args.key_file)
+
+
+def key_source_if_given(args: argparse.Namespace) -> str | None:
+    """:func:`key_source`, or None when the command was given neither option."""
+    if getattr(args, "key_uri", None) is None and getattr(args, "key_file", None) is None:
+        return None
+    return key_source(args)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from a2a_secure.cli_identity import add_key_options, key_source
+from a2a_secure.cli_identity import add_key_options, key_source_if_given
 from a2a_secure.cli_registry import Subparsers, _fail, subcommand
 
 __all__: list[str] = []
@@ -25,7 +25,11 @@ def _build_serve(subparsers: Subparsers) -> None:
             " intent) under the given policy (default: all intents, 1000 per hour, one-hour sessions)."
         ),
     )
-    add_key_options(parser, "the agent's key file (its DID)")
+    add_key_options(
+        parser,
+        "the agent's key file (its DID); not needed with an --app that holds its own identity",
+        required=False,
+    )
     parser.add_argument(
         "--policy",
         metavar="FILE",
@@ -127,7 +131,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         serve(
-            key_source(args),
+            key_source_if_given(args),
             host=args.host,
             port=args.port,
             workers=args.workers,

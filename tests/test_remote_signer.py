@@ -10,8 +10,11 @@ when the service is down or answers with another key.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,6 +31,7 @@ from a2a_secure.protocol.server.common import ServerLimits
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.testing import LatencyKey, serve_app
+from tests.cli_helpers import run_cli, serve_cli
 from tests.http_helpers import identity
 
 FAST = RetryPolicy(attempts=1, base=0.01, cap=0.02, max_wait=2)
@@ -210,3 +214,41 @@ def test_a_remote_identity_cannot_be_exported() -> None:
     ident, _ = remote_identity("r")
     with pytest.raises((A2AError, TypeError)):
         ident.private_key_b64u()
+
+
+_REMOTE_APP = """
+import hashlib
+from a2a_secure.identity.keys import Identity
+from a2a_secure.server.app import AgentServer
+from a2a_secure.testing import LatencyKey
+
+seed = hashlib.sha256(b"remote-app").digest()
+key = LatencyKey(Identity.from_seed(seed, "remote-app").holder, 0.005)
+server = AgentServer(Identity(key, "remote-app"), url="http://127.0.0.1")
+
+
+@server.intent("signed_by")
+def signed_by(inputs, ctx):
+    return {"calls_so_far": key.calls, "blocking": key.blocking_calls}
+"""
+
+
+def test_serve_app_with_a_remote_key_needs_no_key_file_and_signs_through_the_service(tmp_path: Path) -> None:
+    (tmp_path / "remote_app.py").write_text(_REMOTE_APP)
+    expected = Identity.from_seed(hashlib.sha256(b"remote-app").digest(), "remote-app").did
+    with serve_cli(tmp_path, "--app", "remote_app:server", cwd=tmp_path) as served:
+        assert f"serving {expected}" in served.output()
+        client_key = tmp_path / "client.json"
+        identity("cli").save(client_key)
+        done = run_cli(
+            "call", "--key-file", str(client_key), "--to", expected, "--endpoint", served.url,
+            "--goal", "signed_by", "--inputs", "{}",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        # The handshake's two signatures (and more) were awaited from the service; none blocked.
+        assert answer["calls_so_far"] >= 2
+        assert answer["blocking"] == 0
+    refused = run_cli("serve", "--port", "9")
+    assert refused.returncode == 2
+    assert "serve needs --key-file or --key-uri" in refused.stderr

@@ -339,10 +339,15 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     env = os.environ if environ is None else environ
     tracing.configure_from_env("a2a-secure", env)  # OTEL_EXPORTER_OTLP_* asks for traces
     key_file = env.get(ENV["key_file"])
-    if not key_file:
+    app_spec = env.get(ENV["app"])
+    key_ring: KeyRing | None = None
+    if key_file:
+        key_ring = load_key_ring(key_file)  # the key, and the retired keys still in their window
+        identity = key_ring.current
+    elif app_spec:
+        identity = app_identity(app_spec, env.get(ENV["app_dir"]) or None)
+    else:
         raise ValueError(f"{ENV['key_file']} is not set")
-    key_ring = load_key_ring(key_file)  # the key, and the retired keys still in their window
-    identity = key_ring.current
     policy = load_policy(env.get(ENV["policy"]) or None)
     revocation_file = env.get(ENV["revocations"])
     revocations = [FileRevocations(revocation_file)] if revocation_file else []
@@ -418,8 +423,20 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
     return fastapi_app
 
 
+def app_identity(app: str, app_dir: str | os.PathLike[str] | None) -> Identity:
+    """The identity of the ``AgentServer`` (or ``A2AAgent``) ``app`` names, for an app that
+    holds its own key (a key held by a signing service, identity/remote.py)."""
+    obj = load_object(app, app_dir)
+    source = obj if isinstance(obj, AgentServer) else getattr(obj, "server", None)
+    if not isinstance(source, AgentServer):
+        raise ValueError(
+            f"--app {app!r} builds no AgentServer with an identity: give --key-file or --key-uri"
+        )
+    return source.identity
+
+
 def serve(
-    key_file: str | os.PathLike[str],
+    key_file: str | os.PathLike[str] | None,
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
@@ -499,9 +516,11 @@ def serve(
     rights, limits = load_scheduling(policy_path)
     lease = None if claim_lease_margin is None else str(claim_lease_margin)
     limits = with_lease(limits, lease)
-    key_ring = load_key_ring(key_file)
+    if key_file is None and app is None:
+        raise ServeUsageError("serve needs --key-file or --key-uri (or an --app that holds its own identity)")
+    key_ring = load_key_ring(key_file) if key_file is not None else None
     checked = build_server(
-        key_ring.current,
+        key_ring.current if key_ring is not None else app_identity(str(app), app_dir),
         policy=load_policy(policy_path),
         app=app,
         app_dir=app_dir,
@@ -517,7 +536,11 @@ def serve(
     # The card's url: --url, else the app's own, else where this server listens.
     url = checked.url or public_url(default_url(host, port, tls=tls_cert is not None))
     settings = {
-        "key_file": str(key_file) if is_token_uri(key_file) else os.path.abspath(key_file),
+        "key_file": None
+        if key_file is None
+        else str(key_file)
+        if is_token_uri(key_file)
+        else os.path.abspath(key_file),
         "url": url,
         "policy": os.path.abspath(policy_path) if policy_path else None,
         "redis_url": redis_url,
