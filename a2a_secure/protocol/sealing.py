@@ -224,7 +224,9 @@ def aad(direction: str, session_id: str, sequence: int, part: Part, index: int, 
 
 
 _NONCE: Final = struct.Struct(">QI")  # 7 bytes of sequence and the part byte, then the index
-_PART_NAMES: Final = {p: p.name.lower() for p in Part}
+# Each part's name in the AAD, at its number (1, 2, ...: Part's values, in order): a tuple
+# indexed by the member costs no Python-level Enum.__hash__, as a dict keyed by it would.
+_PART_NAMES: Final = ("", *(p.name.lower() for p in Part))
 
 
 class SessionSealer:
