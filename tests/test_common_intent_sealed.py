@@ -492,3 +492,24 @@ def test_the_sealed_payload_is_compared_as_text() -> None:
     spaced = {**params, "request_jws": raw_token(s, _spaced(text))}
     found = common_intent.common_intent(spaced)
     assert found is not None and found[-1] == T0
+
+
+async def test_a_sealed_intent_whose_client_document_is_due_takes_the_general_path(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sess = await pair.open(seal=True)
+    checked: list[str] = []
+    guard = pair.fast.server._config.key_guard
+
+    def due(resolver: Any, session: Any) -> bool:
+        checked.append(session.session_id)
+        return False
+
+    monkeypatch.setattr(guard, "session_checked_now", due)
+    req = sess.prepare_intent({"goal": "echo", "inputs": {"k": "v"}})
+    reply = await pair.send("intent", req.params)
+    # The flat path asks, then hands the request to the general path from step 5, which opens
+    # the inputs, asks again and checks the session as it always does.
+    assert reply.error is None and checked == [sess.session_id] * 2
+    assert sess.verify_result(req, reply.result).result["echo"] == {"k": "v"}
+    assert pair.flat == 1
