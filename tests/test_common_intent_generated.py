@@ -122,6 +122,82 @@ def test_generated_requests_get_the_same_answer_on_both_paths(
     generated.send(params)
 
 
+# -- the same on a sealed session (§12.6): inputs {} and sealed, signed by the digest -------------
+SEALED_PATHS = [p for p in PATHS[1:] if p != ("intent", "inputs", "a")] + [("intent", "sealed_key")]
+# What the sealed text (of the params, the payload or both) may become besides any JSON value:
+# made from the honest ciphertext, so that most still decode and reach the AEAD.
+SEALED_CHANGES = {
+    "truncated": lambda t: t[:-2],
+    "shortest": lambda t: t[:24],
+    "too short": lambda t: t[:23],
+    "one more": lambda t: t + "A",
+    "first flipped": lambda t: ("B" if t[0] == "A" else "A") + t[1:],
+    "last flipped": lambda t: t[:-1] + ("w" if t[-1] == "A" else "A"),
+    "its digest": m.sealed_digest,
+    "digest of another": lambda t: m.sealed_digest(t[:-1]),
+}
+
+
+class GeneratedSealed(Generated):
+    """:class:`Generated` on a sealed session."""
+
+    def __init__(self) -> None:
+        self.runner = asyncio.Runner()
+        self.pair = Pair()
+        self.sess = self.runner.run(self.pair.open(seal=True))
+
+
+@pytest.fixture(scope="module")
+def generated_sealed() -> Iterator[Generated]:
+    g = GeneratedSealed()
+    yield g
+    g.runner.close()
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(
+    where=st.sampled_from(["params", "payload", "both"]),
+    path=st.sampled_from(SEALED_PATHS),
+    value=json_values | st.just(DROP) | st.sampled_from(sorted(SEALED_CHANGES)),
+    inputs=st.sampled_from([{"a": 1, "b": [1, "x"]}, {}, {"n": 1.5, "s": "é"}]),
+    constraints=st.sampled_from([None, {"timeout_ms": 50}, {"stream": False, "max_tokens": 3}]),
+    priority=st.sampled_from([None, 1, 3, 4]),
+)
+def test_generated_sealed_requests_get_the_same_answer_on_both_paths(
+    generated_sealed: Generated,
+    where: str,
+    path: tuple[str, ...],
+    value: Any,
+    inputs: Any,
+    constraints: Any,
+    priority: Any,
+) -> None:
+    g = generated_sealed
+    sess = g.sess
+    sealer = sess.sealer
+    assert sealer is not None
+    intent: dict[str, Any] = {"goal": "context", "inputs": {}, "domain": "d"}
+    if constraints is not None:
+        intent["constraints"] = dict(constraints)
+    if priority is not None:
+        intent["priority"] = priority
+    payload = payload_for(sess, copy.deepcopy(intent))
+    ciphertext = sealer.seal_inputs(sess.last_sequence, "context", inputs)
+    payload["intent"]["sealed"] = m.sealed_digest(ciphertext)
+    params_intent = {**copy.deepcopy(intent), "sealed": ciphertext}
+    if isinstance(value, str) and value in SEALED_CHANGES:
+        value = SEALED_CHANGES[value](ciphertext)
+        path = ("intent", "sealed")
+    value = value if value is DROP else copy.deepcopy(value)
+    if where in ("payload", "both"):
+        _set(payload, path, value)
+    params = signed_params(sess, payload, params_intent)
+    params["sequence"] = sess.last_sequence
+    if where in ("params", "both"):
+        _set(params, path, value if value is DROP else copy.deepcopy(value))
+    g.send(params)
+
+
 # -- the success reply written in parts is the one written whole -----------------------------------
 @settings(max_examples=200, deadline=None, database=None)
 @given(

@@ -153,6 +153,14 @@ def test_the_aad_names_direction_session_sequence_part_index_and_request() -> No
     )
 
 
+def test_the_sealer_s_own_aad_is_aad_for_every_part_and_direction() -> None:
+    sealer, _ = pair()
+    for part in Part:
+        for direction in ("c2s", "s2c"):
+            expected = sealing.aad(direction, sealer.session_id, 7, part, 2, "b|x")
+            assert sealer._aad(direction, 7, part, 2, "b|x") == expected
+
+
 # -- seal and open ----------------------------------------------------------------------------------
 def test_inputs_results_events_and_error_data_round_trip() -> None:
     client, server = pair()

@@ -9,7 +9,6 @@ surrogates and recurses until ``RecursionError``. Everything here refuses those 
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import json
@@ -55,7 +54,8 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 def b64u_encode(data: bytes) -> str:
     """Base64url without padding (RFC 4648 §5)."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+    # base64.urlsafe_b64encode's own steps, without its Python-level calls.
+    return binascii.b2a_base64(data, newline=False).translate(_STD_TO_B64U).rstrip(b"=").decode("ascii")
 
 
 def b64u_encode_bytes(data: bytes) -> bytes:

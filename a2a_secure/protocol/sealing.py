@@ -224,7 +224,9 @@ def aad(direction: str, session_id: str, sequence: int, part: Part, index: int, 
 
 
 _NONCE: Final = struct.Struct(">QI")  # 7 bytes of sequence and the part byte, then the index
-_PART_NAMES: Final = {p: p.name.lower() for p in Part}
+# Each part's name in the AAD, at its number (1, 2, ...: Part's values, in order): a tuple
+# indexed by the member costs no Python-level Enum.__hash__, as a dict keyed by it would.
+_PART_NAMES: Final = ("", *(p.name.lower() for p in Part))
 
 
 class SessionSealer:
@@ -290,6 +292,11 @@ class SessionSealer:
         """The sealed ``result`` of the answer to the request ``request_hash``."""
         return self._seal(self._s2c, "s2c", sequence, Part.RESULT, 0, request_hash, result)
 
+    def seal_result_json(self, sequence: int, request_hash: str, text: bytes) -> str:
+        """:meth:`seal_result` of a result already written: ``text`` is its ``encoding.dumps``
+        (as ``result_json`` writes a result it finds I-JSON), sealed without writing it again."""
+        return self._seal_text(self._s2c, "s2c", sequence, Part.RESULT, 0, request_hash, text)
+
     def open_result(self, sequence: int, request_hash: str, token: Any) -> Any:
         """The result sealed in ``token``, else -32040."""
         return self._open(self._s2c, "s2c", sequence, Part.RESULT, 0, request_hash, token, encoding.MAX_DEPTH)
@@ -325,7 +332,18 @@ class SessionSealer:
         binding: str,
         value: Any,
     ) -> str:
-        plaintext = encoding.dumps(value)
+        return self._seal_text(aead, direction, sequence, part, index, binding, encoding.dumps(value))
+
+    def _seal_text(
+        self,
+        aead: ChaCha20Poly1305,
+        direction: str,
+        sequence: int,
+        part: Part,
+        index: int,
+        binding: str,
+        plaintext: bytes,
+    ) -> str:
         where = self._aad(direction, sequence, part, index, binding)
         return encoding.b64u_encode(aead.encrypt(nonce(sequence, part, index), plaintext, where))
 

@@ -48,7 +48,22 @@ __all__ = [
     "Intent",
     "IntentRequest",
     "RequestPayload",
+    "sealed_inputs_bytes",
 ]
+
+
+def sealed_inputs_bytes(value: Any, error: ErrorType = InvalidParams) -> bytes:
+    """The bytes of an ``intent.sealed`` member (§12.6, step 1), else ``error``: canonical
+    base64url of at most 2 MiB of text, and of at least 18 bytes (an AEAD tag, 16 bytes, over
+    at least ``{}``: anything shorter cannot be sealed inputs).
+
+    The one check of the member, for :meth:`Intent.parse` and the common intent's flat path.
+    """
+    sealed = require_str(value, "intent sealed", min_len=1, max_len=1 << 21, error=error)
+    data = encoding.b64u_decode(sealed, error=error)
+    if len(data) < 18:
+        raise error("intent sealed is too short to hold sealed inputs")
+    return data
 
 
 # -- §6.1 intents --------------------------------------------------------------------------------
@@ -138,11 +153,8 @@ class Intent(_Validated):
             intent_id = check_intent_id(intent["intent_id"], error)
         sealed, sealed_bytes = None, b""
         if "sealed" in intent:  # §12.6: the inputs travel sealed, and the plain member is {}
-            sealed = require_str(intent["sealed"], "intent sealed", min_len=1, max_len=1 << 21, error=error)
-            sealed_bytes = encoding.b64u_decode(sealed, error=error)
-            # An AEAD tag (16 bytes) over at least "{}": anything shorter cannot be sealed inputs.
-            if len(sealed_bytes) < 18:
-                raise error("intent sealed is too short to hold sealed inputs")
+            sealed = intent["sealed"]
+            sealed_bytes = sealed_inputs_bytes(sealed, error)
             if inputs:
                 raise error("intent inputs must be {} when the inputs are sealed")
         sealed_key = None

@@ -1,28 +1,32 @@
 """The common intent, answered in one flat pass (PROTOCOL.md §6.1, every step).
 
 Most intents are alike: ``goal`` and ``inputs``, perhaps ``domain``, ``constraints`` and
-``priority``; no ``intent_id``, no sealed inputs, no delegation chain, not streamed, on a
-session that is not sealed, at a server whose store never suspends (MemoryStore), with no
-deny list, no priority queue and no delegation rules. :class:`CommonIntentProcessor`
-answers them without a coroutine (unless the handler suspends) and without the models.
-:func:`common_intent` makes step 1's shape checks on the params as the envelope parser gave
-them, and step 5's rule (the signed payload is the params with a timestamp and without the
-token) in one comparison, before anything else: the payload's text against the text the
-params make (:data:`SIGNED_HEAD`, the intent written by orjson), which is the text a client
+``priority``, and on a sealed session (§12.6, the default) ``sealed`` inputs; no
+``intent_id``, no delegation chain, not streamed, at a server whose store never suspends
+(MemoryStore), with no deny list, no priority queue and no delegation rules.
+:class:`CommonIntentProcessor` answers them without a coroutine (unless the handler
+suspends) and without the models. :func:`common_intent` makes step 1's shape checks on the
+params as the envelope parser gave them, and step 5's rule (the signed payload is the params
+with a timestamp, without the token, and with sealed inputs as their digest) in one
+comparison, before anything else: the payload's text against the text the params make
+(:data:`SIGNED_HEAD`, the intent as signed written by orjson), which is the text a client
 of this library signs, so that the payload is neither parsed nor compared member by member;
 a payload written otherwise is parsed, and less its timestamp compared with the params less
 their token (sorted JSON texts). The general path builds an ``IntentRequest``, an
 ``Intent``, the ``expected`` members and a ``RequestPayload`` for the same decision.
 
 :func:`common_intent` refuses nothing. It accepts a part of what the models accept, with
-the same values, and answers None for all else: a malformed member, a member of an
+the same values, and answers None for all else: a malformed member, a member of another
 extension, a payload that differs from the params. The processor then takes the general
 path of :class:`~a2a_secure.protocol.server.intents.IntentProcessor` from step 1, which
 gives the refusal with its message, or accepts what only differs in form (``1.0`` signed
 where the params say ``1``: equal JSON values, §1); and from step 5, once the signature is
-verified, for a sealed session or a client whose DID document is due to be fetched again.
-Steps 2-4, 9-10 and the refusals of steps 6-8 are the general path's own code, so that both
-give the same answers, byte for byte (tests/test_common_intent.py).
+verified, for sealed inputs on a session without keys or clear ones on a sealed session
+(refusals of §12.6), or a client whose DID document is due to be fetched again. Steps 2-4,
+9-10, the refusals of steps 6-8 and §12.6's work (the sealer of the session, opening the
+inputs, sealing the result and an error's data) are the general path's own code, so that
+both give the same answers, byte for byte (tests/test_common_intent.py,
+tests/test_common_intent_sealed.py).
 
 State: none beyond the general processor's.
 """
@@ -44,7 +48,9 @@ from a2a_secure.identity.jws import jws_split
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.models import Intent, IntentRequest
 from a2a_secure.protocol.models._base import _make
+from a2a_secure.protocol.models.intents import sealed_inputs_bytes
 from a2a_secure.protocol.priority import MAX_PRIORITY, MIN_PRIORITY
+from a2a_secure.protocol.sealing import SEALED, SessionSealer, record_sealer
 from a2a_secure.protocol.server.auditing import AuditFields
 from a2a_secure.protocol.server.common import Reply, log_unexpected, stale
 from a2a_secure.protocol.server.delegation import NO_DELEGATION
@@ -63,8 +69,9 @@ __all__ = [
 
 _log = logging.getLogger("a2a_secure.server")
 
-# The members of a common intent: the base contract's and §12.3's priority.
-COMMON_INTENT_MEMBERS: Final = frozenset(("goal", "inputs", "domain", "constraints", "priority"))
+# The members of a common intent: the base contract's, §12.3's priority and §12.6's sealed
+# inputs (``sealed``; not ``sealed_key``, which goes with an intent_id, nor ``sealed_delegation``).
+COMMON_INTENT_MEMBERS: Final = frozenset(("goal", "inputs", "domain", "constraints", "priority", SEALED))
 # A session id as step 1 accepts it: the canonical base64url of 32 bytes (43 characters,
 # the last carrying 4 bits and 2 zero bits: one of the 16 characters whose value is 0 mod 4).
 _SESSION_ID: Final = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]")
@@ -79,10 +86,23 @@ _SORTED: Final = orjson.OPT_SORT_KEYS
 _CONSTRAINT_ORDER: Final = ("timeout_ms", "max_tokens", "stream")  # Constraints.to_dict's
 
 CommonIntent = tuple[
-    str, str, int, dict[str, Any], str, dict[str, Any], str, dict[str, Any], bytes, bytes, bytes, int
+    str,
+    str,
+    int,
+    dict[str, Any],
+    str,
+    dict[str, Any],
+    bytes | None,
+    str,
+    dict[str, Any],
+    bytes,
+    bytes,
+    bytes,
+    int,
 ]
-"""Session id, commitment, sequence, the intent (as received), its goal and inputs, the
-token; its header, payload text, signing input and signature; the signed timestamp."""
+"""Session id, commitment, sequence, the intent (as received), its goal and inputs, the bytes
+of its sealed inputs (None: not sealed), the token; its header, payload text, signing input
+and signature; the signed timestamp."""
 
 
 def common_intent(params: Any) -> CommonIntent | None:
@@ -115,12 +135,22 @@ def common_intent(params: Any) -> CommonIntent | None:
         return None
     if len(intent) > 2 and not _optional_members_ok(intent):
         return None
+    sealed: bytes | None = None
+    signed_intent = intent  # the intent as step 5 finds it in the signed payload
+    if SEALED in intent:  # §12.6: inputs {} and sealed, which the payload signs by its digest
+        if inputs:
+            return None
+        try:
+            sealed = sealed_inputs_bytes(intent[SEALED])
+        except A2AError:
+            return None
+        signed_intent = {**intent, SEALED: m.sealed_digest(intent[SEALED])}
     token = params["request_jws"]
     split = jws_split(token)
     if split is None:
         return None
     header, text, signing_input, signature = split
-    timestamp = _as_written(text, session_id, commitment, sequence, intent)
+    timestamp = _as_written(text, session_id, commitment, sequence, signed_intent)
     if timestamp is None:  # written otherwise (or not equal): parsed, and compared as JSON
         try:
             payload = encoding.loads(text, error=InvalidParams)
@@ -128,7 +158,7 @@ def common_intent(params: Any) -> CommonIntent | None:
             return None
         if type(payload) is not dict:
             return None
-        timestamp = signed_timestamp(payload, params)
+        timestamp = signed_timestamp(payload, params, signed_intent)
         if timestamp is None:
             return None
     return (
@@ -138,6 +168,7 @@ def common_intent(params: Any) -> CommonIntent | None:
         intent,
         goal,
         inputs,
+        sealed,
         token,
         header,
         text,
@@ -202,17 +233,19 @@ def _as_written(text: bytes, session_id: str, commitment: str, sequence: int, in
     return timestamp if timestamp <= MAX_SAFE_INT else None
 
 
-def signed_timestamp(payload: dict[str, Any], params: dict[str, Any]) -> int | None:
+def signed_timestamp(payload: dict[str, Any], params: dict[str, Any], intent: dict[str, Any]) -> int | None:
     """The signed timestamp when ``payload`` passes step 5 against ``params``, else None.
 
+    ``intent``: the params' intent as signed (§12.6: sealed values by their digests).
     Step 5 asks for exactly the members of ``REQUEST_PAYLOAD``, a signed sequence and
     timestamp that are I-JSON integers, and each member equal (§1) to the receiver's own
-    value: the params' session id, sequence and intent, and the session's commitment, which
-    step 3 finds identical to the params'. Payload less its timestamp and params less
-    their token then hold the same members; their JSON texts with sorted members are the
-    same exactly when each member's is (one text, parsed, gives one member list), and a
-    member's text the same makes it equal by the rule of §1. A text that differs may still
-    be an equal value (``1`` and ``1.0``): None, and the general check decides.
+    value: the params' session id, sequence and (signed) intent, and the session's
+    commitment, which step 3 finds identical to the params'. Payload less its timestamp and
+    params less their token (with that intent) then hold the same members; their JSON texts
+    with sorted members are the same exactly when each member's is (one text, parsed, gives
+    one member list), and a member's text the same makes it equal by the rule of §1. A text
+    that differs may still be an equal value (``1`` and ``1.0``): None, and the general
+    check decides.
     """
     if payload.keys() != m.REQUEST_PAYLOAD:
         return None
@@ -223,6 +256,7 @@ def signed_timestamp(payload: dict[str, Any], params: dict[str, Any]) -> int | N
     del signed["timestamp"]
     sent = params.copy()
     del sent["request_jws"]
+    sent["intent"] = intent
     try:
         same = hmac.compare_digest(orjson.dumps(signed, option=_SORTED), orjson.dumps(sent, option=_SORTED))
     except (orjson.JSONEncodeError, TypeError):
@@ -252,6 +286,8 @@ class CommonIntentProcessor(IntentProcessor):
         found = common_intent(params)
         if found is None:
             return None
+        if found[6] is not None and not cfg.limits.sealed_intents:
+            return None  # §12.6 not served: the general path refuses the member at step 1
         constraints = found[3].get("constraints")
         stream = None if constraints is None else constraints.get("stream")
         if stream is True or (stream is None and cfg.dispatcher.is_always_streamed(found[4])):
@@ -267,8 +303,8 @@ class CommonIntentProcessor(IntentProcessor):
         that waits on its original, the general path from step 5. Raises, as
         :meth:`IntentProcessor.handle` does, only before step 5.
         """
-        (session_id, commitment, sequence, intent, goal, inputs, token) = found[:7]
-        header, text, signing_input, signature, timestamp = found[7:]
+        (session_id, commitment, sequence, intent, goal, inputs, sealed, token) = found[:8]
+        header, text, signing_input, signature, timestamp = found[8:]
         cfg = self._config
         audit.intent_goal = goal[:256]
         audit.sequence = sequence
@@ -283,15 +319,30 @@ class CommonIntentProcessor(IntentProcessor):
         self._check_signed(
             session, session_id, commitment, header, signing_input, signature, False, now, audit
         )
-        # Step 5 was decided by common(). A sealed session (its intents carry sealed inputs)
-        # and a client whose DID document is due to be fetched again: the general path, on.
-        if session.seal_keys or not cfg.key_guard.session_checked_now(cfg.resolver, session):
+        # Step 5 was decided by common(). Sealed inputs on a session without keys, or clear
+        # ones on a sealed session (both refused), and a client whose DID document is due to
+        # be fetched again: the general path, on.
+        session_sealed = bool(session.seal_keys)
+        if session_sealed is not (sealed is not None) or not cfg.key_guard.session_checked_now(
+            cfg.resolver, session
+        ):
             payload = encoding.loads(text, error=InvalidParams)  # as jws_decode_unverified did
             decoded = (header, payload, signing_input, signature)
             req = _make(IntentRequest, session_id, commitment, sequence, Intent.parse(intent), token, decoded)
             return self._verified(req, session, payload, now, audit, store, forms)
         req_hash = m.request_hash(token)
         now_i = int(now)
+        sealer: SessionSealer | None = None
+        if sealed is not None:
+            # Step 5, §12.6: the inputs the client signed by their digest, opened (signed
+            # refusals, before freshness, the sequence not used up). The other checks of
+            # open_intent_inputs hold here: a sealed session, no intent_id, no chain.
+            try:
+                sealer = record_sealer(session)
+                assert sealer is not None  # the session has keys
+                inputs = sealer.open_inputs(sequence, goal, sealed)
+            except A2AError as exc:
+                return self._signed_error(exc, session_id, sequence, req_hash, now_i)
         constraints = intent.get("constraints")
         try:
             # Step 6: freshness.
@@ -318,7 +369,7 @@ class CommonIntentProcessor(IntentProcessor):
                 refused = begin_refusal(begin, sequence)
                 if refused is not None:
                     raise refused
-                return self._replayed(session_id, sequence, req_hash, begin.reply, audit, now_i)
+                return self._replayed(session_id, sequence, req_hash, begin.reply, audit, now_i, sealer)
         except A2AError as exc:
             return self._signed_error(exc, session_id, sequence, req_hash, now_i)
         # The sequence is consumed: whatever happens now is the stored answer.
@@ -339,10 +390,10 @@ class CommonIntentProcessor(IntentProcessor):
             # Step 11: no await, unless the handler suspends.
             result, rest = self._start(goal, inputs, context, timeout_ms)
             if rest is not None:
-                return self._finish(rest, forms, session_id, sequence, req_hash)
-            reply = self._success_reply(session_id, sequence, req_hash, result, int(self._clock()))
+                return self._finish(rest, forms, session_id, sequence, req_hash, sealer)
+            reply = self._result_reply(session_id, sequence, req_hash, result, sealer)
         except A2AError as exc:
-            reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
+            reply = self._error_reply(exc, session_id, sequence, req_hash, sealer)
         except Exception as exc:
             log_unexpected(_log, "internal error after the sequence was consumed", exc)
             reply = self._signed_error(InternalError(), session_id, sequence, req_hash, int(self._clock()))
@@ -358,22 +409,31 @@ class CommonIntentProcessor(IntentProcessor):
         stored: StoredReply | None,
         audit: AuditFields,
         now_i: int,
+        sealer: SessionSealer | None,
     ) -> Reply:
         """A byte-identical retry's answer: the original's (§6.1 step 7), or its refusal."""
         try:
-            return await self._replay(session_id, sequence, req_hash, stored, audit)
+            return await self._replay(
+                session_id, sequence, req_hash, stored, audit, sealed=sealer is not None
+            )
         except A2AError as exc:
             return self._signed_error(exc, session_id, sequence, req_hash, now_i)
 
     async def _finish(
-        self, rest: Awaitable[Any], forms: SyncForms, session_id: str, sequence: int, req_hash: str
+        self,
+        rest: Awaitable[Any],
+        forms: SyncForms,
+        session_id: str,
+        sequence: int,
+        req_hash: str,
+        sealer: SessionSealer | None,
     ) -> Reply:
         """The reply once a handler that suspended is done, kept for a retry."""
         try:
             result = await rest
-            reply = self._success_reply(session_id, sequence, req_hash, result, int(self._clock()))
+            reply = self._result_reply(session_id, sequence, req_hash, result, sealer)
         except A2AError as exc:
-            reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
+            reply = self._error_reply(exc, session_id, sequence, req_hash, sealer)
         except Exception as exc:
             log_unexpected(_log, "internal error after the sequence was consumed", exc)
             reply = self._signed_error(InternalError(), session_id, sequence, req_hash, int(self._clock()))

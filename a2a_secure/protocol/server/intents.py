@@ -10,11 +10,12 @@ again (:mod:`a2a_secure.runtime.replay`). Step 11 is the runner's
 (:mod:`a2a_secure.runtime.runner`), or the stream pump's for a streamed answer
 (:mod:`a2a_secure.runtime.stream_pump`): the runtime, handed in through :mod:`.ports`.
 
-The common intent (no extension member, an unsealed session, a store that never suspends)
+The common intent (no extension member but sealed inputs, a store that never suspends)
 takes the flat path of :mod:`.common_intent`, a subclass of this processor that answers it
-with the same steps 2-4 (:meth:`IntentProcessor._check_signed`), 9-10 and refusals, and
-hands anything else to :meth:`IntentProcessor.handle` or, once the signature is verified,
-to its steps 5-11 (:meth:`IntentProcessor._verified`).
+with the same steps 2-4 (:meth:`IntentProcessor._check_signed`), 9-10, refusals and signed
+answers, sealed or not (:meth:`IntentProcessor._result_reply`, :meth:`~IntentProcessor._error_reply`),
+and hands anything else to :meth:`IntentProcessor.handle` or, once the signature is
+verified, to its steps 5-11 (:meth:`IntentProcessor._verified`).
 
 State: none of its own. It reads sessions and consumes sequences in the :class:`Store` of
 the :class:`ServerConfig`, and ends sessions (§6.3) there and in the
@@ -52,6 +53,7 @@ from a2a_secure.protocol.priority import DEFAULT_PRIORITY
 from a2a_secure.protocol.sealed_claims import ClaimBox, claim_intent, from_claim, to_claim
 from a2a_secure.protocol.sealing import (
     CHAIN_MEMBER,
+    SessionSealer,
     open_intent_delegation,
     open_intent_inputs,
     record_sealer,
@@ -425,15 +427,9 @@ class IntentProcessor:
                     result, rest = self._start(goal, inputs, context, timeout_ms)
                     if rest is not None:
                         result = await rest
-                    if sealer is not None:  # §12.6: the signature covers the sealed form
-                        result_json(result)  # step 11: I-JSON, checked before it is sealed
-                        result = sealer.seal_result(sequence, req_hash, result)
-                    reply = self._success_reply(
-                        session_id, sequence, req_hash, result, int(self._clock()), sealed=sealer is not None
-                    )
+                    reply = self._result_reply(session_id, sequence, req_hash, result, sealer)
         except A2AError as exc:
-            exc = seal_error_data(sealer, exc, sequence, req_hash)
-            reply = self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
+            reply = self._error_reply(exc, session_id, sequence, req_hash, sealer)
         except Exception as exc:
             log_unexpected(_log, "internal error after the sequence was consumed", exc)
             reply = self._signed_error(InternalError(), session_id, sequence, req_hash, int(self._clock()))
@@ -450,6 +446,27 @@ class IntentProcessor:
             if once is not None:
                 await self._exactly_once.finish(session_id, sequence, reply.stored)
         return reply
+
+    def _result_reply(
+        self, session_id: str, sequence: int, req_hash: str, result: Any, sealer: SessionSealer | None
+    ) -> Reply:
+        """The signed success carrying a handler's ``result`` (step 11), on both paths.
+
+        On a sealed session (``sealer``) the result is checked as I-JSON and written once,
+        then sealed, and the signature covers the sealed form by its digest (§12.6).
+        """
+        if sealer is None:
+            return self._success_reply(session_id, sequence, req_hash, result, int(self._clock()))
+        sealed = sealer.seal_result_json(sequence, req_hash, result_json(result))
+        return self._success_reply(session_id, sequence, req_hash, sealed, int(self._clock()), sealed=True)
+
+    def _error_reply(
+        self, exc: A2AError, session_id: str, sequence: int, req_hash: str, sealer: SessionSealer | None
+    ) -> Reply:
+        """The signed refusal ``exc`` once the sequence is consumed, on both paths: its
+        ``data`` sealed on a sealed session (§12.6)."""
+        exc = seal_error_data(sealer, exc, sequence, req_hash)
+        return self._signed_error(exc, session_id, sequence, req_hash, int(self._clock()))
 
     def _admission(
         self,

@@ -50,6 +50,11 @@ def result_json(result: Any) -> bytes:
 
     The result sits two containers deep in the reply the client parses (§6.2).
     """
+    if type(result) is str:  # a sealed result (§12.6): no walk; orjson refuses a lone surrogate
+        try:
+            return orjson.dumps(result)
+        except orjson.JSONEncodeError:
+            raise InternalError(NOT_IJSON) from None
     raw = encoding.ijson_dumps(result, max_depth=encoding.MAX_DEPTH - 2)
     if raw is None:
         raise InternalError(NOT_IJSON)
