@@ -24,6 +24,7 @@ from a2a_secure.client.extensions import fetch_extensions, known_extensions
 from a2a_secure.client.transport import Transport
 from a2a_secure.errors import A2AError
 from a2a_secure.identity.keys import Identity
+from a2a_secure.identity.remote import finish_tokens
 from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.client_decisions import PeerState, seal
@@ -140,6 +141,8 @@ class Handshaker:
             for method in ("hello", "proof", "accept_policy"):
                 started = self.clock()
                 try:
+                    if self.identity.remote:  # the core left the signature to be awaited
+                        await finish_tokens(msg)
                     _status, result, error, _ra = await self.transport.call(url, method, msg)
                     if error is not None:
                         refused = self.transport.plain_error(error)

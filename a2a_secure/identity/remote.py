@@ -34,11 +34,22 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections.abc import MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
+from a2a_secure.identity.jws import PendingJWS
 from a2a_secure.identity.keys import KeyHolder
 
-__all__ = ["RemoteKeyHolder", "ThreadedKey"]
+__all__ = ["RemoteKeyHolder", "ThreadedKey", "finish_tokens"]
+
+
+async def finish_tokens(message: MutableMapping[str, Any]) -> None:
+    """Sign, in place, each member of ``message`` that is a :class:`PendingJWS` (a handshake
+    message the client core wrote with a remote key): what a caller of the sans-I/O client
+    core does before it sends the message. Raises ``SignerFailed``."""
+    for name, value in list(message.items()):
+        if isinstance(value, PendingJWS):
+            message[name] = value.finish(await value.signer.sign_async(value.signing_input))
 
 
 @runtime_checkable

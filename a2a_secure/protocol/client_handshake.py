@@ -22,7 +22,7 @@ from a2a_secure.errors import (
     StaleTimestamp,
 )
 from a2a_secure.identity import encoding
-from a2a_secure.identity.jws import jws_decode_unverified, jws_sign, jws_verify
+from a2a_secure.identity.jws import jws_decode_unverified, jws_token, jws_verify
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.resolver import ResolvedDID
 from a2a_secure.policy import Policy
@@ -192,7 +192,7 @@ class ClientHandshake:
         return {
             "type": "proof",
             "nonce_b": nonce_b,
-            "proof_jws": jws_sign(payload, self.identity, m.Typ.PROOF),
+            "proof_jws": jws_token(payload, self.identity, m.Typ.PROOF),
         }
 
     # -- POLICY → ACCEPT_POLICY -----------------------------------------------------------
@@ -234,7 +234,7 @@ class ClientHandshake:
         return {
             "type": "accept_policy",
             "nonce_b": self.nonce_b,
-            "accept_jws": jws_sign(payload, self.identity, m.Typ.ACCEPT),
+            "accept_jws": jws_token(payload, self.identity, m.Typ.ACCEPT),
         }
 
     def refusal_is_signed(self, error: Any, accept_params: Mapping[str, Any]) -> bool:
