@@ -399,12 +399,7 @@ class A2AClient:
         req = session.prepare_intent(intent)
         started = self._clock()
         try:
-            _status, result, error, _ra = await self._transport.call(
-                peer.endpoint + "/a2a/intent", "intent", req.params, session=session, req=req
-            )
-            if error is not None:
-                raise session.error_from_reply(req, error)
-            verified = session.verify_result(req, result)
+            verified = await self._transport.intent(peer.endpoint + "/a2a/intent", session, req)
         except A2AError as exc:
             self._record("intent", started, peer, error=exc, goal=req.goal, sequence=req.sequence)
             raise

@@ -55,9 +55,9 @@ from a2a_secure.protocol.client_decisions import (
     stream_reply_retried,
     transport_failure_retried,
 )
-from a2a_secure.protocol.client_session import ClientSession, PreparedRequest, StreamEvent
+from a2a_secure.protocol.client_session import ClientSession, IntentResult, PreparedRequest, StreamEvent
 from a2a_secure.protocol.validate import json_equal
-from a2a_secure.protocol.wire import encode_request
+from a2a_secure.protocol.wire import encode_request, encode_request_json
 from a2a_secure.telemetry import tracing
 
 __all__ = ["RetryPolicy", "Transport"]
@@ -146,6 +146,16 @@ class Transport:
         if self.pool is not None:
             await self.pool.aclose()
 
+    async def intent(self, url: str, session: ClientSession, req: PreparedRequest) -> IntentResult:
+        """Send the signed intent ``req`` (retried as :meth:`call` does) and return its
+        verified answer; a JSON-RPC error is raised as ``session`` reads it."""
+        _status, result, error, _ra = await self.call(url, "intent", req.params, session=session, req=req)
+        if error is not None:
+            raise session.error_from_reply(req, error)
+        if type(result) is IntentResult:  # the common answer, verified from its bytes
+            return result
+        return session.verify_result(req, result)
+
     async def call(
         self,
         url: str,
@@ -157,16 +167,23 @@ class Transport:
     ) -> tuple[int, Any, Any, float | None]:
         """Send one JSON-RPC request, retried while the core's rules say so; returns (HTTP
         status, result, error, Retry-After). ``session`` and ``req``: the session a signed
-        request ``req`` was signed on (a signed 500/504 is then final, an unsigned one not)."""
+        request ``req`` was signed on (a signed 500/504 is then final, an unsigned one not);
+        the result of an intent's common answer then comes verified, as an ``IntentResult``
+        (``ClientSession.verified_reply``)."""
         # One id and one body for all attempts: a retry is the byte-identical request.
         rid = next(self._ids)
-        body = encode_request(method, params, rid)
         signed = session is not None and req is not None
+        if req is not None and req.params_json is not None and params is req.params:
+            body = encode_request_json(method, req.params_json, rid)
+        else:
+            body = encode_request(method, params, rid)
         attempt = 0
         while True:
             attempt += 1
             try:
-                status, result, error, retry_after = await self._post(url, body, rid)
+                status, result, error, retry_after = await self._post(
+                    url, body, rid, session if signed else None, req
+                )
             except httpx.RequestError as exc:
                 # Every transport failure becomes an A2AError (never a raw httpx/ssl error).
                 # A certificate that does not verify will not verify on a retry either.
@@ -206,9 +223,20 @@ class Transport:
             )
             await asyncio.sleep(self.retry.delay(attempt, retry_after))
 
-    async def _post(self, url: str, body: bytes, rid: int) -> tuple[int, Any, Any, float | None]:
+    async def _post(
+        self,
+        url: str,
+        body: bytes,
+        rid: int,
+        session: ClientSession | None = None,
+        req: PreparedRequest | None = None,
+    ) -> tuple[int, Any, Any, float | None]:
         """One JSON-RPC call; returns (HTTP status, result, error, Retry-After)."""
         status, content, retry_header = await self._exchange(url, body)
+        if status == 200 and session is not None and req is not None:
+            verified = session.verified_reply(req, rid, content)
+            if verified is not None:
+                return status, verified, None, None
         retry_after = parse_retry_after(retry_header)
         try:
             obj = encoding.loads(content)
@@ -281,7 +309,10 @@ class Transport:
         """Send the streamed request ``req`` and yield its verified events (§6.4), resuming a
         stream cut short with the byte-identical request and skipping the events replayed."""
         rid = next(self._ids)
-        body = encode_request("intent", req.params, rid)
+        if req.params_json is not None:
+            body = encode_request_json("intent", req.params_json, rid)
+        else:
+            body = encode_request("intent", req.params, rid)
         held: list[Any] = []  # the raw ``result`` objects of the events received so far
         attempt = 0
         while True:

@@ -28,6 +28,7 @@ from a2a_secure.identity.keys import Identity
 from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol import sealed_claims, sealing
+from a2a_secure.protocol.client_wire import IntentWire, intent_json
 from a2a_secure.protocol.models import (
     ClosedMessage,
     ErrorObject,
@@ -71,6 +72,11 @@ def check_intent_inputs(inputs: Any, what: str = "intent inputs") -> None:
     over) only to be refused with 413, and one nested thousands of levels deep would exhaust
     the stack of the JSON encoder that signs it. The walk is iterative.
     """
+    _inputs_json(inputs, what)
+
+
+def _inputs_json(inputs: Any, what: str = "intent inputs") -> bytes:
+    """:func:`check_intent_inputs`, and the JSON it wrote of ``inputs`` (``encoding.dumps``'s)."""
     written = encoding.ijson_dumps(inputs, max_depth=MAX_INPUT_DEPTH)  # one walk: checked and sized
     if written is None:
         problem = encoding.ijson_problem(inputs, max_depth=MAX_INPUT_DEPTH) or "not I-JSON"
@@ -83,6 +89,7 @@ def check_intent_inputs(inputs: Any, what: str = "intent inputs") -> None:
             f"{what} refused: {size} bytes of JSON, more than the {MAX_INPUT_BYTES}"
             " a signed request can carry (an agent takes request bodies of at most 1 MiB)"
         )
+    return written
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,8 @@ class PreparedRequest:
     timestamp: int
     goal: str | None = None
     intent_id: str | None = None  # the intent_id extension: the id the intent carries
+    # ``params`` as compact JSON, written with the token (client_wire.py); None: not written.
+    params_json: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +170,8 @@ class ClientSession:
         # Sealed intents (§12.6): inputs, results, events and error data travel sealed.
         self._sealed = seal_keys is not None
         self._sealer = sealing.SessionSealer(seal_keys, session_id) if seal_keys is not None else None
+        self._wire_pieces: IntentWire | None = None  # made at the first intent
+        self._wire_made = False
 
     @property
     def sealed(self) -> bool:
@@ -217,10 +228,39 @@ class ClientSession:
         Intent.parse(body)
         if sealing.SEALED in body or sealing.ANSWER_KEY_MEMBER in body or sealing.CHAIN_MEMBER in body:
             raise InvalidParams("the sealed members are made by a sealed session, not given by the caller")
-        check_intent_inputs(body["inputs"])
+        inputs = _inputs_json(body["inputs"])
         if not self.policy.allows(body["goal"]):
             raise PolicyViolation(f"intent {body['goal'][:64]!r} is not allowed by the session policy")
-        return self._sign_request("intent", {"intent": body}, m.Typ.REQUEST, body["goal"])
+        wire = None if self._sealed else self._wire()
+        written = intent_json(body, inputs) if wire is not None else None
+        if wire is None or written is None:
+            return self._sign_request("intent", {"intent": body}, m.Typ.REQUEST, body["goal"])
+        # The common request: its payload, params and body written from one text of the intent.
+        sequence = self._next_sequence()
+        ts = int(self._clock())
+        token, params_json, request_hash = wire.request(self.identity, sequence, ts, written)
+        params = {
+            "session_id": self.session_id,
+            "session_commitment": self.session_commitment,
+            "sequence": sequence,
+            "intent": body,
+            "request_jws": token.decode("ascii"),
+        }
+        return PreparedRequest(
+            "intent", params, sequence, request_hash, ts, body["goal"], body.get("intent_id"), params_json
+        )
+
+    def _wire(self) -> IntentWire | None:
+        """The session's pieces of the byte templates (client_wire.py), None if it cannot have them."""
+        if not self._wire_made:
+            self._wire_made = True
+            try:
+                self._wire_pieces = IntentWire(
+                    self.session_id, self.session_commitment, self.server_kid, self.server_key
+                )
+            except (TypeError, ValueError):  # a lone surrogate (orjson's errors are TypeErrors)
+                self._wire_pieces = None
+        return self._wire_pieces
 
     def prepare_close(self) -> PreparedRequest:
         """Sign a close request (§6.3)."""
@@ -286,6 +326,21 @@ class ClientSession:
         if not is_fresh(payload.timestamp, self._clock()):
             raise StaleTimestamp("response timestamp is not fresh")
         return payload
+
+    def verified_reply(self, req: PreparedRequest, rid: int, content: bytes) -> IntentResult | None:
+        """:meth:`verify_result` of the whole JSON-RPC reply body ``content`` (HTTP 200) to
+        request ``rid``, when it is the common answer, an unsealed success byte for byte as
+        this library's server writes it (client_wire.py); None for anything else: the
+        caller then parses the reply and :meth:`verify_result` decides."""
+        if self._sealed or req.method != "intent":
+            return None
+        wire = self._wire()
+        if wire is None:
+            return None
+        got = wire.success(content, rid, req.sequence, req.request_hash, self._clock())
+        if got is None:
+            return None
+        return IntentResult("success", req.sequence, got[0], got[1], req.intent_id)
 
     def verify_result(self, req: PreparedRequest, result: Any) -> IntentResult:
         """Verify a JSON-RPC ``result`` for ``req`` (§6.2) and return it."""
