@@ -104,6 +104,10 @@ class Connection(asyncio.BufferedProtocol):
         # bytes gather here until its head and body are in, or are handed to h11.
         self._fast = False
         self._buf = bytearray()
+        self._fast_head: FastHead | None = None  # the reply's head, once read
+        self._body_at = 0  # where its body begins in the buffer
+        self._limit = 0  # the most its body may hold
+        self._h11_used = False  # h11 wrote a request or read a reply on this connection
 
     # -- protocol callbacks --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -123,6 +127,8 @@ class Connection(asyncio.BufferedProtocol):
             self._received += nbytes
             if self._fast:
                 self._buf += self._read[:nbytes]
+                if self._waiter is not None and not self._answer_in():
+                    return  # the rest of the reply is due: its reader waits on, reading goes on
             else:
                 self.h11.receive_data(bytes(self._read[:nbytes]))
         if not self._wake() and not self._paused:
@@ -153,6 +159,26 @@ class Connection(asyncio.BufferedProtocol):
             if not self._fast:
                 self.h11.receive_data(b"")
         self._wake()
+
+    def _answer_in(self) -> bool:
+        """Whether :meth:`read_fast` has its answer: the reply whole, a head it refuses or
+        does not take, or one too large (said as soon as the head is in)."""
+        head = self._fast_head
+        if head is None:
+            buf = self._buf
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                return len(buf) > MAX_HEAD_BYTES
+            head = parse_head(bytes(buf[:end]))
+            if head is None:
+                return True
+            self._fast_head = head
+            self._body_at = end + 4
+        return (
+            len(self._buf) >= self._body_at + head.length
+            or head.length > self._limit
+            or head.content_encoding not in (b"", b"identity")
+        )
 
     def _wake(self) -> bool:
         """Wake the reader waiting for bytes, if one is; whether one was."""
@@ -208,14 +234,12 @@ class Connection(asyncio.BufferedProtocol):
     # -- use -------------------------------------------------------------------------------
     def reusable(self) -> bool:
         """Idle, open, and nothing received since the last reply (no EOF, no stray bytes)."""
+        if self.closed or self._fast or self._eof:
+            return False
+        if not self._h11_used:  # only replies read without h11 (whose stray bytes close it)
+            return True
         h = self.h11
-        return (
-            not self.closed
-            and h.our_state is h11.IDLE
-            and h.their_state is h11.IDLE
-            and h.trailing_data == (b"", False)
-            and not self._fast
-        )
+        return h.our_state is h11.IDLE and h.their_state is h11.IDLE and h.trailing_data == (b"", False)
 
     def close(self) -> None:
         if not self.closed:
@@ -231,6 +255,7 @@ class Connection(asyncio.BufferedProtocol):
     ) -> None:
         """Write one POST request whole (the loop sends it as the socket allows)."""
         assert self.transport is not None
+        self._h11_used = True
         h = self.h11
         headers = [
             *origin.headers,
@@ -249,48 +274,57 @@ class Connection(asyncio.BufferedProtocol):
         self._exchanging = True
         self.transport.write(data)
 
-    def send_fast(self, data: bytes) -> None:
-        """Write a request the pool wrote itself; its reply is read by :meth:`read_fast`."""
+    def send_fast(self, data: bytes, limit: int) -> None:
+        """Write a request the pool wrote itself; its reply, whose body may hold at most
+        ``limit`` bytes, is read by :meth:`read_fast`."""
         assert self.transport is not None
         if self.closed:  # lost between connecting (or being kept) and now: nothing was sent
             raise ClosedEarly(self._lost)
         self._received = 0
         self._exchanging = True
         self._fast = True
+        self._fast_head = None
+        self._limit = limit
         self.transport.write(data)
 
-    def _more(self) -> asyncio.Future[None]:
-        """Wait for more bytes of a reply read by :meth:`read_fast`."""
+    def more(self) -> asyncio.Future[None]:
+        """A future to await for more bytes of a reply read by :meth:`read_fast`."""
         if self._eof:
             if not self._received:
                 raise ClosedEarly(self._lost)
             raise h11.RemoteProtocolError("reply cut short")
         return self._wait()
 
-    async def read_fast(
-        self, limit: int, too_large: Callable[[], Exception]
-    ) -> tuple[FastHead, bytes] | None:
-        """The reply to :meth:`send_fast`, head and whole body; None when its head is not the
-        common shape (then h11 has it, and :meth:`head` and :meth:`read_all` read it)."""
+    def read_fast(self, limit: int, too_large: Callable[[], Exception]) -> tuple[FastHead, bytes] | bool:
+        """The reply to :meth:`send_fast`, head and whole body, once it is all in; False
+        until then (await :meth:`more` and ask again); True when its head is not the common
+        shape (then h11 has it, and :meth:`head` and :meth:`read_all` read it)."""
         buf = self._buf
-        while (end := buf.find(b"\r\n\r\n")) < 0:
-            if len(buf) > MAX_HEAD_BYTES:
-                raise h11.RemoteProtocolError("reply head larger than 64 KiB")
-            await self._more()
-        head = parse_head(bytes(buf[:end]))
+        head = self._fast_head
         if head is None:
-            self._to_h11()
-            return None
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    raise h11.RemoteProtocolError("reply head larger than 64 KiB")
+                return False
+            head = parse_head(bytes(buf[:end]))
+            if head is None:
+                self._to_h11()
+                return True
+            self._fast_head = head
+            self._body_at = end + 4
         if head.content_encoding not in (b"", b"identity"):
             raise httpx.DecodingError("reply has a content-encoding that was not asked for")
         if head.length > limit:
             raise too_large()
-        need = end + 4 + head.length
-        while len(buf) < need:
-            await self._more()
-        body = bytes(buf[end + 4 : need])
+        start = self._body_at
+        need = start + head.length
+        if len(buf) < need:
+            return False
+        body = bytes(buf[start:need])
         stray = len(buf) > need
         buf.clear()
+        self._fast_head = None
         self._fast = self._exchanging = False
         self._resume()  # idle: an EOF or stray bytes must be seen (and drop the connection)
         if stray or head.close:
@@ -299,6 +333,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _to_h11(self) -> None:
         """Hand the reply read so far to h11, as if h11 had written the request."""
+        self._h11_used = True
         h = self.h11
         h.send(h11.Request(method="POST", target=b"/", headers=[(b"Host", b"x"), (b"Content-Length", b"0")]))
         h.send(h11.EndOfMessage())

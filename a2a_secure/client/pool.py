@@ -28,6 +28,7 @@ Differences from httpx, on purpose:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -74,6 +75,48 @@ class StreamReply:
                 yield chunk
 
 
+class _Slots:
+    """How many requests may be in flight: a count, and the waiters for a slot in turn.
+
+    asyncio.Semaphore's test for a free slot alone builds a generator on every request; a
+    request that finds one free here takes it without awaiting anything.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.free = count
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take_now(self) -> bool:
+        """Take a free slot if one is (and nobody waits before), else False."""
+        if self.free > 0 and not self._waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        """Wait for a slot (a cancelled wait takes none)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot as it gave up: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        """Give a slot back: to the first waiter still waiting, else to the count."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.free += 1
+
+
 class ConnectionPool:
     """Kept-alive connections per origin; ``post`` sends one body and returns the reply.
 
@@ -100,7 +143,7 @@ class ConnectionPool:
         self._ssl: ssl.SSLContext | None = None
         self._max_idle = max_idle
         self._max_connections = max_connections
-        self._slots = asyncio.Semaphore(max_connections)
+        self._slots = _Slots(max_connections)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: dict[tuple[bool, str, int], list[Connection]] = {}
         self._origins: dict[str, Origin] = {}
@@ -140,7 +183,9 @@ class ConnectionPool:
         before Content-Length; a malformed one is refused (``httpx.LocalProtocolError``),
         nothing sent.
         """
-        origin = await self._enter(url)
+        origin = self._enter(url)
+        if not self._slots.take_now():
+            await self._wait_slot()
         try:
             conn, head, content = await self._begin(origin, body, _JSON, headers, (limit, too_large))
             self._put_idle(origin, conn)
@@ -154,7 +199,9 @@ class ConnectionPool:
     ) -> AsyncIterator[StreamReply]:
         """POST ``body`` and hand over the reply once its head is in (``Accept`` names event
         streams and JSON). The connection is kept only if the body was read to its end."""
-        origin = await self._enter(url)
+        origin = self._enter(url)
+        if not self._slots.take_now():
+            await self._wait_slot()
         try:
             conn, head, _ = await self._begin(origin, body, _EVENTS_OR_JSON, headers, None)
             reply = StreamReply(conn, head, self.timeout)
@@ -186,9 +233,10 @@ class ConnectionPool:
                 if whole is not None:
                     written = origin.post_head if not headers else post_head(origin, headers)
                 if whole is not None and written is not None:
-                    conn.send_fast(b"%sContent-Length: %d\r\n\r\n%s" % (written, len(body), body))
-                    fast = await conn.read_fast(*whole)
-                    if fast is not None:
+                    conn.send_fast(b"%sContent-Length: %d\r\n\r\n%s" % (written, len(body), body), whole[0])
+                    while (fast := conn.read_fast(*whole)) is False:
+                        await conn.more()
+                    if fast is not True:  # the common reply, read whole
                         return conn, fast[0], fast[1]
                 else:
                     conn.send(origin, body, accept, headers)
@@ -205,29 +253,28 @@ class ConnectionPool:
                 conn.disarm()
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _enter(self, url: str) -> Origin:
-        """Check the pool is open and on this loop, and take a slot; the origin of ``url``."""
+    def _enter(self, url: str) -> Origin:
+        """Check the pool is open and on this loop; the origin of ``url``."""
         if self._closed:
             raise httpx.ConnectError("the client is closed")
         if asyncio.get_running_loop() is not self._loop:
             self._rebind()
-        origin = self._origin(url)
-        if self._slots.locked():
-            try:
-                async with asyncio.timeout(self.timeout):
-                    await self._slots.acquire()
-            except TimeoutError:
-                raise httpx.PoolTimeout("no connection free within the timeout") from None
-        else:
-            await self._slots.acquire()  # free: returns at once
-        return origin
+        return self._origin(url)
+
+    async def _wait_slot(self) -> None:
+        """Wait for a request slot, at most ``timeout`` (``httpx.PoolTimeout``)."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._slots.take()
+        except TimeoutError:
+            raise httpx.PoolTimeout("no connection free within the timeout") from None
 
     def _rebind(self) -> None:
         """First use, or use from another event loop than before (successive ``asyncio.run``):
         connections and waiters belong to their loop, so start afresh on this one."""
         self._loop = asyncio.get_running_loop()
         self._drop_idle()
-        self._slots = asyncio.Semaphore(self._max_connections)
+        self._slots = _Slots(self._max_connections)
 
     def _take_idle(self, origin: Origin) -> Connection | None:
         idle = self._idle.get(origin.key)

@@ -55,7 +55,7 @@ from a2a_secure.protocol.client_decisions import (
     stream_reply_retried,
     transport_failure_retried,
 )
-from a2a_secure.protocol.client_session import ClientSession, IntentResult, PreparedRequest, StreamEvent
+from a2a_secure.protocol.client_session import ClientSession, PreparedRequest, StreamEvent
 from a2a_secure.protocol.validate import json_equal
 from a2a_secure.protocol.wire import encode_request, encode_request_json
 from a2a_secure.telemetry import tracing
@@ -146,16 +146,6 @@ class Transport:
         if self.pool is not None:
             await self.pool.aclose()
 
-    async def intent(self, url: str, session: ClientSession, req: PreparedRequest) -> IntentResult:
-        """Send the signed intent ``req`` (retried as :meth:`call` does) and return its
-        verified answer; a JSON-RPC error is raised as ``session`` reads it."""
-        _status, result, error, _ra = await self.call(url, "intent", req.params, session=session, req=req)
-        if error is not None:
-            raise session.error_from_reply(req, error)
-        if type(result) is IntentResult:  # the common answer, verified from its bytes
-            return result
-        return session.verify_result(req, result)
-
     async def call(
         self,
         url: str,
@@ -169,7 +159,7 @@ class Transport:
         status, result, error, Retry-After). ``session`` and ``req``: the session a signed
         request ``req`` was signed on (a signed 500/504 is then final, an unsigned one not);
         the result of an intent's common answer then comes verified, as an ``IntentResult``
-        (``ClientSession.verified_reply``)."""
+        (``ClientSession.verified_reply``), any other result as it came."""
         # One id and one body for all attempts: a retry is the byte-identical request.
         rid = next(self._ids)
         signed = session is not None and req is not None
@@ -232,7 +222,17 @@ class Transport:
         req: PreparedRequest | None = None,
     ) -> tuple[int, Any, Any, float | None]:
         """One JSON-RPC call; returns (HTTP status, result, error, Retry-After)."""
-        status, content, retry_header = await self._exchange(url, body)
+        trace = tracing.trace_headers()  # traceparent/tracestate of the current span, if any
+        if self.pool is not None:
+            # Without a given httpx client the call goes through the client's own small
+            # HTTP/1.1 pool (client/pool.py): the httpx layers (URL merging, cookie jar, auth
+            # and redirect flows, hooks, anyio) do nothing for these calls and cost more than
+            # the signature check of the reply. It raises the same httpx exceptions.
+            status, content, retry_header = await self.pool.post(
+                url, body, limit=MAX_REPLY_BYTES, too_large=reply_too_large, headers=trace
+            )
+        else:
+            status, content, retry_header = await self._exchange(url, body, trace)
         if status == 200 and session is not None and req is not None:
             verified = session.verified_reply(req, rid, content)
             if verified is not None:
@@ -254,24 +254,16 @@ class Transport:
             raise AuthenticationFailed("malformed JSON-RPC result")
         return status, obj["result"], None, retry_after
 
-    async def _exchange(self, url: str, body: bytes) -> tuple[int, bytes, str | None]:
-        """POST ``body``; (HTTP status, reply body, Retry-After header).
-
-        The reply is read with a bound: a hostile server must not exhaust the client's memory.
-        """
-        trace = tracing.trace_headers()  # traceparent/tracestate of the current span, if any
-        if self.pool is None:
-            headers = {**_POST_HEADERS, **{k.decode(): v.decode() for k, v in trace}}
-            async with self.http.stream("POST", url, content=body, headers=headers) as resp:
-                content = await read_capped(resp.aiter_bytes(), MAX_REPLY_BYTES)
-            return resp.status_code, content, resp.headers.get("retry-after")
-        # Without a given httpx client the call goes through the client's own small HTTP/1.1
-        # pool (client/pool.py): the httpx layers (URL merging, cookie jar, auth and redirect
-        # flows, hooks, anyio) do nothing for these calls and cost more than the signature
-        # check of the reply. It raises the same httpx exceptions.
-        return await self.pool.post(
-            url, body, limit=MAX_REPLY_BYTES, too_large=reply_too_large, headers=trace
-        )
+    async def _exchange(
+        self, url: str, body: bytes, trace: Sequence[tuple[bytes, bytes]]
+    ) -> tuple[int, bytes, str | None]:
+        """POST ``body`` through the given httpx client; (HTTP status, reply body, Retry-After
+        header). The reply is read with a bound: a hostile server must not exhaust the
+        client's memory."""
+        headers = {**_POST_HEADERS, **{k.decode(): v.decode() for k, v in trace}}
+        async with self.http.stream("POST", url, content=body, headers=headers) as resp:
+            content = await read_capped(resp.aiter_bytes(), MAX_REPLY_BYTES)
+        return resp.status_code, content, resp.headers.get("retry-after")
 
     @contextlib.asynccontextmanager
     async def _open_stream(

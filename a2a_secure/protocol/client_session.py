@@ -22,6 +22,7 @@ from a2a_secure.errors import (
     StaleTimestamp,
     error_for_code,
 )
+from a2a_secure.frozen import quick_init
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_check, jws_decode_unverified, jws_sign, jws_verify
 from a2a_secure.identity.keys import Identity
@@ -29,6 +30,7 @@ from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol import sealed_claims, sealing
 from a2a_secure.protocol.client_wire import IntentWire, intent_json
+from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id
 from a2a_secure.protocol.models import (
     ClosedMessage,
     ErrorObject,
@@ -53,6 +55,9 @@ __all__ = [
 Clock = Callable[[], float]
 RandomSource = Callable[[int], bytes]
 _ERROR_MEMBERS = frozenset(("code", "message"))
+# The members of the common intents (§6.1, §12.5).
+_GOAL_INPUTS = frozenset(("goal", "inputs"))
+_GOAL_INPUTS_ID = frozenset(("goal", "inputs", INTENT_ID))
 _REFUSED = "delegation refused"  # how a refusal of a delegation chain begins (§12.7)
 
 
@@ -92,6 +97,7 @@ def _inputs_json(inputs: Any, what: str = "intent inputs") -> bytes:
     return written
 
 
+@quick_init  # built for every request
 @dataclass(frozen=True, slots=True)
 class PreparedRequest:
     """A signed request ready to send; resend it byte for byte to retry it."""
@@ -107,6 +113,7 @@ class PreparedRequest:
     params_json: bytes | None = None
 
 
+@quick_init  # built for every answer
 @dataclass(frozen=True, slots=True)
 class IntentResult:
     """A verified intent result: ``status``, ``sequence``, ``result`` (and its proof).
@@ -224,10 +231,23 @@ class ClientSession:
         """Check ``intent`` against its shape and the session policy, then sign it."""
         body = dict(intent)
         # The §6.1 shape check of the server's parse_intent, without importing the server
-        # side (and asyncio with it) into a client.
-        Intent.parse(body)
-        if sealing.SEALED in body or sealing.ANSWER_KEY_MEMBER in body or sealing.CHAIN_MEMBER in body:
-            raise InvalidParams("the sealed members are made by a sealed session, not given by the caller")
+        # side (and asyncio with it) into a client. The common intent, a goal and inputs
+        # (and an intent_id), passes it without a model being built; any other is parsed.
+        keys = body.keys()
+        goal = body.get("goal")
+        if not (
+            keys in (_GOAL_INPUTS, _GOAL_INPUTS_ID)
+            and type(goal) is str
+            and 0 < len(goal) <= 128
+            and type(body["inputs"]) is dict
+        ):
+            Intent.parse(body)
+            if sealing.SEALED in body or sealing.ANSWER_KEY_MEMBER in body or sealing.CHAIN_MEMBER in body:
+                raise InvalidParams(
+                    "the sealed members are made by a sealed session, not given by the caller"
+                )
+        elif INTENT_ID in body:
+            check_intent_id(body[INTENT_ID])
         inputs = _inputs_json(body["inputs"])
         if not self.policy.allows(body["goal"]):
             raise PolicyViolation(f"intent {body['goal'][:64]!r} is not allowed by the session policy")

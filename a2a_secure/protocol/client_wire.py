@@ -100,9 +100,9 @@ class IntentWire:
             return None
         try:
             # Strict base64url: only its alphabet, so the token is a JSON string as it stands.
-            payload = encoding.b64u_decode(parts[1].decode("ascii"))
-            signature = encoding.b64u_decode(parts[2].decode("ascii"))
-        except (A2AError, UnicodeDecodeError):
+            payload = encoding.b64u_decode_bytes(parts[1])
+            signature = encoding.b64u_decode_bytes(parts[2])
+        except A2AError:
             return None
         signed_head = _SIGNED_HEAD % (self._session_id, sequence, orjson.dumps(request_hash))
         start = len(signed_head)
