@@ -76,6 +76,7 @@ INTENTS: list[dict[str, Any]] = [
     {"goal": "echo", "inputs": {"n": 1}},
     {"goal": "echo", "inputs": {}, "intent_id": "A" * 22},
     {"inputs": {"text": "héllo ✓", "x": [1.5, None, True, "\u2028"]}, "goal": "tränslate"},
+    {"goal": 'g\x01\x1f\u2028\u2029"\\/\x7f\U0001f600', "inputs": {"k\x00": "\ud7ff\ue000"}},
     {
         "goal": "g",
         "domain": "d",

@@ -347,6 +347,23 @@ class A2AClient:
         must declare the extension. ``session_check``: as for :meth:`stream_events`.
         """
         span = tracing.client_span("intent", server_did, intent.get("goal"))
+        args = (server_did, intent, endpoint, priority, intent_id, on_behalf_of, session_check)
+        if span is tracing.NOOP:  # no tracing SDK: nothing to enter
+            return await self._run(*self._intent_call(*args))
+        with span:
+            return await self._run(*self._intent_call(*args))
+
+    def _intent_call(
+        self,
+        server_did: str,
+        intent: Mapping[str, Any],
+        endpoint: str | None,
+        priority: int | None,
+        intent_id: str | None,
+        on_behalf_of: Chain | None,
+        session_check: Callable[[ClientSession], None] | None,
+    ) -> tuple[Peer, Call]:
+        """The peer of a :meth:`request` and its call of the attempt machine."""
         peer = self._peer(server_did, endpoint)
         call = self._call(
             peer,
@@ -355,10 +372,7 @@ class A2AClient:
             chain=on_behalf_of,
             check=session_check,
         )
-        if span is tracing.NOOP:  # no tracing SDK: nothing to enter
-            return await self._run(peer, call)
-        with span:
-            return await self._run(peer, call)
+        return peer, call
 
     async def _run(self, peer: Peer, call: Call) -> IntentResult:
         """The call's attempts, one at a time on the peer's session: sign, send, verify."""
