@@ -28,7 +28,6 @@ Differences from httpx, on purpose:
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -39,6 +38,7 @@ import httpx
 from a2a_secure.client.connection import ClosedEarly, Connection, Head, Origin, failure, post_head
 from a2a_secure.client.http11 import FastHead
 from a2a_secure.client.pinning import DialPlan, open_connection
+from a2a_secure.client.turns import Turns
 from a2a_secure.system import mono_now
 
 __all__ = ["ConnectionPool", "StreamReply"]
@@ -75,48 +75,6 @@ class StreamReply:
                 yield chunk
 
 
-class _Slots:
-    """How many requests may be in flight: a count, and the waiters for a slot in turn.
-
-    asyncio.Semaphore's test for a free slot alone builds a generator on every request; a
-    request that finds one free here takes it without awaiting anything.
-    """
-
-    def __init__(self, count: int) -> None:
-        self.free = count
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-
-    def take_now(self) -> bool:
-        """Take a free slot if one is (and nobody waits before), else False."""
-        if self.free > 0 and not self._waiters:
-            self.free -= 1
-            return True
-        return False
-
-    async def take(self) -> None:
-        """Wait for a slot (a cancelled wait takes none)."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self.release()  # handed a slot as it gave up: pass it on
-            else:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
-            raise
-
-    def release(self) -> None:
-        """Give a slot back: to the first waiter still waiting, else to the count."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self.free += 1
-
-
 class ConnectionPool:
     """Kept-alive connections per origin; ``post`` sends one body and returns the reply.
 
@@ -143,7 +101,7 @@ class ConnectionPool:
         self._ssl: ssl.SSLContext | None = None
         self._max_idle = max_idle
         self._max_connections = max_connections
-        self._slots = _Slots(max_connections)
+        self._slots = Turns(max_connections)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: dict[tuple[bool, str, int], list[Connection]] = {}
         self._origins: dict[str, Origin] = {}
@@ -274,7 +232,7 @@ class ConnectionPool:
         connections and waiters belong to their loop, so start afresh on this one."""
         self._loop = asyncio.get_running_loop()
         self._drop_idle()
-        self._slots = _Slots(self._max_connections)
+        self._slots = Turns(self._max_connections)
 
     def _take_idle(self, origin: Origin) -> Connection | None:
         idle = self._idle.get(origin.key)
