@@ -207,6 +207,8 @@ class A2AClient:
         sequence: int | None = None,
         verified: bool = True,
     ) -> None:
+        if self._audit is None and tracing.tracer() is None:  # nobody to tell (the common case)
+            return
         session = peer.session
         tracing.client_step(
             event, error, goal=goal, sequence=sequence, session_id=session.session_id if session else None
