@@ -745,3 +745,28 @@ async def test_bytes_after_a_whole_reply_drop_the_connection() -> None:
         assert await post(p, server.url, b'{"n":1}') == (200, b'{"n":1}', None)
         assert await post(p, server.url, b'{"n":2}') == (200, b'{"n":2}', None)
     assert server.connections == 2
+
+
+async def test_a_slot_waiter_that_gives_up_passes_its_turn_on() -> None:
+    gate = asyncio.Event()
+
+    async def gated(c: int, _n: int, body: bytes, writer: Writer) -> bool:
+        if c == 1:
+            await gate.wait()
+        writer.write(ok(body))
+        return True
+
+    async with raw_server(gated) as server, pool(max_connections=1, timeout=5.0) as p:
+        first = asyncio.create_task(post(p, server.url, b'{"t":1}'))  # holds the only slot
+        while not server.requests:  # noqa: ASYNC110 - the server records the request as it reads it
+            await asyncio.sleep(0.005)
+        leaving = asyncio.create_task(post(p, server.url, b'{"t":2}'))
+        staying = asyncio.create_task(post(p, server.url, b'{"t":3}'))
+        await asyncio.sleep(0.02)
+        leaving.cancel()  # gives up its place in the queue: the next one gets the slot
+        gate.set()
+        assert (await first)[1] == b'{"t":1}'
+        assert (await staying)[1] == b'{"t":3}'
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+        assert (await post(p, server.url, b'{"t":4}'))[1] == b'{"t":4}'  # no slot was lost

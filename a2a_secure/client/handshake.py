@@ -22,6 +22,7 @@ from a2a_secure import system
 from a2a_secure.client.endpoint import check_endpoint
 from a2a_secure.client.extensions import fetch_extensions, known_extensions
 from a2a_secure.client.transport import Transport
+from a2a_secure.client.turns import Turns
 from a2a_secure.errors import A2AError
 from a2a_secure.identity.keys import Identity
 from a2a_secure.identity.remote import finish_tokens
@@ -43,7 +44,7 @@ class Peer(PeerState):
         super().__init__()
         self.did = did
         self.endpoint = check_endpoint(endpoint)
-        self.lock = asyncio.Lock()
+        self.lock = Turns(1)
         self.key_timer: asyncio.TimerHandle | None = None  # drops a sealed session's keys
 
     def hold(self, session: ClientSession) -> None:

@@ -207,6 +207,8 @@ class A2AClient:
         sequence: int | None = None,
         verified: bool = True,
     ) -> None:
+        if self._audit is None and tracing.tracer() is None:  # nobody to tell (the common case)
+            return
         session = peer.session
         tracing.client_step(
             event, error, goal=goal, sequence=sequence, session_id=session.session_id if session else None
@@ -291,21 +293,23 @@ class A2AClient:
         return extensions
 
     # -- the one loop --------------------------------------------------------------------------------
-    async def _ready(self, peer: Peer, call: Call) -> Send:
-        """Run the machine until it says what to send: sessions opened, cards looked up."""
+    async def _ready(self, peer: Peer, call: Call, step: Any = None) -> Send:
+        """Run the machine until it says what to send: sessions opened, cards looked up
+        (``step``: the machine's first step, when the caller already asked for it)."""
         while True:
-            step = call.next(self._wall(), system.mono_now())
-            if type(step) is Send:
+            if step is None:
+                step = call.next(self._wall(), system.mono_now())
+            if isinstance(step, Send):
                 return step
             if step is HANDSHAKE:
                 await self._handshake(peer)
-            else:
-                session = step.session
+            else:  # LearnCard
                 call.learnt(
                     await self._handshaker.card_extensions(
-                        peer, session.server_manifest_hash, retry_failed=True
+                        peer, step.session.server_manifest_hash, retry_failed=True
                     )
                 )
+            step = None
 
     def _resent(self, peer: Peer, why: Resend, trace: tracing.ClientTrace | None = None) -> None:
         if why is Resend.IDS_FULL:
@@ -344,12 +348,14 @@ class A2AClient:
         delegation chain whose leaf names this client's DID (PROTOCOL.md §12.7); the server
         must declare the extension. ``session_check``: as for :meth:`stream_events`.
         """
-        with tracing.client_span("intent", server_did, intent.get("goal")):
-            return await self._request(
-                server_did, intent, endpoint, priority, intent_id, on_behalf_of, session_check
-            )
+        span = tracing.client_span("intent", server_did, intent.get("goal"))
+        args = (server_did, intent, endpoint, priority, intent_id, on_behalf_of, session_check)
+        if span is tracing.NOOP:  # no tracing SDK: nothing to enter
+            return await self._run(*self._intent_call(*args))
+        with span:
+            return await self._run(*self._intent_call(*args))
 
-    async def _request(
+    def _intent_call(
         self,
         server_did: str,
         intent: Mapping[str, Any],
@@ -357,8 +363,9 @@ class A2AClient:
         priority: int | None,
         intent_id: str | None,
         on_behalf_of: Chain | None,
-        session_check: Callable[[ClientSession], None] | None = None,
-    ) -> IntentResult:
+        session_check: Callable[[ClientSession], None] | None,
+    ) -> tuple[Peer, Call]:
+        """The peer of a :meth:`request` and its call of the attempt machine."""
         peer = self._peer(server_did, endpoint)
         call = self._call(
             peer,
@@ -367,16 +374,36 @@ class A2AClient:
             chain=on_behalf_of,
             check=session_check,
         )
-        return await self._run(peer, call)
+        return peer, call
 
     async def _run(self, peer: Peer, call: Call) -> IntentResult:
+        """The call's attempts, one at a time on the peer's session: sign, send, verify."""
         async with peer.lock:
             while True:
-                step = await self._ready(peer, call)
+                step = call.next(self._wall(), system.mono_now())
+                if type(step) is not Send:
+                    step = await self._ready(peer, call, step)
+                session = step.session
                 try:
-                    return await self._send(peer, step.session, step.intent)
+                    req = session.prepare_intent(step.intent)
                 except A2AError as exc:
                     self._resent(peer, call.failed(exc, mono=system.mono_now()))
+                    continue
+                started = self._clock()
+                try:
+                    _s, result, error, _ra = await self._transport.call(
+                        peer.endpoint + "/a2a/intent", "intent", req.params, session=session, req=req
+                    )
+                    if error is not None:
+                        raise session.error_from_reply(req, error)
+                    # The common answer comes verified from its bytes; any other is checked here.
+                    verified = result if type(result) is IntentResult else session.verify_result(req, result)
+                except A2AError as exc:
+                    self._record("intent", started, peer, error=exc, goal=req.goal, sequence=req.sequence)
+                    self._resent(peer, call.failed(exc, mono=system.mono_now()))
+                    continue
+                self._record("intent", started, peer, goal=req.goal, sequence=req.sequence)
+                return verified
 
     async def send_intent(
         self, session: ClientSession, intent: Mapping[str, Any], *, on_behalf_of: Chain | None = None
@@ -394,22 +421,6 @@ class A2AClient:
         call = self._call(peer, intent, chain=on_behalf_of, pinned=session)
         with tracing.client_span("intent", session.server_did, intent.get("goal")):
             return await self._run(peer, call)
-
-    async def _send(self, peer: Peer, session: ClientSession, intent: Mapping[str, Any]) -> IntentResult:
-        req = session.prepare_intent(intent)
-        started = self._clock()
-        try:
-            _status, result, error, _ra = await self._transport.call(
-                peer.endpoint + "/a2a/intent", "intent", req.params, session=session, req=req
-            )
-            if error is not None:
-                raise session.error_from_reply(req, error)
-            verified = session.verify_result(req, result)
-        except A2AError as exc:
-            self._record("intent", started, peer, error=exc, goal=req.goal, sequence=req.sequence)
-            raise
-        self._record("intent", started, peer, goal=req.goal, sequence=req.sequence)
-        return verified
 
     async def stream(
         self,

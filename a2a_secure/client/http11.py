@@ -44,8 +44,30 @@ class FastHead:
         self.retry_after: str | None = None
 
 
+# Heads read lately: a server's replies repeat theirs (the same headers, a date that changes
+# once a second, a length that seldom does), and reading one costs more than the rest of the
+# exchange's framing. Bounded in count and head size, emptied when full; a FastHead is never
+# changed once made.
+_SEEN: dict[bytes, FastHead | None] = {}
+_SEEN_MAX = 64
+_SEEN_MAX_HEAD = 1024
+
+
 def parse_head(head: bytes) -> FastHead | None:
     """The head ``head`` (without its final CRLF CRLF) when it is the common shape, else None."""
+    try:
+        return _SEEN[head]
+    except KeyError:
+        pass
+    out = _parse_head(head)
+    if len(head) <= _SEEN_MAX_HEAD:
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.clear()
+        _SEEN[head] = out
+    return out
+
+
+def _parse_head(head: bytes) -> FastHead | None:
     m = _HEAD.fullmatch(head)
     if m is None:
         return None

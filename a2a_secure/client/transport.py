@@ -57,7 +57,7 @@ from a2a_secure.protocol.client_decisions import (
 )
 from a2a_secure.protocol.client_session import ClientSession, PreparedRequest, StreamEvent
 from a2a_secure.protocol.validate import json_equal
-from a2a_secure.protocol.wire import encode_request
+from a2a_secure.protocol.wire import encode_request, encode_request_json
 from a2a_secure.telemetry import tracing
 
 __all__ = ["RetryPolicy", "Transport"]
@@ -157,16 +157,23 @@ class Transport:
     ) -> tuple[int, Any, Any, float | None]:
         """Send one JSON-RPC request, retried while the core's rules say so; returns (HTTP
         status, result, error, Retry-After). ``session`` and ``req``: the session a signed
-        request ``req`` was signed on (a signed 500/504 is then final, an unsigned one not)."""
+        request ``req`` was signed on (a signed 500/504 is then final, an unsigned one not);
+        the result of an intent's common answer then comes verified, as an ``IntentResult``
+        (``ClientSession.verified_reply``), any other result as it came."""
         # One id and one body for all attempts: a retry is the byte-identical request.
         rid = next(self._ids)
-        body = encode_request(method, params, rid)
         signed = session is not None and req is not None
+        if req is not None and req.params_json is not None and params is req.params:
+            body = encode_request_json(method, req.params_json, rid)
+        else:
+            body = encode_request(method, params, rid)
         attempt = 0
         while True:
             attempt += 1
             try:
-                status, result, error, retry_after = await self._post(url, body, rid)
+                status, result, error, retry_after = await self._post(
+                    url, body, rid, session if signed else None, req
+                )
             except httpx.RequestError as exc:
                 # Every transport failure becomes an A2AError (never a raw httpx/ssl error).
                 # A certificate that does not verify will not verify on a retry either.
@@ -206,9 +213,30 @@ class Transport:
             )
             await asyncio.sleep(self.retry.delay(attempt, retry_after))
 
-    async def _post(self, url: str, body: bytes, rid: int) -> tuple[int, Any, Any, float | None]:
+    async def _post(
+        self,
+        url: str,
+        body: bytes,
+        rid: int,
+        session: ClientSession | None = None,
+        req: PreparedRequest | None = None,
+    ) -> tuple[int, Any, Any, float | None]:
         """One JSON-RPC call; returns (HTTP status, result, error, Retry-After)."""
-        status, content, retry_header = await self._exchange(url, body)
+        trace = tracing.trace_headers()  # traceparent/tracestate of the current span, if any
+        if self.pool is not None:
+            # Without a given httpx client the call goes through the client's own small
+            # HTTP/1.1 pool (client/pool.py): the httpx layers (URL merging, cookie jar, auth
+            # and redirect flows, hooks, anyio) do nothing for these calls and cost more than
+            # the signature check of the reply. It raises the same httpx exceptions.
+            status, content, retry_header = await self.pool.post(
+                url, body, limit=MAX_REPLY_BYTES, too_large=reply_too_large, headers=trace
+            )
+        else:
+            status, content, retry_header = await self._exchange(url, body, trace)
+        if status == 200 and session is not None and req is not None:
+            verified = session.verified_reply(req, rid, content)
+            if verified is not None:
+                return status, verified, None, None
         retry_after = parse_retry_after(retry_header)
         try:
             obj = encoding.loads(content)
@@ -226,24 +254,16 @@ class Transport:
             raise AuthenticationFailed("malformed JSON-RPC result")
         return status, obj["result"], None, retry_after
 
-    async def _exchange(self, url: str, body: bytes) -> tuple[int, bytes, str | None]:
-        """POST ``body``; (HTTP status, reply body, Retry-After header).
-
-        The reply is read with a bound: a hostile server must not exhaust the client's memory.
-        """
-        trace = tracing.trace_headers()  # traceparent/tracestate of the current span, if any
-        if self.pool is None:
-            headers = {**_POST_HEADERS, **{k.decode(): v.decode() for k, v in trace}}
-            async with self.http.stream("POST", url, content=body, headers=headers) as resp:
-                content = await read_capped(resp.aiter_bytes(), MAX_REPLY_BYTES)
-            return resp.status_code, content, resp.headers.get("retry-after")
-        # Without a given httpx client the call goes through the client's own small HTTP/1.1
-        # pool (client/pool.py): the httpx layers (URL merging, cookie jar, auth and redirect
-        # flows, hooks, anyio) do nothing for these calls and cost more than the signature
-        # check of the reply. It raises the same httpx exceptions.
-        return await self.pool.post(
-            url, body, limit=MAX_REPLY_BYTES, too_large=reply_too_large, headers=trace
-        )
+    async def _exchange(
+        self, url: str, body: bytes, trace: Sequence[tuple[bytes, bytes]]
+    ) -> tuple[int, bytes, str | None]:
+        """POST ``body`` through the given httpx client; (HTTP status, reply body, Retry-After
+        header). The reply is read with a bound: a hostile server must not exhaust the
+        client's memory."""
+        headers = {**_POST_HEADERS, **{k.decode(): v.decode() for k, v in trace}}
+        async with self.http.stream("POST", url, content=body, headers=headers) as resp:
+            content = await read_capped(resp.aiter_bytes(), MAX_REPLY_BYTES)
+        return resp.status_code, content, resp.headers.get("retry-after")
 
     @contextlib.asynccontextmanager
     async def _open_stream(
@@ -281,7 +301,10 @@ class Transport:
         """Send the streamed request ``req`` and yield its verified events (§6.4), resuming a
         stream cut short with the byte-identical request and skipping the events replayed."""
         rid = next(self._ids)
-        body = encode_request("intent", req.params, rid)
+        if req.params_json is not None:
+            body = encode_request_json("intent", req.params_json, rid)
+        else:
+            body = encode_request("intent", req.params, rid)
         held: list[Any] = []  # the raw ``result`` objects of the events received so far
         attempt = 0
         while True:

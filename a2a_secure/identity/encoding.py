@@ -26,6 +26,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_SAFE_INT",
     "b64u_decode",
+    "b64u_decode_bytes",
     "b64u_encode",
     "b64u_encode_bytes",
     "dumps",
@@ -46,6 +47,7 @@ _MAX_INT_CHARS = len(str(-MAX_SAFE_INT))
 _B64U_TO_STD = bytes.maketrans(b"-_+/=", b"+/!!!")
 _STD_TO_B64U = bytes.maketrans(b"+/", b"-_")
 _B64U_VALUE = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")}
+_B64U_BYTE_VALUE = {ord(c): i for c, i in _B64U_VALUE.items()}
 _HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
 # A lone surrogate can only enter a decoded str through a \uD800-\uDFFF escape.
 _SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -74,12 +76,20 @@ def b64u_decode(text: str, *, error: type[Exception] = InvalidParams) -> bytes:
         raw = text.encode("ascii")
     except UnicodeEncodeError:
         raise error("not canonical base64url") from None
+    return b64u_decode_bytes(raw, error=error)
+
+
+def b64u_decode_bytes(raw: bytes, *, error: type[Exception] = InvalidParams) -> bytes:
+    """:func:`b64u_decode` of base64url text given as its bytes (a segment of a token read
+    from a body): the same strictness."""
+    if len(raw) % 4 == 1:
+        raise error("not canonical base64url")
     # Non-zero trailing bits decode to the same bytes as the canonical form: refuse them.
     # Only the last character of a text whose length is 2 or 3 mod 4 carries such bits
     # (4 or 2 of them); its 6-bit value must be a multiple of 16 or 4 (a character outside
     # the alphabet counts as 1: refused).
     tail = len(raw) % 4
-    if tail and _B64U_VALUE.get(text[-1], 1) % (16 if tail == 2 else 4):
+    if tail and _B64U_BYTE_VALUE.get(raw[-1], 1) % (16 if tail == 2 else 4):
         raise error("not canonical base64url")
     # strict_mode refuses every character outside the alphabet (whitespace included) and
     # any padding but the one added here: no regex pass over the text is needed.

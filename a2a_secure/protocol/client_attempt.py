@@ -58,6 +58,7 @@ from typing import Any, Final
 from a2a_secure import system
 from a2a_secure.delegation import DELEGATION, Chain
 from a2a_secure.errors import A2AError, InvalidParams, SessionUnknown
+from a2a_secure.frozen import quick_init
 from a2a_secure.protocol.client_decisions import (
     IdNeed,
     PeerState,
@@ -101,6 +102,7 @@ class LearnCard:
     session: ClientSession
 
 
+@quick_init  # built for every call
 @dataclass(frozen=True, slots=True)
 class Send:
     """Sign ``intent`` on ``session`` and send it; ``intent_id`` is the id it carries."""
@@ -110,6 +112,7 @@ class Send:
     intent_id: str | None
 
 
+@quick_init  # built for every call
 @dataclass(frozen=True, slots=True)
 class CallOptions:
     """The client's settings that shape a call (see ``A2AClient``'s arguments)."""

@@ -22,12 +22,15 @@ from a2a_secure.errors import (
     StaleTimestamp,
     error_for_code,
 )
+from a2a_secure.frozen import quick_init
 from a2a_secure.identity import encoding
 from a2a_secure.identity.jws import jws_check, jws_decode_unverified, jws_sign, jws_verify
 from a2a_secure.identity.keys import Identity
 from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol import sealed_claims, sealing
+from a2a_secure.protocol.client_wire import IntentWire, intent_json
+from a2a_secure.protocol.intent_id import INTENT_ID, check_intent_id
 from a2a_secure.protocol.models import (
     ClosedMessage,
     ErrorObject,
@@ -52,6 +55,9 @@ __all__ = [
 Clock = Callable[[], float]
 RandomSource = Callable[[int], bytes]
 _ERROR_MEMBERS = frozenset(("code", "message"))
+# The members of the common intents (§6.1, §12.5).
+_GOAL_INPUTS = frozenset(("goal", "inputs"))
+_GOAL_INPUTS_ID = frozenset(("goal", "inputs", INTENT_ID))
 _REFUSED = "delegation refused"  # how a refusal of a delegation chain begins (§12.7)
 
 
@@ -71,6 +77,11 @@ def check_intent_inputs(inputs: Any, what: str = "intent inputs") -> None:
     over) only to be refused with 413, and one nested thousands of levels deep would exhaust
     the stack of the JSON encoder that signs it. The walk is iterative.
     """
+    _inputs_json(inputs, what)
+
+
+def _inputs_json(inputs: Any, what: str = "intent inputs") -> bytes:
+    """:func:`check_intent_inputs`, and the JSON it wrote of ``inputs`` (``encoding.dumps``'s)."""
     written = encoding.ijson_dumps(inputs, max_depth=MAX_INPUT_DEPTH)  # one walk: checked and sized
     if written is None:
         problem = encoding.ijson_problem(inputs, max_depth=MAX_INPUT_DEPTH) or "not I-JSON"
@@ -83,8 +94,10 @@ def check_intent_inputs(inputs: Any, what: str = "intent inputs") -> None:
             f"{what} refused: {size} bytes of JSON, more than the {MAX_INPUT_BYTES}"
             " a signed request can carry (an agent takes request bodies of at most 1 MiB)"
         )
+    return written
 
 
+@quick_init  # built for every request
 @dataclass(frozen=True, slots=True)
 class PreparedRequest:
     """A signed request ready to send; resend it byte for byte to retry it."""
@@ -96,8 +109,11 @@ class PreparedRequest:
     timestamp: int
     goal: str | None = None
     intent_id: str | None = None  # the intent_id extension: the id the intent carries
+    # ``params`` as compact JSON, written with the token (client_wire.py); None: not written.
+    params_json: bytes | None = None
 
 
+@quick_init  # built for every answer
 @dataclass(frozen=True, slots=True)
 class IntentResult:
     """A verified intent result: ``status``, ``sequence``, ``result`` (and its proof).
@@ -161,6 +177,8 @@ class ClientSession:
         # Sealed intents (§12.6): inputs, results, events and error data travel sealed.
         self._sealed = seal_keys is not None
         self._sealer = sealing.SessionSealer(seal_keys, session_id) if seal_keys is not None else None
+        self._wire_pieces: IntentWire | None = None  # made at the first intent
+        self._wire_made = False
 
     @property
     def sealed(self) -> bool:
@@ -213,14 +231,56 @@ class ClientSession:
         """Check ``intent`` against its shape and the session policy, then sign it."""
         body = dict(intent)
         # The §6.1 shape check of the server's parse_intent, without importing the server
-        # side (and asyncio with it) into a client.
-        Intent.parse(body)
-        if sealing.SEALED in body or sealing.ANSWER_KEY_MEMBER in body or sealing.CHAIN_MEMBER in body:
-            raise InvalidParams("the sealed members are made by a sealed session, not given by the caller")
-        check_intent_inputs(body["inputs"])
+        # side (and asyncio with it) into a client. The common intent, a goal and inputs
+        # (and an intent_id), passes it without a model being built; any other is parsed.
+        keys = body.keys()
+        goal = body.get("goal")
+        if not (
+            keys in (_GOAL_INPUTS, _GOAL_INPUTS_ID)
+            and type(goal) is str
+            and 0 < len(goal) <= 128
+            and type(body["inputs"]) is dict
+        ):
+            Intent.parse(body)
+            if sealing.SEALED in body or sealing.ANSWER_KEY_MEMBER in body or sealing.CHAIN_MEMBER in body:
+                raise InvalidParams(
+                    "the sealed members are made by a sealed session, not given by the caller"
+                )
+        elif INTENT_ID in body:
+            check_intent_id(body[INTENT_ID])
+        inputs = _inputs_json(body["inputs"])
         if not self.policy.allows(body["goal"]):
             raise PolicyViolation(f"intent {body['goal'][:64]!r} is not allowed by the session policy")
-        return self._sign_request("intent", {"intent": body}, m.Typ.REQUEST, body["goal"])
+        wire = None if self._sealed else self._wire()
+        written = intent_json(body, inputs) if wire is not None else None
+        if wire is None or written is None:
+            return self._sign_request("intent", {"intent": body}, m.Typ.REQUEST, body["goal"])
+        # The common request: its payload, params and body written from one text of the intent.
+        sequence = self._next_sequence()
+        ts = int(self._clock())
+        token, params_json, request_hash = wire.request(self.identity, sequence, ts, written)
+        params = {
+            "session_id": self.session_id,
+            "session_commitment": self.session_commitment,
+            "sequence": sequence,
+            "intent": body,
+            "request_jws": token.decode("ascii"),
+        }
+        return PreparedRequest(
+            "intent", params, sequence, request_hash, ts, body["goal"], body.get("intent_id"), params_json
+        )
+
+    def _wire(self) -> IntentWire | None:
+        """The session's pieces of the byte templates (client_wire.py), None if it cannot have them."""
+        if not self._wire_made:
+            self._wire_made = True
+            try:
+                self._wire_pieces = IntentWire(
+                    self.session_id, self.session_commitment, self.server_kid, self.server_key
+                )
+            except (TypeError, ValueError):  # a lone surrogate (orjson's errors are TypeErrors)
+                self._wire_pieces = None
+        return self._wire_pieces
 
     def prepare_close(self) -> PreparedRequest:
         """Sign a close request (§6.3)."""
@@ -286,6 +346,21 @@ class ClientSession:
         if not is_fresh(payload.timestamp, self._clock()):
             raise StaleTimestamp("response timestamp is not fresh")
         return payload
+
+    def verified_reply(self, req: PreparedRequest, rid: int, content: bytes) -> IntentResult | None:
+        """:meth:`verify_result` of the whole JSON-RPC reply body ``content`` (HTTP 200) to
+        request ``rid``, when it is the common answer, an unsealed success byte for byte as
+        this library's server writes it (client_wire.py); None for anything else: the
+        caller then parses the reply and :meth:`verify_result` decides."""
+        if self._sealed or req.method != "intent":
+            return None
+        wire = self._wire()
+        if wire is None:
+            return None
+        got = wire.success(content, rid, req.sequence, req.request_hash, self._clock())
+        if got is None:
+            return None
+        return IntentResult("success", req.sequence, got[0], got[1], req.intent_id)
 
     def verify_result(self, req: PreparedRequest, result: Any) -> IntentResult:
         """Verify a JSON-RPC ``result`` for ``req`` (§6.2) and return it."""

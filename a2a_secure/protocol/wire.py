@@ -24,6 +24,7 @@ __all__ = [
     "EnvelopeError",
     "encode_error",
     "encode_request",
+    "encode_request_json",
     "encode_result",
     "encode_result_json",
     "parse_request",
@@ -104,6 +105,16 @@ def read_request(body: bytes, endpoint: str) -> tuple[str | int, str, dict[str, 
 def encode_request(method: str, params: Any, request_id: JsonRpcId) -> bytes:
     """A JSON-RPC request body."""
     return encoding.dumps(_request(method, params, request_id))
+
+
+def encode_request_json(method: str, params: bytes, request_id: int) -> bytes:
+    """:func:`encode_request` of ``params`` already written as compact JSON, an integer id
+    and a method name of plain ASCII (as every method the client sends)."""
+    return b'{"jsonrpc":"2.0","method":"%s","params":%s,"id":%d}' % (
+        method.encode("ascii"),
+        params,
+        request_id,
+    )
 
 
 def encode_result(request_id: JsonRpcId, result: Any) -> bytes:
