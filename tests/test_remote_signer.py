@@ -252,3 +252,25 @@ def test_serve_app_with_a_remote_key_needs_no_key_file_and_signs_through_the_ser
     refused = run_cli("serve", "--port", "9")
     assert refused.returncode == 2
     assert "serve needs --key-file or --key-uri" in refused.stderr
+
+
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "plain"])
+async def test_a_client_whose_key_is_remote_awaits_every_signature_it_makes(sealed: bool) -> None:
+    server_ident = identity("srv-local")
+    server = server_with(server_ident, sealed=sealed)
+    client_ident, key = remote_identity("cli-remote", latency=0.005)
+    async with serve_app(server.app()) as url, A2AClient(client_ident, retry=FAST) as client:
+        answer = await client.request(server_ident.did, {"goal": "echo", "inputs": {"x": 2}}, endpoint=url)
+        assert answer.result == {"echo": {"x": 2}}
+        count = {"goal": "count", "inputs": {"n": 2}}
+        assert [i async for i in client.stream(server_ident.did, count, endpoint=url)] == [{"i": 0}, {"i": 1}]
+        await client.close_session(server_ident.did)
+        # PROOF, ACCEPT_POLICY, two intents and the close: awaited, none made by blocking.
+        assert key.calls == 5
+        assert key.blocking_calls == 0
+        key.wrong = identity("impostor").holder  # a service signing with another key
+        with pytest.raises(Unavailable):
+            await client.request(server_ident.did, {"goal": "echo", "inputs": {}}, endpoint=url)
+        key.wrong = None
+        answer = await client.request(server_ident.did, {"goal": "echo", "inputs": {"y": 1}}, endpoint=url)
+        assert answer.result == {"echo": {"y": 1}}

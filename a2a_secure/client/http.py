@@ -41,7 +41,7 @@ from a2a_secure.identity.resolver import DIDResolver
 from a2a_secure.policy import Policy
 from a2a_secure.protocol.client_attempt import HANDSHAKE, Call, CallOptions, Resend, Send
 from a2a_secure.protocol.client_decisions import send_close
-from a2a_secure.protocol.client_session import ClientSession, IntentResult, StreamEvent
+from a2a_secure.protocol.client_session import ClientSession, IntentResult, PreparedRequest, StreamEvent
 from a2a_secure.protocol.priority import with_priority
 from a2a_secure.protocol.server import AuditHook
 from a2a_secure.telemetry import tracing
@@ -386,6 +386,8 @@ class A2AClient:
                 session = step.session
                 try:
                     req = session.prepare_intent(step.intent)
+                    if req.pending is not None:  # a remote key: its signature is awaited
+                        req = await _signed(req)
                 except A2AError as exc:
                     self._resent(peer, call.failed(exc, mono=system.mono_now()))
                     continue
@@ -511,6 +513,8 @@ class A2AClient:
                 step = await self._ready(peer, call)
                 session = step.session
                 req = session.prepare_intent(step.intent)
+                if req.pending is not None:
+                    req = await _signed(req)
                 started = self._clock()
                 yielded = False
                 try:
@@ -543,6 +547,8 @@ class A2AClient:
                 return
             assert session is not None
             req = session.prepare_close()
+            if req.pending is not None:
+                req = await _signed(req)
             started = self._clock()
             try:
                 _s, result, error, _ra = await self._transport.call(
@@ -557,3 +563,10 @@ class A2AClient:
                 raise
             self._record("close", started, peer, sequence=req.sequence)
             peer.session = None
+
+
+async def _signed(req: PreparedRequest) -> PreparedRequest:
+    """``req`` signed by its remote key (``Identity.sign_async``: the signature is checked)."""
+    pending = req.pending
+    assert pending is not None
+    return req.signed(await pending.signer.sign_async(pending.signing_input))

@@ -24,7 +24,7 @@ from a2a_secure.errors import (
 )
 from a2a_secure.frozen import quick_init
 from a2a_secure.identity import encoding
-from a2a_secure.identity.jws import jws_check, jws_decode_unverified, jws_sign, jws_verify
+from a2a_secure.identity.jws import PendingJWS, jws_check, jws_decode_unverified, jws_token, jws_verify
 from a2a_secure.identity.keys import Identity
 from a2a_secure.policy import Policy
 from a2a_secure.protocol import messages as m
@@ -111,6 +111,19 @@ class PreparedRequest:
     intent_id: str | None = None  # the intent_id extension: the id the intent carries
     # ``params`` as compact JSON, written with the token (client_wire.py); None: not written.
     params_json: bytes | None = None
+    # The token still to sign (a remote key): the adapter awaits the signature and sends
+    # :meth:`signed`'s request; ``params`` then holds it and ``request_hash`` is empty.
+    pending: PendingJWS | None = None
+
+    def signed(self, signature: bytes) -> PreparedRequest:
+        """This request with the signature of its :attr:`pending` token in place."""
+        assert self.pending is not None
+        token = self.pending.finish(signature)
+        params = {**self.params, "request_jws": token}
+        req_hash = m.request_hash(token)
+        return PreparedRequest(
+            self.method, params, self.sequence, req_hash, self.timestamp, self.goal, self.intent_id
+        )
 
 
 @quick_init  # built for every answer
@@ -251,7 +264,7 @@ class ClientSession:
         inputs = _inputs_json(body["inputs"])
         if not self.policy.allows(body["goal"]):
             raise PolicyViolation(f"intent {body['goal'][:64]!r} is not allowed by the session policy")
-        wire = None if self._sealed else self._wire()
+        wire = None if self._sealed or self.identity.remote else self._wire()
         written = intent_json(body, inputs) if wire is not None else None
         if wire is None or written is None:
             return self._sign_request("intent", {"intent": body}, m.Typ.REQUEST, body["goal"])
@@ -326,9 +339,11 @@ class ClientSession:
             if sealing.CHAIN_MEMBER in sealed_intent:
                 signed_intent[sealing.CHAIN_MEMBER] = m.sealed_digest(sealed_intent[sealing.CHAIN_MEMBER])
             signed = {"intent": signed_intent}
-        token = jws_sign({**common, "timestamp": ts, **signed}, self.identity, typ)
+        token = jws_token({**common, "timestamp": ts, **signed}, self.identity, typ)
         params = {**common, **({"intent": body["intent"]} if "intent" in body else {}), "request_jws": token}
         intent_id = body["intent"].get("intent_id") if "intent" in body else None
+        if isinstance(token, PendingJWS):  # a remote key: the adapter awaits the signature
+            return PreparedRequest(method, params, sequence, "", ts, goal, intent_id, None, token)
         return PreparedRequest(method, params, sequence, m.request_hash(token), ts, goal, intent_id)
 
     def _verify_response(self, token: Any, req: PreparedRequest, *, is_error: bool) -> ResponsePayload:
