@@ -130,6 +130,13 @@ def _head(request_id: JsonRpcId) -> dict[str, Any]:
     return {"jsonrpc": JSONRPC_VERSION, "id": request_id}
 
 
+def _request_json(method: str, params: bytes, request_id: int) -> bytes:
+    """The JSON of ``_request`` for ``params`` already written, a plain-ASCII method name and
+    an integer id (every request this library's client sends)."""
+    ascii_method = method.encode("ascii")
+    return b'{"jsonrpc":"2.0","method":"%s","params":%s,"id":%d}' % (ascii_method, params, request_id)
+
+
 def _head_int(request_id: int) -> bytes:
     """The JSON of ``_head(request_id)`` for an integer id, without its closing brace: the start
     of a body written in parts (the id of every request this library's client sends)."""

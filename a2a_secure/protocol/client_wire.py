@@ -31,6 +31,7 @@ from a2a_secure.errors import A2AError
 from a2a_secure.identity import encoding
 from a2a_secure.identity.ed25519 import verify_signature
 from a2a_secure.identity.jws import Signer, jws_sign_bytes
+from a2a_secure.jsonrpc import _head_int
 from a2a_secure.protocol import messages as m
 from a2a_secure.protocol.validate import is_fresh
 
@@ -41,7 +42,8 @@ __all__ = ["IntentWire", "intent_json"]
 _PAYLOAD: Final = b'{"session_id":%s,"session_commitment":%s,"sequence":%d,"timestamp":%d,"intent":%s}'
 _PARAMS: Final = b'{"session_id":%s,"session_commitment":%s,"sequence":%d,"intent":%s,"request_jws":"%s"}'
 # A success as the server writes it: its reply up to the result, and its signed payload.
-_REPLY_HEAD: Final = b'{"jsonrpc":"2.0","id":%d,"result":{"status":"success","sequence":%d,"result":'
+# (after the envelope's head, which a2a_secure.jsonrpc writes)
+_REPLY_HEAD: Final = b',"result":{"status":"success","sequence":%d,"result":'
 _REPLY_TOKEN: Final = b',"response_jws":"'
 _REPLY_END: Final = b'"}}'
 _SIGNED_HEAD: Final = b'{"session_id":%s,"sequence":%d,"request_hash":%s,"status":"success","result":'
@@ -89,7 +91,7 @@ class IntentWire:
         """The verified (result, response_jws) of the reply body ``content`` to the request
         ``rid`` of ``sequence`` and ``request_hash``, at wall-clock ``now``; None for any
         reply that is not such a success, byte for byte (the general path decides)."""
-        head = _REPLY_HEAD % (rid, sequence)
+        head = _head_int(rid) + _REPLY_HEAD % sequence
         cut = content.rfind(_REPLY_TOKEN)
         if cut < len(head) or not content.startswith(head) or not content.endswith(_REPLY_END):
             return None

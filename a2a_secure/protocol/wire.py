@@ -16,7 +16,16 @@ from typing import Any
 
 from a2a_secure.errors import A2AError, InvalidParams, InvalidRequest, MethodNotFound
 from a2a_secure.identity import encoding
-from a2a_secure.jsonrpc import JSONRPC_VERSION, JsonRpcId, _error, _head, _head_int, _request, _success
+from a2a_secure.jsonrpc import (
+    JSONRPC_VERSION,
+    JsonRpcId,
+    _error,
+    _head,
+    _head_int,
+    _request,
+    _request_json,
+    _success,
+)
 
 __all__ = [
     "ENDPOINT_METHODS",
@@ -110,11 +119,7 @@ def encode_request(method: str, params: Any, request_id: JsonRpcId) -> bytes:
 def encode_request_json(method: str, params: bytes, request_id: int) -> bytes:
     """:func:`encode_request` of ``params`` already written as compact JSON, an integer id
     and a method name of plain ASCII (as every method the client sends)."""
-    return b'{"jsonrpc":"2.0","method":"%s","params":%s,"id":%d}' % (
-        method.encode("ascii"),
-        params,
-        request_id,
-    )
+    return _request_json(method, params, request_id)
 
 
 def encode_result(request_id: JsonRpcId, result: Any) -> bytes:
