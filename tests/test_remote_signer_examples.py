@@ -38,8 +38,6 @@ from a2a_secure.identity.ed25519 import verify_signature
 from a2a_secure.identity.keys import Identity, KeyFileError, SignerFailed
 from a2a_secure.identity.remote import RemoteKeyHolder
 from a2a_secure.identity.rotation import KeyRing, RetiredKey, verify_rotation_statement
-from a2a_secure.policy import Policy
-from a2a_secure.protocol.server.common import ServerLimits
 from a2a_secure.server.app import AgentServer
 from a2a_secure.store.memory import MemoryStore
 from a2a_secure.testing import serve_app
@@ -55,6 +53,7 @@ from examples.remote_signers.common import (
 from examples.remote_signers.gcp_kms import GcpKmsKey
 from examples.remote_signers.vault_transit import VaultTransitKey, parse_vault_value
 from tests.http_helpers import identity
+from tests.test_remote_signer import server_with
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = RetryPolicy(attempts=1, base=0.01, cap=0.02, max_wait=2)
@@ -646,40 +645,13 @@ async def test_rotation_to_a_new_service_key_is_signed_by_the_old_one_and_served
 # -- end to end: a real server signing with each adapter ---------------------------------------
 
 
-def server_with(ident: Identity, calls: Counter[str], *, sealed: bool = True) -> AgentServer:
-    server = AgentServer(
-        ident,
-        Policy(rate_limit=10_000),
-        name="kms-agent",
-        url="http://127.0.0.1",
-        store=MemoryStore(),
-        limits=ServerLimits(sealed_intents=sealed),
-    )
-
-    @server.intent("echo")
-    def echo(inputs: dict[str, Any]) -> dict[str, Any]:
-        calls["echo"] += 1
-        return {"echo": inputs}
-
-    @server.intent("reject")
-    def reject(inputs: dict[str, Any]) -> Any:
-        raise InvalidParams("inputs.x must be a string")
-
-    async def count(inputs: dict[str, Any], ctx: Any) -> Any:
-        for i in range(int(inputs.get("n", 3))):
-            yield {"i": i}
-
-    server.add_stream("count", count)
-    return server
-
-
 @pytest.mark.parametrize("service", sorted(MAKERS))
 async def test_a_server_whose_key_is_in_the_service_answers_signed(service: str) -> None:
     fake = FAKES[service](latency=0.002)
     key, _ = MAKERS[service](fake)
     ident = Identity(key, "kms-agent")
     calls: Counter[str] = Counter()
-    server = server_with(ident, calls)
+    server = server_with(ident, calls=calls)
     try:
         async with serve_app(server.app()) as url, A2AClient(identity("cli"), retry=FAST) as client:
             before = fake.calls["sign"]
@@ -707,7 +679,7 @@ async def test_an_aws_answer_over_4096_bytes_is_an_unsigned_503_and_the_intent_r
     key, fake = aws_key()
     ident = Identity(key, "kms-agent")
     calls: Counter[str] = Counter()
-    server = server_with(ident, calls, sealed=False)
+    server = server_with(ident, calls=calls, sealed=False)
     try:
         async with serve_app(server.app()) as url, A2AClient(identity("cli"), retry=FAST) as client:
             await client.session_for(ident.did, endpoint=url)
@@ -731,7 +703,7 @@ async def test_a_sealed_answer_signs_the_same_small_input_whatever_the_result_si
     # result is signed within AWS's 4096 bytes.
     key, fake = aws_key()
     ident = Identity(key, "kms-agent")
-    server = server_with(ident, Counter(), sealed=True)
+    server = server_with(ident, calls=Counter(), sealed=True)
     sizes = []
     try:
         async with serve_app(server.app()) as url, A2AClient(identity("cli"), retry=FAST) as client:
