@@ -81,7 +81,7 @@ from a2a_secure.protocol.priority import PriorityRights
 from a2a_secure.protocol.server import ServerLimits
 from a2a_secure.server.app import AgentServer, public_url
 from a2a_secure.server.settings import give_settings, refuse_later
-from a2a_secure.server.startup import banner, check_port, check_store, check_tls, load_object
+from a2a_secure.server.startup import app_identity, banner, check_port, check_store, check_tls, load_object
 from a2a_secure.server.test_agent import register_test_agent
 from a2a_secure.server.timing import LEASE_ENV, TIMING_MEMBERS, test_clock, timing_bounds, with_lease
 from a2a_secure.store.base import Store
@@ -421,18 +421,6 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> FastAPI:
 
     fastapi_app.router.lifespan_context = lifespan
     return fastapi_app
-
-
-def app_identity(app: str, app_dir: str | os.PathLike[str] | None) -> Identity:
-    """The identity of the ``AgentServer`` (or ``A2AAgent``) ``app`` names, for an app that
-    holds its own key (a key held by a signing service, identity/remote.py)."""
-    obj = load_object(app, app_dir)
-    source = obj if isinstance(obj, AgentServer) else getattr(obj, "server", None)
-    if not isinstance(source, AgentServer):
-        raise ValueError(
-            f"--app {app!r} builds no AgentServer with an identity: give --key-file or --key-uri"
-        )
-    return source.identity
 
 
 def serve(

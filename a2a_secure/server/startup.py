@@ -20,6 +20,7 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from a2a_secure.identity.keys import Identity
     from a2a_secure.server.app import AgentServer
 
 __all__ = ["banner", "check_port", "check_store", "check_tls", "load_object"]
@@ -142,3 +143,15 @@ def banner(server: AgentServer, base_url: str) -> str:
         f"a2a-secure: card {base_url}/.well-known/agent-card.json\n"
         f"a2a-secure: try  {call}   (YOUR.key: a2a-secure keygen --out YOUR.key)"
     )
+
+
+def app_identity(app: str, app_dir: str | os.PathLike[str] | None) -> Identity:
+    """The identity of the ``AgentServer`` (or ``A2AAgent``) ``app`` names, for an app that
+    holds its own key (a key held by a signing service, identity/remote.py)."""
+    from a2a_secure.server.app import AgentServer  # noqa: PLC0415 - app imports this module's users
+
+    obj = load_object(app, app_dir)
+    source = obj if isinstance(obj, AgentServer) else getattr(obj, "server", None)
+    if not isinstance(source, AgentServer):
+        raise ValueError(f"--app {app!r} builds no AgentServer: give --key-file or --key-uri")
+    return source.identity
