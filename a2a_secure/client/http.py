@@ -567,6 +567,5 @@ class A2AClient:
 
 async def _signed(req: PreparedRequest) -> PreparedRequest:
     """``req`` signed by its remote key (``Identity.sign_async``: the signature is checked)."""
-    pending = req.pending
-    assert pending is not None
-    return req.signed(await pending.signer.sign_async(pending.signing_input))
+    assert req.pending is not None
+    return req.signed(await req.pending.sign())

@@ -88,8 +88,10 @@ class PendingJWS:
         self.signing_input = signing_input
         self.signer = signer
 
-    def finish(self, signature: bytes) -> str:
-        """The token, given the signature of :attr:`signing_input`."""
+    async def sign(self) -> str:
+        """The token, its signature awaited from the signer (and checked there, by
+        ``Identity.sign_async``); for the runtime and the client's adapter, never the core."""
+        signature = await self.signer.sign_async(self.signing_input)
         return (self.signing_input + b"." + encoding.b64u_encode_bytes(signature)).decode("ascii")
 
     def __repr__(self) -> str:
@@ -108,11 +110,8 @@ def jws_token(payload: Mapping[str, Any] | bytes, identity: Signer, typ: str) ->
 async def jws_sign_awaited(payload: Mapping[str, Any], identity: Signer, typ: str) -> str:
     """:func:`jws_sign`, awaiting a remote key's signature (where the token is needed at once:
     hashed or kept before the reply is sent); a local key signs in place."""
-    if not getattr(identity, "remote", False):
-        return jws_sign(payload, identity, typ)
-    signing_input = _signing_input(encoding.dumps(dict(payload)), identity, typ)
-    signature = await identity.sign_async(signing_input)  # type: ignore[attr-defined]
-    return (signing_input + b"." + encoding.b64u_encode_bytes(signature)).decode("ascii")
+    token = jws_token(payload, identity, typ)
+    return token if isinstance(token, str) else await token.sign()
 
 
 def jws_sign(payload: Mapping[str, Any], identity: Signer, typ: str) -> str:

@@ -23,7 +23,8 @@ answer one request at a time. The protocol a holder of such a key follows:
   checkpoints (one per ``checkpoint_every`` records; see SECURITY.md).
 * ``derive_key`` is an HMAC the service computes (AWS ``GenerateMac``, Google ``MacSign``,
   Vault ``/transit/hmac``), or a :class:`~a2a_secure.identity.keys.KeyFileError` naming
-  what is missing; it is used only for approval actions kept sealed at rest.
+  what is missing; it is used for approval actions kept sealed at rest and a client's
+  answer key of a sealed ``intent_id`` (called in place, like ``sign``).
 
 :class:`ThreadedKey` makes a blocking holder (a client library without an async API, a
 PKCS#11 token) follow the protocol by running each signature in a worker thread. Worked
@@ -49,7 +50,7 @@ async def finish_tokens(message: MutableMapping[str, Any]) -> None:
     core does before it sends the message. Raises ``SignerFailed``."""
     for name, value in list(message.items()):
         if isinstance(value, PendingJWS):
-            message[name] = value.finish(await value.signer.sign_async(value.signing_input))
+            message[name] = await value.sign()
 
 
 @runtime_checkable

@@ -115,10 +115,8 @@ class PreparedRequest:
     # :meth:`signed`'s request; ``params`` then holds it and ``request_hash`` is empty.
     pending: PendingJWS | None = None
 
-    def signed(self, signature: bytes) -> PreparedRequest:
-        """This request with the signature of its :attr:`pending` token in place."""
-        assert self.pending is not None
-        token = self.pending.finish(signature)
+    def signed(self, token: str) -> PreparedRequest:
+        """This request with its :attr:`pending` token, now signed, in place."""
         params = {**self.params, "request_jws": token}
         req_hash = m.request_hash(token)
         return PreparedRequest(

@@ -58,18 +58,16 @@ def has_pending(reply: Reply) -> bool:
 
 
 async def _fill(slots: list[tuple[MutableMapping[str, Any], str, PendingJWS]]) -> None:
-    signatures = await asyncio.gather(
-        *(p.signer.sign_async(p.signing_input) for _, _, p in slots), return_exceptions=True
-    )
-    failed = next((s for s in signatures if isinstance(s, BaseException)), None)
+    tokens = await asyncio.gather(*(p.sign() for _, _, p in slots), return_exceptions=True)
+    failed = next((t for t in tokens if isinstance(t, BaseException)), None)
     if failed is not None:
         if isinstance(failed, asyncio.CancelledError):
             raise failed
         _log.warning("a signature from the remote key holder failed: %s", failed)
         raise SignerFailed()
-    for (where, key, pending), signature in zip(slots, signatures, strict=True):
-        assert isinstance(signature, bytes)
-        where[key] = pending.finish(signature)
+    for (where, key, _), token in zip(slots, tokens, strict=True):
+        assert isinstance(token, str)
+        where[key] = token
 
 
 async def finish_reply(reply: Reply) -> Reply:
