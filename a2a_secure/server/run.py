@@ -521,14 +521,12 @@ def serve(
         log_requests=log_format == "json",
         given_later=[name for name, wanted in (("store", redis_url), ("audit", audit_log)) if wanted],
     )
+    if key_file is not None and not is_token_uri(key_file):  # the workers get an absolute path
+        key_file = os.path.abspath(key_file)
     # The card's url: --url, else the app's own, else where this server listens.
     url = checked.url or public_url(default_url(host, port, tls=tls_cert is not None))
     settings = {
-        "key_file": None
-        if key_file is None
-        else str(key_file)
-        if is_token_uri(key_file)
-        else os.path.abspath(key_file),
+        "key_file": None if key_file is None else str(key_file),
         "url": url,
         "policy": os.path.abspath(policy_path) if policy_path else None,
         "redis_url": redis_url,
